@@ -1,0 +1,179 @@
+"""Load a scenario YAML: includes, ``--set`` overrides, validation, errors with file:line:col.
+
+>>> from simulator.scenario import load_scenario_text
+>>> s = load_scenario_text('''
+... model: llama3-8b
+... cluster: {accelerator: H100, gpus: 8}
+... training: {global_batch: 64, seq_len: 8192}
+... ''')
+>>> s.dp
+8
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from simulator.scenario.checks import check_scenario
+from simulator.scenario.errors import FieldPath, Position, Problem, ScenarioError, dotted
+from simulator.scenario.schema import Scenario
+from simulator.scenario.yaml_source import Positions, expand_includes, parse_yaml, read_yaml_file
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+MAX_PROBLEMS = 20
+
+
+def _locate(loc: tuple, data: Any, positions: Positions) -> tuple[Position, FieldPath]:
+    """Map a pydantic ``loc`` onto the data: the best position and the user-visible path.
+
+    Segments that are not keys of the data (union tags like ``fat_tree``, validator names) are
+    skipped, except a last segment, which names a missing field.
+    """
+    path: FieldPath = ()
+    node = data
+    for i, seg in enumerate(loc):
+        if isinstance(node, dict) and seg in node:
+            path, node = path + (seg,), node[seg]
+        elif isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node):
+            path, node = path + (seg,), node[seg]
+        elif i == len(loc) - 1 and isinstance(seg, str) and not isinstance(node, list):
+            shown = path + (seg,)
+            return _nearest(path, positions), shown
+    return _nearest(path, positions), path
+
+
+def _nearest(path: FieldPath, positions: Positions) -> Position:
+    while path not in positions and path:
+        path = path[:-1]
+    return positions.get(path, Position("<scenario>"))
+
+
+def _message(err: dict) -> str:
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    if err["type"] == "missing":
+        return "required field is missing"
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    if err["type"] not in ("value_error", "assertion_error") and "input" in err:
+        shown = repr(err["input"])
+        msg += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
+    return msg
+
+
+def _validation_problems(exc: ValidationError, data: Any, positions: Positions) -> list[Problem]:
+    problems, seen = [], set()
+    for err in exc.errors(include_url=False):
+        pos, path = _locate(err["loc"], data, positions)
+        problem = Problem(pos, dotted(path), _message(err))
+        if str(problem) not in seen:
+            seen.add(str(problem))
+            problems.append(problem)
+    return problems[:MAX_PROBLEMS]
+
+
+def parse_override(text: str) -> tuple[FieldPath, Any]:
+    """``"parallelism.tp=4"`` -> ``(("parallelism", "tp"), 4)``; the value is read as YAML."""
+    key, sep, raw = text.partition("=")
+    where = Position(f"--set {text}")
+    if not sep or not key.strip():
+        raise ScenarioError.single(where, "", "an override reads key.path=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ScenarioError.single(where, key, f"cannot read the value: {exc}") from None
+    path = tuple(int(seg) if seg.isdigit() else seg for seg in key.strip().split("."))
+    return path, value
+
+
+def apply_override(data: dict, positions: Positions, text: str) -> None:
+    """Set one ``key.path=value`` in ``data`` (creating mappings as needed)."""
+    path, value = parse_override(text)
+    where = Position(f"--set {text}")
+    node: Any = data
+    for i, seg in enumerate(path[:-1]):
+        if isinstance(node, dict):
+            if not isinstance(node.get(seg), dict | list):
+                node[seg] = {}  # overriding a catalog name by a field, or a new section
+            node = node[seg]
+        elif isinstance(node, list) and isinstance(seg, int) and seg < len(node):
+            node = node[seg]
+        else:
+            raise ScenarioError.single(where, dotted(path[: i + 1]), "no such element")
+    last = path[-1]
+    if isinstance(node, list) and isinstance(last, int) and last < len(node):
+        node[last] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ScenarioError.single(where, dotted(path), "no such element")
+    for known in [k for k in positions if k[: len(path)] == path]:
+        del positions[known]
+    positions[path] = where
+
+
+def _promote_names(data: dict, overrides: list[str]) -> None:
+    """Let ``--set model.layers=2`` refine ``model: llama3-8b`` (a name becomes {name: ...})."""
+    for section in ("model", "precision"):
+        if isinstance(data.get(section), str) and any(
+            o.startswith(section + ".") for o in overrides
+        ):
+            key = "recipe" if section == "precision" else "name"
+            data[section] = {key: data[section]}
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and isinstance(cluster.get("accelerator"), str) and any(
+        o.startswith("cluster.accelerator.") for o in overrides
+    ):
+        cluster["accelerator"] = {"name": cluster["accelerator"]}
+
+
+def build_scenario(data: Any, positions: Positions, source: str,
+                   overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    """Validate parsed data (after includes) with overrides applied; raise ScenarioError."""
+    if not isinstance(data, dict):
+        raise ScenarioError.single(positions.get((), Position(source)), "",
+                                   "a scenario must be a YAML mapping of sections")
+    _promote_names(data, list(overrides))
+    for text in overrides:
+        apply_override(data, positions, text)
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_validation_problems(exc, data, positions)) from None
+    findings = check_scenario(scenario)
+    if findings:
+        raise ScenarioError([Problem(_nearest(path, positions), dotted(path), msg)
+                             for path, msg in findings])
+    return scenario
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    """Load, include, override and validate the scenario in ``path``.
+
+    Raises
+    ------
+    ScenarioError
+        For any problem with the input; its message names file:line:col and the field.
+    """
+    path = Path(path)
+    data, positions = read_yaml_file(path)
+    try:
+        data = expand_includes(data, positions, path.parent, [Path.cwd(), PROJECT_ROOT])
+    except RecursionError:
+        raise ScenarioError.single(Position(str(path)), "", "nested too deeply") from None
+    return build_scenario(data, positions, str(path), overrides)
+
+
+def load_scenario_text(text: str, source: str = "<string>",
+                       overrides: list[str] | tuple[str, ...] = (),
+                       base_dir: Path | None = None) -> Scenario:
+    """Like :func:`load_scenario` for YAML text; includes resolve against ``base_dir``."""
+    data, positions = parse_yaml(text, source)
+    data = expand_includes(data, positions, base_dir or Path.cwd(), [PROJECT_ROOT])
+    return build_scenario(data, positions, source, overrides)

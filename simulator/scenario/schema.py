@@ -1,0 +1,407 @@
+"""The scenario schema: pydantic v2 models, frozen, unknown keys forbidden.
+
+A scenario describes one training run: ``model``, ``cluster``, ``parallelism``, ``training``,
+``precision``, plus room for later ``failures`` and ``sweep`` sections. Quantities accept unit
+strings ("400 Gb/s", "80 GiB", "1.5 us") or SI numbers; see :mod:`simulator.units`.
+Consistency between sections (degrees multiplying to the GPU count, divisibility) is checked
+in :mod:`simulator.scenario.checks`, which knows the field paths to blame.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from simulator.hardware import CATALOG as ACCELERATORS
+from simulator.hardware import Accelerator, get_accelerator
+from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
+from simulator.units import parse_quantity
+
+PosInt = Annotated[int, Field(ge=1, le=10**9)]
+
+
+def _q(dimension):
+    return BeforeValidator(lambda v: parse_quantity(v, dimension))
+
+
+Bandwidth = Annotated[float, _q("bandwidth"), Field(gt=0)]
+Seconds = Annotated[float, _q("time"), Field(ge=0)]
+Bytes = Annotated[float, _q("bytes"), Field(ge=0)]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ----------------------------------------------------------------------------- model
+
+
+class MoEConfig(Frozen):
+    """Mixture-of-experts feed-forward layers.
+
+    ``every`` = 2 puts an MoE layer at every second layer (GShard); ``first_dense_layers``
+    keeps the first layers dense (DeepSeek-V3: 3). ``capacity_factor`` None is dropless.
+    """
+
+    experts: PosInt
+    top_k: PosInt
+    expert_ffn: PosInt
+    shared_experts: Annotated[int, Field(ge=0, le=1024)] = 0
+    every: PosInt = 1
+    first_dense_layers: Annotated[int, Field(ge=0)] = 0
+    capacity_factor: Annotated[float, Field(gt=0, le=1000)] | None = None
+
+    @model_validator(mode="after")
+    def top_k_within_experts(self):
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
+        return self
+
+
+class MLAConfig(Frozen):
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank Q and joint K/V compression."""
+
+    q_lora_rank: PosInt
+    kv_lora_rank: PosInt
+    qk_nope_head_dim: PosInt
+    qk_rope_head_dim: PosInt
+    v_head_dim: PosInt
+
+
+def _resolve_model_name(data: Any) -> Any:
+    """``"llama3-8b"`` or ``{name: llama3-8b, ...overrides}`` -> the catalog fields, merged."""
+    if isinstance(data, str):
+        data = {"name": data}
+    if isinstance(data, dict) and isinstance(data.get("name"), str):
+        base = MODEL_CATALOG.get(catalog_key(data["name"]))
+        if base is None:
+            if "layers" not in data:  # a custom model must spell out its architecture
+                raise ValueError(f"unknown model {data['name']!r}; known: "
+                                 f"{', '.join(known_models())}")
+        else:
+            merged = dict(base)
+            for key, value in data.items():
+                if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                    value = {**merged[key], **value}
+                merged[key] = value
+            return merged
+    return data
+
+
+class ModelConfig(Frozen):
+    """A decoder-only transformer, by architecture or by catalog ``name``.
+
+    ``ffn`` is the dense MLP's intermediate size; ``head_dim`` defaults to hidden / heads and
+    ``kv_heads`` to heads (multi-head attention; fewer is GQA). ``dropout`` is the probability
+    (0 = no dropout, which also removes the dropout masks from activation memory).
+    """
+
+    name: str | None = None
+    layers: PosInt
+    hidden: PosInt
+    heads: PosInt
+    kv_heads: PosInt | None = None
+    head_dim: PosInt | None = None
+    ffn: PosInt
+    vocab: PosInt
+    activation: Literal["gelu", "swiglu"] = "swiglu"
+    norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
+    bias: bool = False
+    tied_embeddings: bool = False
+    position_embedding: Literal["rope", "learned"] = "rope"
+    max_positions: PosInt | None = None
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    attention: Literal["mha", "mla"] = "mha"
+    mla: MLAConfig | None = None
+    moe: MoEConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def resolve_catalog_name(cls, data: Any) -> Any:
+        return _resolve_model_name(data)
+
+    @model_validator(mode="after")
+    def attention_consistent(self):
+        if self.attention == "mla" and self.mla is None:
+            raise ValueError("attention: mla needs an mla: section")
+        if self.position_embedding == "learned" and self.max_positions is None:
+            raise ValueError("learned position embeddings need max_positions")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads "
+                             f"({self.kv_heads})")
+        return self
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) has an MoE feed-forward block."""
+        moe = self.moe
+        if moe is None or index < moe.first_dense_layers:
+            return False
+        return (index - moe.first_dense_layers) % moe.every == 0
+
+
+# ----------------------------------------------------------------------------- cluster
+
+
+class NodeSpec(Frozen):
+    """A scale-up node: ``gpus`` devices behind NVSwitch (8 in a DGX, 72 in an NVL72 rack).
+
+    ``nvlink_bandwidth`` is per GPU per direction; None takes the accelerator's scale-up figure.
+    """
+
+    gpus: PosInt = 8
+    nvlink_bandwidth: Bandwidth | None = None
+    nvlink_latency: Seconds = 0.7e-6
+    nvls: bool = False
+
+
+class NVSwitchTopology(Frozen):
+    kind: Literal["nvswitch"]
+    name: str | None = None
+    node: NodeSpec = NodeSpec()
+
+
+class FatTreeTopology(Frozen):
+    """Nodes joined by an InfiniBand/RoCE fat-tree, one NIC per GPU.
+
+    ``oversubscription`` gives, per level above the leaves, downlink:uplink bandwidth (1 = full
+    bisection, 7 = Llama 3's 1:7 above its 3,072-GPU pods).
+    """
+
+    kind: Literal["fat_tree"]
+    name: str | None = None
+    node: NodeSpec = NodeSpec()
+    nodes: PosInt
+    nic_bandwidth: Bandwidth = 50e9
+    nic_latency: Seconds = 2e-6
+    switch_latency: Seconds = 0.5e-6
+    levels: Annotated[int, Field(ge=1, le=3)] = 2
+    nodes_per_leaf: PosInt = 16
+    leaves_per_pod: PosInt | None = None
+    oversubscription: list[Annotated[float, Field(ge=1, le=1000)]] = [1.0]
+    rail_optimized: bool = True
+
+
+class TorusTopology(Frozen):
+    """A TPU slice: 2D (v5e) or 3D (v4, v5p) torus of chips with ICI links."""
+
+    kind: Literal["torus"]
+    name: str | None = None
+    shape: Annotated[list[PosInt], Field(min_length=1, max_length=3)]
+    wraparound: bool = True
+    ici_link_bandwidth: Bandwidth = 45e9
+    ici_latency: Seconds = 1e-6
+
+
+Topology = Annotated[NVSwitchTopology | FatTreeTopology | TorusTopology,
+                     Field(discriminator="kind")]
+
+
+def _topology_devices(topology) -> int:
+    if isinstance(topology, TorusTopology):
+        n = 1
+        for d in topology.shape:
+            n *= d
+        return n
+    if isinstance(topology, FatTreeTopology):
+        return topology.nodes * topology.node.gpus
+    return topology.node.gpus
+
+
+def _resolve_accelerator(data: Any) -> Any:
+    """A catalog name, or a mapping that may start from a catalog ``name`` and override."""
+    if isinstance(data, str):
+        try:
+            return get_accelerator(data)
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
+    if isinstance(data, dict) and isinstance(data.get("name"), str):
+        try:
+            base = get_accelerator(data["name"])
+        except KeyError:
+            return data  # a user-defined accelerator: every field must be given
+        merged = base.model_dump()
+        merged.update(data)
+        return merged
+    return data
+
+
+class ClusterConfig(Frozen):
+    """The machine: accelerator, GPU count and network topology.
+
+    ``gpus`` may be omitted when the topology determines it.
+    """
+
+    accelerator: Annotated[Accelerator, BeforeValidator(_resolve_accelerator)]
+    gpus: PosInt | None = None
+    topology: Topology | None = None
+
+    @model_validator(mode="after")
+    def gpu_count_known(self):
+        if self.topology is None and self.gpus is None:
+            raise ValueError("give gpus, or a topology that determines it")
+        return self
+
+    @property
+    def num_gpus(self) -> int:
+        return self.gpus if self.gpus is not None else _topology_devices(self.topology)
+
+    @property
+    def topology_devices(self) -> int | None:
+        return None if self.topology is None else _topology_devices(self.topology)
+
+
+# ----------------------------------------------------------------------------- parallelism
+
+
+class PipelineConfig(Frozen):
+    schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"] = "1f1b"
+    virtual_stages: PosInt = 1
+
+
+def _zero_stage(value: Any) -> Any:
+    return 3 if isinstance(value, str) and value.strip().lower() == "fsdp" else value
+
+
+class ParallelismConfig(Frozen):
+    """Degrees of each parallelism. ``dp`` None is derived from the GPU count.
+
+    EP is carved out of DP x CP for MoE layers (as Megatron does), so ep need not enter the
+    product ``dp x tp x pp x cp = gpus``. ``expert_tp`` (default ``tp``) is the tensor-parallel
+    degree inside experts. ``zero`` 0-3, or ``fsdp`` for 3.
+    """
+
+    dp: PosInt | None = None
+    tp: PosInt = 1
+    pp: PosInt = 1
+    cp: PosInt = 1
+    ep: PosInt = 1
+    expert_tp: PosInt | None = None
+    zero: Annotated[Literal[0, 1, 2, 3], BeforeValidator(_zero_stage)] = 0
+    sequence_parallel: bool = False
+    pipeline: PipelineConfig = PipelineConfig()
+    recompute: Literal["none", "selective", "full"] = "none"
+
+    @property
+    def etp(self) -> int:
+        return self.expert_tp or self.tp
+
+
+# ----------------------------------------------------------------------------- training
+
+
+class TrainingConfig(Frozen):
+    """Batch in sequences: ``global_batch`` per step, ``micro_batch`` per forward pass."""
+
+    global_batch: PosInt
+    micro_batch: PosInt = 1
+    seq_len: PosInt
+    optimizer: Literal["adam", "sgd", "sgd_momentum"] = "adam"
+    flash_attention: bool = True
+
+
+# ----------------------------------------------------------------------------- precision
+
+# Bytes per parameter of each recipe. ``master``: fp32 master weights kept by the optimizer;
+# ``state``: bytes of each optimizer moment (Adam has 2, SGD with momentum 1).
+RECIPES: dict[str, dict[str, float]] = {
+    # ZeRO paper (Rajbhandari et al. 2020, sec. 3.1): fp16 params and grads, fp32 master + m + v
+    "zero-mixed": {"params": 2, "grads": 2, "master": 4, "state": 4},
+    # Megatron-LM bf16 with fp32 main grads (--accumulate-allreduce-grads-in-fp32): 18 B/param
+    "megatron-bf16": {"params": 2, "grads": 4, "master": 4, "state": 4},
+    # PyTorch AMP: fp32 params, grads and moments, plus the bf16 copy autocast keeps for GEMMs
+    "torch-amp": {"params": 6, "grads": 4, "master": 0, "state": 4},
+    # Pure bf16 weights and grads with fp32 moments and no master copy: 2+2+8 = 12 (slide 28)
+    "pure-bf16": {"params": 2, "grads": 2, "master": 0, "state": 4},
+    "fp32": {"params": 4, "grads": 4, "master": 0, "state": 4},
+}
+_OPTIMIZER_STATES = {"adam": 2, "sgd_momentum": 1, "sgd": 0}
+
+
+def _resolve_recipe(data: Any) -> Any:
+    if isinstance(data, str):
+        data = {"recipe": data}
+    if isinstance(data, dict) and isinstance(data.get("recipe"), str):
+        if data["recipe"] not in RECIPES:
+            raise ValueError(f"unknown precision recipe {data['recipe']!r}; known: "
+                             f"{', '.join(sorted(RECIPES))}")
+    return data
+
+
+class PrecisionConfig(Frozen):
+    """Bytes per parameter by a named ``recipe``, or explicit ``params``/``grads``/``optimizer``.
+
+    Explicit numbers override the recipe's. ``optimizer`` counts all optimizer state per
+    parameter (master copy and moments); when absent it follows from the recipe and the
+    optimizer in ``training``. ``activation_bytes`` is the size of one stored activation value.
+    """
+
+    recipe: str | None = "megatron-bf16"
+    params: Annotated[float, Field(gt=0, le=64)] | None = None
+    grads: Annotated[float, Field(ge=0, le=64)] | None = None
+    optimizer: Annotated[float, Field(ge=0, le=256)] | None = None
+    compute_dtype: Literal["bf16", "fp16", "fp8", "fp32", "tf32"] = "bf16"
+    activation_bytes: Annotated[float, Field(gt=0, le=8)] = 2.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def resolve_recipe(cls, data: Any) -> Any:
+        return _resolve_recipe(data)
+
+    @model_validator(mode="after")
+    def bytes_complete(self):
+        if self.recipe is None and None in (self.params, self.grads, self.optimizer):
+            raise ValueError("without a recipe, give params, grads and optimizer bytes")
+        return self
+
+    def bytes_per_param(self, optimizer: str) -> tuple[float, float, float]:
+        """(params, grads, optimizer state) bytes per parameter for ``optimizer``."""
+        r = RECIPES.get(self.recipe or "", {})
+        params = self.params if self.params is not None else r["params"]
+        grads = self.grads if self.grads is not None else r["grads"]
+        if self.optimizer is not None:
+            opt = self.optimizer
+        else:
+            opt = r["master"] + _OPTIMIZER_STATES[optimizer] * r["state"]
+        return float(params), float(grads), float(opt)
+
+
+# ----------------------------------------------------------------------------- scenario
+
+
+class Scenario(Frozen):
+    """One training run. ``failures`` and ``sweep`` are reserved for later sections."""
+
+    name: str | None = None
+    description: str | None = None
+    seed: Annotated[int, Field(ge=0)] = 0
+    model: ModelConfig
+    cluster: ClusterConfig
+    parallelism: ParallelismConfig = ParallelismConfig()
+    training: TrainingConfig
+    precision: PrecisionConfig = PrecisionConfig()
+    failures: dict[str, Any] | None = None
+    sweep: dict[str, Any] | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree, derived from the GPU count when not given."""
+        p = self.parallelism
+        if p.dp is not None:
+            return p.dp
+        return max(1, self.num_gpus // (p.tp * p.pp * p.cp))
+
+
+__all__ = ["ACCELERATORS", "Scenario"]

@@ -1,0 +1,139 @@
+"""Parse human quantities ("400 Gb/s", "80 GiB", "989 TFLOP/s", "1.5 us") into SI floats.
+
+Internally the simulator uses seconds (s), bytes (B), floating-point operations (FLOP),
+bytes per second (B/s) and FLOP per second (FLOP/s). Unit strings are parsed here, once, at
+the boundary; nothing else in the package converts units.
+
+Decimal prefixes (k, M, G, T, P, E) are powers of 1000 and binary prefixes (Ki, Mi, Gi, Ti, Pi)
+powers of 1024, as in IEC 80000-13. A lowercase ``b`` is a bit (1/8 byte), an uppercase ``B`` a
+byte, so ``"400 Gb/s"`` is 50e9 B/s. Bare numbers (or numbers written as strings, which YAML 1.1
+produces for ``1e9``) are taken to be already in SI units.
+
+Examples
+--------
+>>> parse_quantity("400 Gb/s", "bandwidth")
+50000000000.0
+>>> parse_quantity("80 GiB", "bytes")
+85899345920.0
+>>> parse_quantity("1.5 us", "time")
+1.5e-06
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+Dimension = Literal["bytes", "bandwidth", "flops", "flops_rate", "time", "count"]
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0,
+         "d": 86400.0}
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([^\s].*?)?\s*$")
+
+
+class UnitError(ValueError):
+    """A quantity string that cannot be read in the requested dimension."""
+
+
+def _prefix_factor(prefix: str) -> float | None:
+    if prefix in _BINARY:
+        return _BINARY[prefix]
+    if prefix in _DECIMAL:
+        return _DECIMAL[prefix]
+    return None
+
+
+def _unit_factor(unit: str, dimension: Dimension) -> float | None:
+    """Multiplier from ``unit`` to the SI base of ``dimension``; None if it does not belong."""
+    u = unit.replace(" ", "")
+    if dimension == "time":
+        return _TIME.get(u)
+    if dimension == "count":
+        return _prefix_factor(u)
+    if dimension in ("bytes", "bandwidth"):
+        if dimension == "bandwidth":
+            for suffix in ("/s", "ps"):
+                if u.endswith(suffix):
+                    u = u[: -len(suffix)]
+                    break
+            else:
+                return None
+        elif u.endswith("/s"):
+            return None
+        for base, scale in (("B", 1.0), ("b", 0.125), ("bit", 0.125), ("byte", 1.0),
+                            ("bytes", 1.0)):
+            if u.endswith(base):
+                prefix = u[: -len(base)]
+                factor = _prefix_factor(prefix)
+                if factor is not None:
+                    return factor * scale
+        return None
+    if dimension in ("flops", "flops_rate"):
+        rate = False
+        for suffix in ("/s", "PS"):
+            if u.endswith(suffix):
+                u = u[: -len(suffix)]
+                rate = True
+                break
+        if rate != (dimension == "flops_rate"):
+            return None
+        for base in ("FLOP", "FLOPs", "flop", "flops", "OP", "ops"):
+            if u.endswith(base):
+                factor = _DECIMAL.get(u[: -len(base)])
+                if factor is not None:
+                    return factor
+        return None
+    return None
+
+
+def parse_quantity(value: object, dimension: Dimension) -> float:
+    """Return ``value`` in SI units of ``dimension``.
+
+    Parameters
+    ----------
+    value
+        A number (already SI), or a string: a number optionally followed by a unit.
+    dimension
+        What the quantity measures: ``bytes`` (B), ``bandwidth`` (B/s), ``flops`` (FLOP),
+        ``flops_rate`` (FLOP/s), ``time`` (s) or ``count`` (dimensionless, "16K" = 16000).
+
+    Raises
+    ------
+    UnitError
+        If the value is not a finite non-negative number or the unit does not fit the dimension.
+    """
+    if isinstance(value, bool):
+        raise UnitError(f"expected a {dimension} quantity, got a boolean")
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str):
+        match = _QUANTITY.match(value)
+        if match is None:
+            raise UnitError(f"cannot read {value!r} as a {dimension} quantity")
+        unit = match.group(2) or ""
+        factor = _unit_factor(unit, dimension) if unit else 1.0
+        if factor is None:
+            raise UnitError(f"unit {unit!r} in {value!r} is not a {dimension} unit "
+                            f"(e.g. {_EXAMPLES[dimension]})")
+        number = float(match.group(1)) * factor
+    else:
+        raise UnitError(f"expected a {dimension} quantity (number or string), "
+                        f"got {type(value).__name__}")
+    if not math.isfinite(number) or number < 0:
+        raise UnitError(f"{value!r} must be a finite, non-negative {dimension} quantity")
+    return number
+
+
+_EXAMPLES: dict[str, str] = {
+    "bytes": '"80 GiB", "25 MB"',
+    "bandwidth": '"400 Gb/s", "450 GB/s"',
+    "flops": '"3.8e25 FLOP", "1 PFLOP"',
+    "flops_rate": '"989 TFLOP/s"',
+    "time": '"1.5 us", "10 ms"',
+    "count": '"16K", "2048"',
+}

@@ -42,7 +42,10 @@ def _model_split(s: Scenario) -> list[Finding]:
         out.append((("model", "kv_heads"),
                     f"{m.n_kv_heads} kv_heads do not split over tp = {p.tp}"))
     stages = p.pp * p.pipeline.virtual_stages
-    if m.layers % stages:
+    pl = p.pipeline
+    if pl.first_stage_layers is not None or pl.last_stage_layers is not None:
+        out += _uneven_stages(m.layers, p.pp, pl)
+    elif m.layers % stages:
         out.append((("parallelism", "pp"),
                     f"{m.layers} layers do not split into pp x virtual_stages = {p.pp} x "
                     f"{p.pipeline.virtual_stages} = {stages} equal stages"))
@@ -63,6 +66,22 @@ def _model_split(s: Scenario) -> list[Finding]:
     if m.ffn % p.tp:
         out.append((("model", "ffn"), f"ffn {m.ffn} does not split over tp = {p.tp}"))
     return out
+
+
+def _uneven_stages(layers: int, pp: int, pl) -> list[Finding]:
+    where = ("parallelism", "pipeline",
+             "first_stage_layers" if pl.first_stage_layers is not None else "last_stage_layers")
+    if pl.virtual_stages > 1 or pp < 2:
+        return [(where, "uneven first/last stages need pp >= 2 and virtual_stages = 1")]
+    first = pl.first_stage_layers or 0
+    last = pl.last_stage_layers or 0
+    middle = layers - first - last
+    if pl.first_stage_layers is None or pl.last_stage_layers is None:
+        return [(where, "give both first_stage_layers and last_stage_layers")]
+    if middle < 0 or (pp == 2 and middle) or (pp > 2 and (middle <= 0 or middle % (pp - 2))):
+        return [(where, f"{layers} layers minus {first} first and {last} last do not split "
+                        f"evenly over the {pp - 2} middle stages")]
+    return []
 
 
 def _batch(s: Scenario) -> list[Finding]:

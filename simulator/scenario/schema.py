@@ -263,8 +263,15 @@ class ClusterConfig(Frozen):
 
 
 class PipelineConfig(Frozen):
+    """Pipeline schedule. ``first_stage_layers``/``last_stage_layers`` give the first and last
+    stages fewer layers to make room for the embedding and output layer, as Llama 3 405B does
+    (126 layers on 16 stages: 7 + 14 x 8 + 7); the middle stages split the rest evenly.
+    """
+
     schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"] = "1f1b"
     virtual_stages: PosInt = 1
+    first_stage_layers: PosInt | None = None
+    last_stage_layers: PosInt | None = None
 
 
 def _zero_stage(value: Any) -> Any:
@@ -276,7 +283,9 @@ class ParallelismConfig(Frozen):
 
     EP is carved out of DP x CP for MoE layers (as Megatron does), so ep need not enter the
     product ``dp x tp x pp x cp = gpus``. ``expert_tp`` (default ``tp``) is the tensor-parallel
-    degree inside experts. ``zero`` 0-3, or ``fsdp`` for 3.
+    degree inside experts. ``zero`` 0-3, or ``fsdp`` for 3. ``bucket_size`` (B) is the gradient
+    bucket of DDP / ZeRO-2; ZeRO-3 gathers ``fsdp_unit_layers`` layers at a time and prefetches
+    ``fsdp_prefetch`` units ahead.
     """
 
     dp: PosInt | None = None
@@ -289,6 +298,9 @@ class ParallelismConfig(Frozen):
     sequence_parallel: bool = False
     pipeline: PipelineConfig = PipelineConfig()
     recompute: Literal["none", "selective", "full"] = "none"
+    bucket_size: Bytes = 25e6
+    fsdp_unit_layers: PosInt = 1
+    fsdp_prefetch: Annotated[int, Field(ge=0, le=64)] = 1
 
     @property
     def etp(self) -> int:

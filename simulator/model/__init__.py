@@ -1,0 +1,1 @@
+"""Transformer cost model: parameter counts, per-op FLOPs and bytes, activation memory."""

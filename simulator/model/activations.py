@@ -1,0 +1,116 @@
+"""Activation memory saved for backward, per layer per micro-batch on one rank (bytes).
+
+After Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+Models"), section 4, counted tensor by tensor so that the paper's closed forms come out exactly
+for its GPT setting (16-bit activations, 1-byte dropout masks, FFN = 4h, GeLU, no flash
+attention) and the variants follow from the same tensors:
+
+=========================  ===========================  ================================
+tensor saved               bytes                        split by
+=========================  ===========================  ================================
+two norm inputs            2 e T h                      sp
+QKV input, MLP input       2 e T h                      sp
+Q, K, V                    e T (a d_qk + kv d_qk + kv d_v)  tp (GQA: fewer kv heads)
+softmax output             e a s_q s_k b                tp   (not with flash / selective)
+attention dropout          (1 + e) a s_q s_k b          tp   (only with dropout)
+attention output           e T a d_v                    tp
+MLP hidden                 2 e T f (GeLU), 3 e T f (SwiGLU)  tp
+two dropout masks          2 T h                        sp   (only with dropout)
+=========================  ===========================  ================================
+
+with ``e`` bytes per value, ``T = b s / cp`` tokens on the rank, ``a`` heads, ``kv`` key/value
+heads. For GPT this is ``sbh (34 + 5as/h)`` unsplit, ``sbh (10 + 24/t + 5as/(ht))`` with TP and
+``sbh/t (34 + 5as/h)`` with TP+SP. Flash attention keeps no score matrix (its softmax
+statistics, 4 a s b bytes, are under 0.1% and ignored). Selective recompute drops the score
+terms; full recompute keeps only the layer input ``e T h`` (split by sp).
+
+MoE layers save the router probabilities (fp32), the dispatched tokens and the expert hidden
+activations for ``T x top_k x capacity_factor`` token-copies, and the expert outputs that the
+combine's gate gradient needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.model.layers import attention_dims
+from simulator.model.ops import Sharding
+from simulator.scenario.schema import ModelConfig
+
+Recompute = Literal["none", "selective", "full"]
+MASK_BYTES = 1.0  # PyTorch stores dropout masks as bool/uint8
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """Shape of one micro-batch: ``b`` sequences of ``s`` tokens, ``e`` bytes per value."""
+
+    b: int
+    s: int
+    act_bytes: float = 2.0
+    flash: bool = True
+
+
+def _attention_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding, recompute: Recompute
+                     ) -> float:
+    e, t = mb.act_bytes, sh.tp
+    tokens = mb.b * mb.s / sh.cp
+    d_qk, d_v, kv = attention_dims(m)
+    qkv = e * tokens * (m.heads * d_qk + kv * d_qk + kv * d_v) / t
+    out_in = e * tokens * m.heads * d_v / t
+    mla = 0.0
+    if m.attention == "mla":  # compressed Q and KV: norm inputs and up-projection inputs
+        mla = 2 * e * tokens * (m.mla.q_lora_rank + m.mla.kv_lora_rank)
+    scores = 0.0
+    if not mb.flash and recompute == "none":
+        area = mb.b * (m.heads / t) * (mb.s / sh.cp) * mb.s
+        scores = e * area + ((MASK_BYTES + e) * area if m.dropout else 0.0)
+    return qkv + out_in + mla + scores
+
+
+def _ffn_bytes(m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding) -> float:
+    e = mb.act_bytes
+    tokens = mb.b * mb.s / sh.cp
+    per_ffn = 3 if m.activation == "swiglu" else 2  # SwiGLU saves gate, up and their product
+    if not m.is_moe_layer(layer):
+        return per_ffn * e * tokens * m.ffn / sh.tp
+    moe = m.moe
+    routed = tokens * moe.top_k * (moe.capacity_factor or 1.0)
+    out = 4.0 * tokens * moe.experts  # fp32 router probabilities
+    out += 2 * e * routed * m.hidden  # dispatched tokens in, expert outputs back
+    out += per_ffn * e * routed * moe.expert_ffn / sh.etp
+    out += per_ffn * e * tokens * moe.expert_ffn * moe.shared_experts / sh.tp
+    return out
+
+
+def layer_activation_bytes(m: ModelConfig, layer: int, mb: MicroBatch,
+                           sh: Sharding = Sharding(), recompute: Recompute = "none") -> float:
+    """Bytes layer ``layer`` keeps for backward for one micro-batch on one rank."""
+    tokens = mb.b * mb.s / sh.cp
+    replicated = tokens / sh.tp if sh.sp else tokens  # what sequence parallelism splits
+    if recompute == "full":
+        return mb.act_bytes * replicated * m.hidden
+    e, h = mb.act_bytes, m.hidden
+    masks = 2 * MASK_BYTES * replicated * h if m.dropout else 0.0
+    inputs = 4 * e * replicated * h  # two norm inputs, the QKV input and the MLP input
+    return inputs + masks + _attention_bytes(m, mb, sh, recompute) + _ffn_bytes(m, layer, mb, sh)
+
+
+def embedding_activation_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding = Sharding()
+                               ) -> float:
+    """The embedding dropout's mask (first stage); nothing without dropout."""
+    tokens = mb.b * mb.s / sh.cp
+    replicated = tokens / sh.tp if sh.sp else tokens
+    return MASK_BYTES * replicated * m.hidden if m.dropout else 0.0
+
+
+def head_activation_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding = Sharding()) -> float:
+    """Final norm input, output-layer input and the fp32 softmax of the logits (last stage).
+
+    The vocabulary-parallel cross-entropy keeps fp32 probabilities of ``T x vocab/tp`` for its
+    backward: for a 128K vocabulary that is gigabytes per micro-batch.
+    """
+    tokens = mb.b * mb.s / sh.cp
+    replicated = tokens / sh.tp if sh.sp else tokens
+    return 2 * mb.act_bytes * replicated * m.hidden + 4.0 * tokens * m.vocab / sh.tp

@@ -1,0 +1,210 @@
+"""Per-op FLOPs and HBM bytes of one micro-batch on one rank: forward, input- and weight-gradient.
+
+Conventions (DESIGN.md, Compute):
+
+- a GEMM ``(m x k) @ (k x n)`` costs ``2 m n k`` FLOPs forward; its input-gradient (B) and
+  weight-gradient (W) each cost the same. Bytes are the operands read and the result written.
+- the attention core (``QK^T`` and ``PV``) of a causal model counts half the square:
+  ``2 b heads s_q s_k (d_qk + d_v) / 2`` forward; its backward is twice that, all in B (it has
+  no weights).
+- elementwise ops (norms, activation functions, dropout, residual adds, softmax, loss) are
+  memory-bound: their bytes matter, their FLOPs are listed but are not model FLOPs.
+
+Sharding is what one rank holds: ``tp`` splits heads and FFN columns, ``sp`` (sequence
+parallel) splits the elementwise work between the tensor-parallel ops over tokens, ``cp``
+splits the sequence (each rank's queries attend to keys of the whole sequence, balanced as
+Llama 3 does), and ``ep``/``expert_tp`` spread and split the routed experts. With top-k routing
+each rank's experts process on average ``tokens x top_k x capacity_factor`` token-copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.model.layers import Linear, attention_dims, ffn_linears, layer_linears
+from simulator.scenario.schema import ModelConfig
+
+OpKind = Literal["gemm", "attention", "elementwise", "embedding", "loss"]
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Parallel degrees that shape one rank's share of a layer."""
+
+    tp: int = 1
+    sp: bool = False
+    cp: int = 1
+    ep: int = 1
+    expert_tp: int | None = None
+
+    @property
+    def etp(self) -> int:
+        return self.expert_tp or self.tp
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel's work for one micro-batch on one rank.
+
+    FLOPs (FLOP) and bytes (B) are per phase: forward ``f``, input-gradient ``b``, weight-
+    gradient ``w``. ``gemm_mnk`` is the forward GEMM shape of one copy (for the efficiency
+    curve), ``copies`` how many such GEMMs run (local experts).
+    """
+
+    name: str
+    kind: OpKind
+    f_flops: float
+    b_flops: float
+    w_flops: float
+    f_bytes: float
+    b_bytes: float
+    w_bytes: float
+    gemm_mnk: tuple[float, float, float] | None = None
+    copies: float = 1.0
+
+    @property
+    def flops(self) -> float:
+        return self.f_flops + self.b_flops + self.w_flops
+
+
+def gemm_op(lin: Linear, tokens: float, shard: Sharding, act_bytes: float) -> Op:
+    """A linear layer applied to ``tokens`` rows (per copy), sharded as the layer says."""
+    tp = shard.etp if lin.group == "expert" else shard.tp
+    d_in = lin.d_in / tp if lin.split == "row" else lin.d_in
+    d_out = lin.d_out / tp if lin.split == "column" else lin.d_out
+    copies = lin.copies / shard.ep if lin.group == "expert" else 1.0
+    if lin.group == "expert":
+        tokens = tokens / copies  # token-copies spread over the local experts
+    m, n, k = tokens, d_out, d_in
+    flops = 2.0 * m * n * k * copies
+    e = act_bytes
+    return Op(
+        name=lin.name, kind="gemm",
+        f_flops=flops, b_flops=flops, w_flops=flops,
+        f_bytes=copies * e * (m * k + k * n + m * n),
+        b_bytes=copies * e * (m * n + k * n + m * k),
+        w_bytes=copies * e * (m * k + m * n + k * n),
+        gemm_mnk=(m, n, k), copies=copies,
+    )
+
+
+def _elementwise(name: str, elems_in: float, elems_out: float, act_bytes: float,
+                 flops_per_elem: float = 1.0, backward_factor: float = 2.0) -> Op:
+    """A memory-bound op reading ``elems_in`` and writing ``elems_out`` values forward.
+
+    Its backward reads the saved input and the output gradient and writes the input gradient:
+    about ``backward_factor`` times the forward traffic.
+    """
+    fwd = act_bytes * (elems_in + elems_out)
+    flops = flops_per_elem * elems_out
+    return Op(name, "elementwise", flops, backward_factor * flops, 0.0,
+              fwd, backward_factor * fwd, 0.0)
+
+
+def attention_core_op(m: ModelConfig, b: int, s: int, shard: Sharding, act_bytes: float,
+                      flash: bool) -> list[Op]:
+    """``softmax(QK^T) V`` for one micro-batch of ``b`` sequences of length ``s``."""
+    d_qk, d_v, kv_heads = attention_dims(m)
+    heads = m.heads / shard.tp
+    kv = kv_heads / shard.tp
+    s_q, s_k = s / shard.cp, float(s)
+    causal = 0.5
+    f = 2.0 * b * heads * s_q * s_k * (d_qk + d_v) * causal
+    e = act_bytes
+    io = e * b * (s_q * heads * (d_qk + d_v) + s_k * kv * (d_qk + d_v))
+    ops = [Op("attention", "attention", f, 2.0 * f, 0.0, io, 2.5 * io, 0.0)]
+    if not flash:  # the score matrix is materialised, masked and soft-maxed in HBM
+        scores = b * heads * s_q * s_k
+        ops[0] = Op("attention", "attention", f, 2.0 * f, 0.0, io + 2 * e * scores,
+                    2.5 * io + 4 * e * scores, 0.0)
+        ops.append(_elementwise("softmax", scores, scores, e, flops_per_elem=5.0))
+        if m.dropout:
+            ops.append(_elementwise("attention_dropout", scores, scores, e))
+    return ops
+
+
+def layer_ops(m: ModelConfig, layer: int, b: int, s: int, shard: Sharding = Sharding(),
+              act_bytes: float = 2.0, flash: bool = True) -> list[Op]:
+    """Every op of transformer layer ``layer`` for a micro-batch of ``b`` x ``s`` tokens."""
+    tokens = b * s / shard.cp
+    sp_tokens = tokens / shard.tp if shard.sp else tokens  # elementwise work between TP ops
+    h, e = m.hidden, act_bytes
+    ops = [_elementwise("attention_norm", sp_tokens * h, sp_tokens * h, e, 5.0)]
+    attn = [gemm_op(lin, tokens, shard, e) for lin in layer_linears(m, layer)
+            if lin.group == "attention"]
+    ops += attn[:-1]
+    ops += attention_core_op(m, b, s, shard, e, flash)
+    ops += attn[-1:]
+    ops.append(_elementwise("attention_residual", 2 * sp_tokens * h, sp_tokens * h, e))
+    ops.append(_elementwise("mlp_norm", sp_tokens * h, sp_tokens * h, e, 5.0))
+    ops += ffn_ops(m, layer, tokens, shard, e)
+    ops.append(_elementwise("mlp_residual", 2 * sp_tokens * h, sp_tokens * h, e))
+    return ops
+
+
+def ffn_ops(m: ModelConfig, layer: int, tokens: float, shard: Sharding,
+            act_bytes: float) -> list[Op]:
+    """Dense MLP, or router + routed experts (+ shared experts), with the activation function."""
+    e = act_bytes
+    ops: list[Op] = []
+    moe = m.moe if m.is_moe_layer(layer) else None
+    routed = tokens * moe.top_k * (moe.capacity_factor or 1.0) if moe else 0.0
+    for lin in ffn_linears(m, layer):
+        rows = routed if lin.group == "expert" else tokens
+        op = gemm_op(lin, rows, shard, e)
+        ops.append(op)
+        if lin.name == "mlp_up":
+            tp = shard.etp if lin.group == "expert" else shard.tp
+            ffn = (lin.d_out // 2 if m.activation == "swiglu" else lin.d_out) / tp
+            width_in = 2 * ffn if m.activation == "swiglu" else ffn
+            ops.append(_elementwise(f"{lin.group}_{m.activation}", rows * width_in,
+                                    rows * ffn, e, 8.0))
+        if lin.name == "router":
+            ops.append(_elementwise("router_topk", tokens * moe.experts, tokens * moe.top_k,
+                                    4.0, 5.0))
+    return ops
+
+
+def embedding_ops(m: ModelConfig, b: int, s: int, shard: Sharding = Sharding(),
+                  act_bytes: float = 2.0) -> list[Op]:
+    """Token (and position) embedding lookup; its gradient is a scatter-add (phase W)."""
+    tokens = b * s / shard.cp
+    out = act_bytes * tokens * m.hidden
+    return [Op("embedding", "embedding", 0.0, 0.0, tokens * m.hidden, out, 0.0, 2 * out)]
+
+
+def head_ops(m: ModelConfig, b: int, s: int, shard: Sharding = Sharding(),
+             act_bytes: float = 2.0) -> list[Op]:
+    """Final norm, output projection to the (vocabulary-parallel) logits, softmax cross-entropy.
+
+    Logits are upcast to fp32 for the loss, as Megatron-LM and most frameworks do.
+    """
+    tokens = b * s / shard.cp
+    sp_tokens = tokens / shard.tp if shard.sp else tokens
+    h, v = m.hidden, m.vocab / shard.tp
+    output = Linear("output", h, m.vocab, False, "column", "mlp")
+    logits = tokens * v
+    loss = Op("loss", "loss", 5.0 * logits, 3.0 * logits, 0.0,
+              (act_bytes + 4.0 + 4.0) * logits, (4.0 + 4.0 + act_bytes) * logits, 0.0)
+    return [_elementwise("final_norm", sp_tokens * h, sp_tokens * h, act_bytes, 5.0),
+            gemm_op(output, tokens, shard, act_bytes), loss]
+
+
+def model_flops_per_sequence(m: ModelConfig, seq_len: int) -> float:
+    """Training FLOPs (forward + backward) of GEMMs and attention for one sequence.
+
+    This is the numerator of MFU: the model's arithmetic, without recomputation and without
+    the padding a capacity factor adds to expert batches.
+    """
+    if m.moe is not None and m.moe.capacity_factor is not None:
+        m = m.model_copy(update={"moe": m.moe.model_copy(update={"capacity_factor": None})})
+    total = 0.0
+    for layer in range(m.layers):
+        for op in layer_ops(m, layer, 1, seq_len):
+            if op.kind in ("gemm", "attention"):
+                total += op.flops
+    for op in head_ops(m, 1, seq_len):
+        if op.kind == "gemm":
+            total += op.flops
+    return total

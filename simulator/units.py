@@ -74,15 +74,12 @@ def _unit_factor(unit: str, dimension: Dimension) -> float | None:
                     return factor * scale
         return None
     if dimension in ("flops", "flops_rate"):
-        rate = False
-        for suffix in ("/s", "PS"):
-            if u.endswith(suffix):
-                u = u[: -len(suffix)]
-                rate = True
-                break
+        # "FLOP/s" and "FLOPS" are rates; "FLOP" and "FLOPs" (plural) are counts.
+        rate = u.endswith("/s") or u.endswith("FLOPS")
+        u = u[:-2] if u.endswith("/s") else (u[:-1] if u.endswith("FLOPS") else u)
         if rate != (dimension == "flops_rate"):
             return None
-        for base in ("FLOP", "FLOPs", "flop", "flops", "OP", "ops"):
+        for base in ("FLOPs", "FLOP", "flops", "flop"):
             if u.endswith(base):
                 factor = _DECIMAL.get(u[: -len(base)])
                 if factor is not None:

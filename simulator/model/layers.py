@@ -87,8 +87,8 @@ def mlp_linears(m: ModelConfig, ffn: int, group: Group, copies: int = 1) -> list
     """Up (and gate, for SwiGLU, fused as one column-parallel matrix) and down projections."""
     up_width = 2 * ffn if m.activation == "swiglu" else ffn
     return [
-        Linear("mlp_up", m.hidden, up_width, m.bias, "column", group, copies),
-        Linear("mlp_down", ffn, m.hidden, m.bias, "row", group, copies),
+        Linear(f"{group}_up", m.hidden, up_width, m.bias, "column", group, copies),
+        Linear(f"{group}_down", ffn, m.hidden, m.bias, "row", group, copies),
     ]
 
 

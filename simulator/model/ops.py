@@ -154,7 +154,7 @@ def ffn_ops(m: ModelConfig, layer: int, tokens: float, shard: Sharding,
         rows = routed if lin.group == "expert" else tokens
         op = gemm_op(lin, rows, shard, e)
         ops.append(op)
-        if lin.name == "mlp_up":
+        if lin.name.endswith("_up"):
             tp = shard.etp if lin.group == "expert" else shard.tp
             ffn = (lin.d_out // 2 if m.activation == "swiglu" else lin.d_out) / tp
             width_in = 2 * ffn if m.activation == "swiglu" else ffn
@@ -183,7 +183,7 @@ def head_ops(m: ModelConfig, b: int, s: int, shard: Sharding = Sharding(),
     tokens = b * s / shard.cp
     sp_tokens = tokens / shard.tp if shard.sp else tokens
     h, v = m.hidden, m.vocab / shard.tp
-    output = Linear("output", h, m.vocab, False, "column", "mlp")
+    output = Linear("output", h, m.vocab, False, "column", "mlp")  # vocabulary-parallel
     logits = tokens * v
     loss = Op("loss", "loss", 5.0 * logits, 3.0 * logits, 0.0,
               (act_bytes + 4.0 + 4.0) * logits, (4.0 + 4.0 + act_bytes) * logits, 0.0)

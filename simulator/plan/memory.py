@@ -108,7 +108,7 @@ def _stage_params(s: Scenario, layout: StageLayout) -> tuple[float, float, list[
 
 def _stage_activations(s: Scenario, layout: StageLayout, mb: MicroBatch, sh: Sharding
                        ) -> tuple[float, float]:
-    """(activations held at the peak, largest single-layer activation) on the stage."""
+    """(activations held at the peak, the largest recompute working set) on the stage (B)."""
     m, rc = s.model, s.parallelism.recompute
     kept = [layer_activation_bytes(m, i, mb, sh, rc) for i in layout.layers]
     total = layout.in_flight * sum(kept)
@@ -117,9 +117,9 @@ def _stage_activations(s: Scenario, layout: StageLayout, mb: MicroBatch, sh: Sha
     if layout.is_last:
         total += layout.head_in_flight * head_activation_bytes(m, mb, sh)
     rebuilt = 0.0
-    if rc != "none":  # backward recomputes one layer at a time: its full activations return
-        rebuilt = max((layer_activation_bytes(m, i, mb, sh, "none") for i in layout.layers),
-                      default=0.0)
+    if rc != "none":  # backward recomputes one layer at a time: what it dropped comes back
+        rebuilt = max((layer_activation_bytes(m, i, mb, sh, "none") - kept_i
+                       for i, kept_i in zip(layout.layers, kept, strict=True)), default=0.0)
     return total, rebuilt
 
 

@@ -25,6 +25,7 @@ MAX_NODES = 200_000  # guards against alias bombs ("billion laughs")
 MAX_INCLUDE_DEPTH = 8
 
 Positions = dict[FieldPath, Position]
+_PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
 
 def _mark(node: yaml.Node, source: str) -> Position:
@@ -46,6 +47,9 @@ class _Builder:
             raise ScenarioError.single(_mark(node, self.source), "",
                                        f"document has more than {MAX_NODES} nodes")
         self.positions.setdefault(path, _mark(node, self.source))
+        if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
+            raise ScenarioError.single(_mark(node, self.source), "",
+                                       f"YAML tag {node.tag!r} is not allowed")
         if isinstance(node, yaml.MappingNode):
             self.loader.flatten_mapping(node)  # resolves "<<" merge keys
             out: dict[str, Any] = {}
@@ -68,7 +72,10 @@ class _Builder:
 
 def parse_yaml(text: str, source: str) -> tuple[Any, Positions]:
     """Parse one YAML document; return its data and the position of every path in it."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # the reader rejects control characters here
+    except yaml.YAMLError as exc:
+        raise ScenarioError.single(Position(source), "", f"YAML: {exc}") from None
     try:
         node = loader.get_single_node()
         if node is None:

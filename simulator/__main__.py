@@ -1,0 +1,5 @@
+"""``python -m simulator`` is ``trainsim``."""
+
+from simulator.cli import main
+
+main()

@@ -1,0 +1,21 @@
+"""Shared test helpers: paths to the project and the published tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = ROOT / "tests" / "validation" / "published"
+
+
+def published(name: str) -> pd.DataFrame:
+    """A table of published numbers (a copy of shared/validation/, see its README)."""
+    return pd.read_csv(PUBLISHED / name)
+
+
+@pytest.fixture
+def root() -> Path:
+    return ROOT

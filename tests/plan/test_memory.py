@@ -1,0 +1,145 @@
+"""The memory ledger against the ZeRO paper, the lecture's slide 28 and Korthikanti et al."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from simulator.model.params import count_params
+from simulator.plan.memory import (
+    max_params_model_states,
+    memory_ledger,
+    model_state_bytes_per_param,
+)
+from simulator.scenario import load_scenario, load_scenario_text
+from tests.conftest import PUBLISHED
+
+
+def _as_printed(value: float, printed: str) -> bool:
+    """Whether ``value`` prints as ``printed`` at its precision, rounded or truncated.
+
+    The ZeRO paper's Table 1 does both: 41.25 -> 41.3 (rounded), 4011.7 -> 4011 (truncated).
+    """
+    decimals = len(printed.split(".")[1]) if "." in printed else 0
+    scale = 10**decimals
+    target = round(float(printed) * scale)
+    rounded_half_up = math.floor(value * scale + 0.5 + 1e-9)
+    return rounded_half_up == target or math.floor(value * scale + 1e-9) == target
+
+
+ZERO_TABLE = pd.read_csv(PUBLISHED / "zero_table1_memory_per_device.csv", dtype=str)
+
+
+@pytest.mark.parametrize("row", ZERO_TABLE.to_dict("records"),
+                         ids=lambda r: f"{r['params_billion']}B-N{r['data_parallel_Nd']}")
+def test_zero_table1_every_cell(row):
+    psi, n, k = float(row["params_billion"]), int(row["data_parallel_Nd"]), float(
+        row["K_optimizer_bytes_per_param"])
+    for stage, column in [(1, "P_os_GB"), (2, "P_os_g_GB"), (3, "P_os_g_p_GB")]:
+        per_param = sum(model_state_bytes_per_param(2, 2, k, stage, n))
+        gb = psi * per_param  # Psi in billions x bytes/param = GB (1e9 B), as the table counts
+        assert _as_printed(gb, row[column]), (stage, column, gb, row[column])
+
+
+SCENARIO = """
+model: {{layers: 8, hidden: 1024, heads: 16, ffn: 4096, vocab: 32000}}
+cluster: {{accelerator: A100-80GB, gpus: {n}}}
+parallelism: {{zero: {stage}}}
+training: {{global_batch: {n}, seq_len: 1024}}
+precision: {{recipe: zero-mixed}}
+"""
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("n", [1, 4, 64])
+def test_ledger_model_states_follow_zero_formulas(stage, n):
+    s = load_scenario_text(SCENARIO.format(n=n, stage=stage))
+    [rank] = memory_ledger(s)
+    psi = count_params(s.model).total
+    formula = {0: (2 + 2 + 12) * psi, 1: (2 + 2 + 12 / n) * psi, 2: (2 + (2 + 12) / n) * psi,
+               3: (2 + 2 + 12) * psi / n}[stage]
+    assert rank.params + rank.grads + rank.optimizer == pytest.approx(formula, rel=1e-12)
+
+
+@pytest.mark.parametrize(("stage", "published_billions"),
+                         [(0, 6.66), (1, 16.0), (2, 24.62), (3, 53.33)])
+def test_slide28_largest_model_that_fits(root, stage, published_billions):
+    s = load_scenario(root / f"scenarios/zero-slide28/stage{stage}.yaml")
+    # The slide prints two decimals (6.66 truncates 6.667): allow one unit in the last place.
+    assert abs(max_params_model_states(s) / 1e9 - published_billions) <= 0.01
+
+
+@pytest.mark.parametrize(("recipe", "optimizer", "expected"), [
+    ("zero-mixed", "adam", (2, 2, 12)),
+    ("megatron-bf16", "adam", (2, 4, 12)),   # 18 bytes per parameter
+    ("torch-amp", "adam", (6, 4, 8)),        # fp32 params + bf16 copy, fp32 grads and moments
+    ("pure-bf16", "adam", (2, 2, 8)),        # slide 28's 12 bytes
+    ("zero-mixed", "sgd_momentum", (2, 2, 8)),
+    ("zero-mixed", "sgd", (2, 2, 4)),
+])
+def test_precision_recipes(recipe, optimizer, expected):
+    s = load_scenario_text(SCENARIO.format(n=1, stage=0), overrides=[
+        f"precision.recipe={recipe}", f"training.optimizer={optimizer}"])
+    assert s.precision.bytes_per_param(optimizer) == expected
+
+
+def _pipeline(schedule, pp, m, v=1, extra=""):
+    # The 22B model of Korthikanti et al. with TP 8 + SP, no flash attention, dropout.
+    return load_scenario_text(f"""
+model: {{layers: 48, hidden: 6144, heads: 64, ffn: 24576, vocab: 51200, activation: gelu,
+        norm: layernorm, bias: true, tied_embeddings: true, position_embedding: learned,
+        max_positions: 2048, dropout: 0.1}}
+cluster: {{accelerator: A100-80GB, gpus: {8 * pp}}}
+parallelism: {{tp: 8, pp: {pp}, sequence_parallel: true,
+              pipeline: {{schedule: {schedule}, virtual_stages: {v}}}{extra}}}
+training: {{global_batch: {m}, micro_batch: 1, seq_len: 2048, flash_attention: false}}
+""")
+
+
+def test_1f1b_first_stage_holds_p_micro_batches_gpipe_m():
+    p, m = 4, 16
+    one_f_one_b = memory_ledger(_pipeline("1f1b", p, m))
+    gpipe = memory_ledger(_pipeline("gpipe", p, m))
+    assert [r.in_flight_micro_batches for r in one_f_one_b] == [4, 3, 2, 1]
+    assert all(r.in_flight_micro_batches == m for r in gpipe)
+    zb1 = memory_ledger(_pipeline("zb-h1", p, m))
+    assert [r.in_flight_micro_batches for r in zb1] == [4, 3, 2, 1]  # ZB-H1 = 1F1B memory
+
+
+def test_korthikanti_eq5_first_stage_total():
+    # Eq. 5: s b h L / t (34 + 5 a s / h), independent of p; plus the embedding dropout mask of
+    # each of the p in-flight micro-batches, s b h p / t (sec. 4.3).
+    s, b, h, a, L, t = 2048, 1, 6144, 64, 48, 8
+    for p in (2, 4, 8):
+        first = memory_ledger(_pipeline("1f1b", p, 4 * p))[0]
+        eq5 = s * b * h * L / t * (34 + 5 * a * s / h)
+        assert first.activations == pytest.approx(eq5 + s * b * h * p / t, rel=1e-12)
+
+
+def test_interleaved_first_stage_total():
+    # Sec. 4.2.3: Eq. 5 x (1 + (p - 1) / (p v)) with v model chunks per device.
+    s, b, h, a, L, t = 2048, 1, 6144, 64, 48, 8
+    p, v = 4, 3
+    first = memory_ledger(_pipeline("interleaved", p, 16, v))[0]
+    eq5 = s * b * h * L / t * (34 + 5 * a * s / h)
+    layers_part = first.activations - first.in_flight_micro_batches * s * b * h / t
+    assert layers_part == pytest.approx(eq5 * (1 + (p - 1) / (p * v)), rel=1e-12)
+
+
+def test_last_stage_holds_logits_and_fits_flag():
+    s = load_scenario_text("""
+model: llama3-8b
+cluster: {accelerator: H100, gpus: 8}
+parallelism: {pp: 8}
+training: {global_batch: 64, seq_len: 8192}
+""")
+    ledger = memory_ledger(s)
+    logits = 4.0 * 8192 * 128256  # fp32 probabilities kept by the cross-entropy: 4.2 GB
+    assert ledger[-1].activations > logits
+    assert all(r.fits for r in ledger)
+    small = load_scenario_text("""
+model: llama3-70b
+cluster: {accelerator: H100, gpus: 8}
+training: {global_batch: 8, seq_len: 8192}
+""")
+    assert not memory_ledger(small)[0].fits  # 70B x 18 B on one GPU

@@ -68,8 +68,20 @@ def memory_frame(report: MemoryReport) -> pd.DataFrame:
         d = r.as_dict()
         d["stages"] = ",".join(map(str, r.stages))
         rows.append(d)
-    columns = ["rank_kind", "params", "grads", "optimizer", "activations", "buffers", "total",
-               "capacity", "fits", "in_flight_micro_batches", "param_count", "stages"]
+    columns = [
+        "rank_kind",
+        "params",
+        "grads",
+        "optimizer",
+        "activations",
+        "buffers",
+        "total",
+        "capacity",
+        "fits",
+        "in_flight_micro_batches",
+        "param_count",
+        "stages",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 

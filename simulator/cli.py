@@ -38,8 +38,10 @@ class Format(StrEnum):
 
 
 ScenarioArg = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False)]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="Override a field: --set parallelism.tp=4 (repeatable).")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a field: --set parallelism.tp=4 (repeatable)."),
+]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table or json.")]
 
 
@@ -59,11 +61,17 @@ GB = 1e9
 
 
 @app.command()
-def memory(scenario: ScenarioArg, set_: SetOpt = None, format: FormatOpt = Format.table,
-           max_params: Annotated[bool, typer.Option(
-               "--max-params",
-               help="Also print the largest model whose model states fit (slide 28).")] = False
-           ) -> None:
+def memory(
+    scenario: ScenarioArg,
+    set_: SetOpt = None,
+    format: FormatOpt = Format.table,
+    max_params: Annotated[
+        bool,
+        typer.Option(
+            "--max-params", help="Also print the largest model whose model states fit (slide 28)."
+        ),
+    ] = False,
+) -> None:
     """Per-GPU memory of each kind of rank: parameters, gradients, optimizer, activations."""
     s = _load(scenario, set_)
     report = api.memory_report(s)
@@ -71,20 +79,28 @@ def memory(scenario: ScenarioArg, set_: SetOpt = None, format: FormatOpt = Forma
         typer.echo(json.dumps(report.as_dict(), indent=2))
         return
     frame = api.memory_frame(report)
-    shown = frame[["rank_kind", "params", "grads", "optimizer", "activations", "buffers",
-                   "total", "capacity"]].copy()
+    shown = frame[
+        ["rank_kind", "params", "grads", "optimizer", "activations", "buffers", "total", "capacity"]
+    ].copy()
     for col in shown.columns[1:]:
         shown[col] = (shown[col] / GB).map(lambda v: f"{v:,.2f}")
     shown["fits"] = frame["fits"].map({True: "yes", False: "OOM"})
-    typer.echo(f"{s.name or scenario.name}: {report.parameter_count / 1e9:,.2f}B parameters"
-               + (f" ({report.active_parameter_count / 1e9:,.2f}B active)"
-                  if report.active_parameter_count != report.parameter_count else "")
-               + f", {s.num_gpus} x {s.cluster.accelerator.name}")
+    typer.echo(
+        f"{s.name or scenario.name}: {report.parameter_count / 1e9:,.2f}B parameters"
+        + (
+            f" ({report.active_parameter_count / 1e9:,.2f}B active)"
+            if report.active_parameter_count != report.parameter_count
+            else ""
+        )
+        + f", {s.num_gpus} x {s.cluster.accelerator.name}"
+    )
     typer.echo("memory per GPU in GB (1e9 bytes)")
     typer.echo(shown.to_string(index=False))
     if max_params:
-        typer.echo(f"largest model whose model states fit: "
-                   f"{report.max_params_model_states / 1e9:,.2f}B parameters")
+        typer.echo(
+            f"largest model whose model states fit: "
+            f"{report.max_params_model_states / 1e9:,.2f}B parameters"
+        )
 
 
 @app.command()
@@ -103,9 +119,18 @@ def models(format: FormatOpt = Format.table) -> None:
     for name in sorted(MODEL_CATALOG):
         m = ModelConfig(name=name)
         c = count_params(m)
-        rows.append({"name": name, "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
-                     "kv_heads": m.n_kv_heads, "experts": m.moe.experts if m.moe else 0,
-                     "params": c.total, "active_params": c.active})
+        rows.append(
+            {
+                "name": name,
+                "layers": m.layers,
+                "hidden": m.hidden,
+                "heads": m.heads,
+                "kv_heads": m.n_kv_heads,
+                "experts": m.moe.experts if m.moe else 0,
+                "params": c.total,
+                "active_params": c.active,
+            }
+        )
     if format is Format.json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -125,8 +150,9 @@ def accelerators(format: FormatOpt = Format.json) -> None:
 
 def main() -> None:
     """Console entry point: run the app, mapping unexpected errors to exit code 1."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         app()
     except ScenarioError as exc:  # raised outside the commands' own handling

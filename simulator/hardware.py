@@ -87,10 +87,16 @@ def _entry(name, kind, flops_tflops, hbm_bytes, hbm_GBps, scale_up_GBps_per_dir,
 
 
 _AMPERE = {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0, "int8": 624.0}
-_HOPPER = {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9,
-           "int8": 1978.9}
-_BLACKWELL = {"fp32": 75.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0,
-              "fp4": 9000.0, "int8": 4500.0}
+_HOPPER = {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9, "int8": 1978.9}
+_BLACKWELL = {
+    "fp32": 75.0,
+    "tf32": 1100.0,
+    "fp16": 2250.0,
+    "bf16": 2250.0,
+    "fp8": 4500.0,
+    "fp4": 9000.0,
+    "int8": 4500.0,
+}
 
 CATALOG: dict[str, Accelerator] = {
     a.name: a
@@ -99,14 +105,28 @@ CATALOG: dict[str, Accelerator] = {
         _entry("A100-SXM4-80GB", "gpu", _AMPERE, 80e9, 2039, 300, _CSV),
         _entry("H100-SXM", "gpu", _HOPPER, 80e9, 3350, 450, _CSV),
         _entry("H200-SXM", "gpu", _HOPPER, 141e9, 4800, 450, _CSV),
-        _entry("B200", "gpu", _BLACKWELL, 180e9, 8000, 900,
-               "NVIDIA DGX B200 datasheet (HGX B200, dense); NVLink5 1.8 TB/s bidirectional"),
+        _entry(
+            "B200",
+            "gpu",
+            _BLACKWELL,
+            180e9,
+            8000,
+            900,
+            "NVIDIA DGX B200 datasheet (HGX B200, dense); NVLink5 1.8 TB/s bidirectional",
+        ),
         # TPU ICI figures are Google's per-chip bidirectional totals, halved; v4's doc gives
         # 2,400 Gb/s = 300 GB/s per chip.
         _entry("TPU-v4", "tpu", {"bf16": 275.0, "int8": 275.0}, 32 * 2**30, 1200, 150, _CSV),
         _entry("TPU-v5e", "tpu", {"bf16": 197.0, "int8": 394.0}, 16e9, 819, 200, _CSV),
-        _entry("TPU-v5p", "tpu", {"bf16": 459.0, "fp8": 459.0, "int8": 918.0}, 95 * 2**30, 2765,
-               600, _CSV),
+        _entry(
+            "TPU-v5p",
+            "tpu",
+            {"bf16": 459.0, "fp8": 459.0, "int8": 918.0},
+            95 * 2**30,
+            2765,
+            600,
+            _CSV,
+        ),
     )
 }
 

@@ -29,8 +29,16 @@ Dimension = Literal["bytes", "bandwidth", "flops", "flops_rate", "time", "count"
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
-_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0,
-         "d": 86400.0}
+_TIME = {
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ns": 1e-9,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([^\s].*?)?\s*$")
@@ -65,8 +73,13 @@ def _unit_factor(unit: str, dimension: Dimension) -> float | None:
                 return None
         elif u.endswith("/s"):
             return None
-        for base, scale in (("B", 1.0), ("b", 0.125), ("bit", 0.125), ("byte", 1.0),
-                            ("bytes", 1.0)):
+        for base, scale in (
+            ("B", 1.0),
+            ("b", 0.125),
+            ("bit", 0.125),
+            ("byte", 1.0),
+            ("bytes", 1.0),
+        ):
             if u.endswith(base):
                 prefix = u[: -len(base)]
                 factor = _prefix_factor(prefix)
@@ -115,12 +128,15 @@ def parse_quantity(value: object, dimension: Dimension) -> float:
         unit = match.group(2) or ""
         factor = _unit_factor(unit, dimension) if unit else 1.0
         if factor is None:
-            raise UnitError(f"unit {unit!r} in {value!r} is not a {dimension} unit "
-                            f"(e.g. {_EXAMPLES[dimension]})")
+            raise UnitError(
+                f"unit {unit!r} in {value!r} is not a {dimension} unit "
+                f"(e.g. {_EXAMPLES[dimension]})"
+            )
         number = float(match.group(1)) * factor
     else:
-        raise UnitError(f"expected a {dimension} quantity (number or string), "
-                        f"got {type(value).__name__}")
+        raise UnitError(
+            f"expected a {dimension} quantity (number or string), got {type(value).__name__}"
+        )
     if not math.isfinite(number) or number < 0:
         raise UnitError(f"{value!r} must be a finite, non-negative {dimension} quantity")
     return number

@@ -16,8 +16,9 @@ CSV_TO_CATALOG = {
 }
 
 
-@pytest.mark.parametrize("row", published("hardware_specs.csv").to_dict("records"),
-                         ids=lambda r: r["accelerator"])
+@pytest.mark.parametrize(
+    "row", published("hardware_specs.csv").to_dict("records"), ids=lambda r: r["accelerator"]
+)
 def test_catalog_matches_published(row):
     name = CSV_TO_CATALOG.get(row["accelerator"])
     if name is None:
@@ -43,5 +44,6 @@ def test_aliases_and_errors():
 def test_fp8_falls_back_to_bf16_where_missing():
     a100 = CATALOG["A100-SXM4-80GB"]
     assert a100.peak("fp8") == a100.peak("bf16")
-    assert CATALOG["H100-SXM"].peak("fp8") == pytest.approx(2 * CATALOG["H100-SXM"].peak("bf16"),
-                                                           rel=1e-3)
+    assert CATALOG["H100-SXM"].peak("fp8") == pytest.approx(
+        2 * CATALOG["H100-SXM"].peak("bf16"), rel=1e-3
+    )

@@ -52,8 +52,7 @@ class MicroBatch:
     flash: bool = True
 
 
-def _attention_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding, recompute: Recompute
-                     ) -> float:
+def _attention_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding, recompute: Recompute) -> float:
     e, t = mb.act_bytes, sh.tp
     tokens = mb.b * mb.s / sh.cp
     d_qk, d_v, kv = attention_dims(m)
@@ -84,8 +83,13 @@ def _ffn_bytes(m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding) -> floa
     return out
 
 
-def layer_activation_bytes(m: ModelConfig, layer: int, mb: MicroBatch,
-                           sh: Sharding = Sharding(), recompute: Recompute = "none") -> float:
+def layer_activation_bytes(
+    m: ModelConfig,
+    layer: int,
+    mb: MicroBatch,
+    sh: Sharding = Sharding(),
+    recompute: Recompute = "none",
+) -> float:
     """Bytes layer ``layer`` keeps for backward for one micro-batch on one rank."""
     tokens = mb.b * mb.s / sh.cp
     replicated = tokens / sh.tp if sh.sp else tokens  # what sequence parallelism splits
@@ -97,8 +101,7 @@ def layer_activation_bytes(m: ModelConfig, layer: int, mb: MicroBatch,
     return inputs + masks + _attention_bytes(m, mb, sh, recompute) + _ffn_bytes(m, layer, mb, sh)
 
 
-def embedding_activation_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding = Sharding()
-                               ) -> float:
+def embedding_activation_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding = Sharding()) -> float:
     """The embedding dropout's mask (first stage); nothing without dropout."""
     tokens = mb.b * mb.s / sh.cp
     replicated = tokens / sh.tp if sh.sp else tokens

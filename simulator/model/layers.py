@@ -62,10 +62,22 @@ def attention_linears(m: ModelConfig) -> list[Linear]:
         return [
             Linear("q_down", m.hidden, c.q_lora_rank, m.bias, "none", "attention"),
             Linear("q_up", c.q_lora_rank, m.heads * qk, m.bias, "column", "attention"),
-            Linear("kv_down", m.hidden, c.kv_lora_rank + c.qk_rope_head_dim, m.bias, "none",
-                   "attention"),
-            Linear("kv_up", c.kv_lora_rank, m.heads * (c.qk_nope_head_dim + c.v_head_dim),
-                   m.bias, "column", "attention"),
+            Linear(
+                "kv_down",
+                m.hidden,
+                c.kv_lora_rank + c.qk_rope_head_dim,
+                m.bias,
+                "none",
+                "attention",
+            ),
+            Linear(
+                "kv_up",
+                c.kv_lora_rank,
+                m.heads * (c.qk_nope_head_dim + c.v_head_dim),
+                m.bias,
+                "column",
+                "attention",
+            ),
             Linear("out_proj", m.heads * c.v_head_dim, m.hidden, m.bias, "row", "attention"),
         ]
     d = m.d_head

@@ -80,17 +80,27 @@ def gemm_op(lin: Linear, tokens: float, shard: Sharding, act_bytes: float) -> Op
     flops = 2.0 * m * n * k * copies
     e = act_bytes
     return Op(
-        name=lin.name, kind="gemm",
-        f_flops=flops, b_flops=flops, w_flops=flops,
+        name=lin.name,
+        kind="gemm",
+        f_flops=flops,
+        b_flops=flops,
+        w_flops=flops,
         f_bytes=copies * e * (m * k + k * n + m * n),
         b_bytes=copies * e * (m * n + k * n + m * k),
         w_bytes=copies * e * (m * k + m * n + k * n),
-        gemm_mnk=(m, n, k), copies=copies,
+        gemm_mnk=(m, n, k),
+        copies=copies,
     )
 
 
-def _elementwise(name: str, elems_in: float, elems_out: float, act_bytes: float,
-                 flops_per_elem: float = 1.0, backward_factor: float = 2.0) -> Op:
+def _elementwise(
+    name: str,
+    elems_in: float,
+    elems_out: float,
+    act_bytes: float,
+    flops_per_elem: float = 1.0,
+    backward_factor: float = 2.0,
+) -> Op:
     """A memory-bound op reading ``elems_in`` and writing ``elems_out`` values forward.
 
     Its backward reads the saved input and the output gradient and writes the input gradient:
@@ -98,12 +108,14 @@ def _elementwise(name: str, elems_in: float, elems_out: float, act_bytes: float,
     """
     fwd = act_bytes * (elems_in + elems_out)
     flops = flops_per_elem * elems_out
-    return Op(name, "elementwise", flops, backward_factor * flops, 0.0,
-              fwd, backward_factor * fwd, 0.0)
+    return Op(
+        name, "elementwise", flops, backward_factor * flops, 0.0, fwd, backward_factor * fwd, 0.0
+    )
 
 
-def attention_core_op(m: ModelConfig, b: int, s: int, shard: Sharding, act_bytes: float,
-                      flash: bool) -> list[Op]:
+def attention_core_op(
+    m: ModelConfig, b: int, s: int, shard: Sharding, act_bytes: float, flash: bool
+) -> list[Op]:
     """``softmax(QK^T) V`` for one micro-batch of ``b`` sequences of length ``s``."""
     d_qk, d_v, kv_heads = attention_dims(m)
     heads = m.heads / shard.tp
@@ -116,23 +128,41 @@ def attention_core_op(m: ModelConfig, b: int, s: int, shard: Sharding, act_bytes
     ops = [Op("attention", "attention", f, 2.0 * f, 0.0, io, 2.5 * io, 0.0)]
     if not flash:  # the score matrix is materialised, masked and soft-maxed in HBM
         scores = b * heads * s_q * s_k
-        ops[0] = Op("attention", "attention", f, 2.0 * f, 0.0, io + 2 * e * scores,
-                    2.5 * io + 4 * e * scores, 0.0)
+        ops[0] = Op(
+            "attention",
+            "attention",
+            f,
+            2.0 * f,
+            0.0,
+            io + 2 * e * scores,
+            2.5 * io + 4 * e * scores,
+            0.0,
+        )
         ops.append(_elementwise("softmax", scores, scores, e, flops_per_elem=5.0))
         if m.dropout:
             ops.append(_elementwise("attention_dropout", scores, scores, e))
     return ops
 
 
-def layer_ops(m: ModelConfig, layer: int, b: int, s: int, shard: Sharding = Sharding(),
-              act_bytes: float = 2.0, flash: bool = True) -> list[Op]:
+def layer_ops(
+    m: ModelConfig,
+    layer: int,
+    b: int,
+    s: int,
+    shard: Sharding = Sharding(),
+    act_bytes: float = 2.0,
+    flash: bool = True,
+) -> list[Op]:
     """Every op of transformer layer ``layer`` for a micro-batch of ``b`` x ``s`` tokens."""
     tokens = b * s / shard.cp
     sp_tokens = tokens / shard.tp if shard.sp else tokens  # elementwise work between TP ops
     h, e = m.hidden, act_bytes
     ops = [_elementwise("attention_norm", sp_tokens * h, sp_tokens * h, e, 5.0)]
-    attn = [gemm_op(lin, tokens, shard, e) for lin in layer_linears(m, layer)
-            if lin.group == "attention"]
+    attn = [
+        gemm_op(lin, tokens, shard, e)
+        for lin in layer_linears(m, layer)
+        if lin.group == "attention"
+    ]
     ops += attn[:-1]
     ops += attention_core_op(m, b, s, shard, e, flash)
     ops += attn[-1:]
@@ -143,8 +173,9 @@ def layer_ops(m: ModelConfig, layer: int, b: int, s: int, shard: Sharding = Shar
     return ops
 
 
-def ffn_ops(m: ModelConfig, layer: int, tokens: float, shard: Sharding,
-            act_bytes: float) -> list[Op]:
+def ffn_ops(
+    m: ModelConfig, layer: int, tokens: float, shard: Sharding, act_bytes: float
+) -> list[Op]:
     """Dense MLP, or router + routed experts (+ shared experts), with the activation function."""
     e = act_bytes
     ops: list[Op] = []
@@ -158,24 +189,28 @@ def ffn_ops(m: ModelConfig, layer: int, tokens: float, shard: Sharding,
             tp = shard.etp if lin.group == "expert" else shard.tp
             ffn = (lin.d_out // 2 if m.activation == "swiglu" else lin.d_out) / tp
             width_in = 2 * ffn if m.activation == "swiglu" else ffn
-            ops.append(_elementwise(f"{lin.group}_{m.activation}", rows * width_in,
-                                    rows * ffn, e, 8.0))
+            ops.append(
+                _elementwise(f"{lin.group}_{m.activation}", rows * width_in, rows * ffn, e, 8.0)
+            )
         if lin.name == "router":
-            ops.append(_elementwise("router_topk", tokens * moe.experts, tokens * moe.top_k,
-                                    4.0, 5.0))
+            ops.append(
+                _elementwise("router_topk", tokens * moe.experts, tokens * moe.top_k, 4.0, 5.0)
+            )
     return ops
 
 
-def embedding_ops(m: ModelConfig, b: int, s: int, shard: Sharding = Sharding(),
-                  act_bytes: float = 2.0) -> list[Op]:
+def embedding_ops(
+    m: ModelConfig, b: int, s: int, shard: Sharding = Sharding(), act_bytes: float = 2.0
+) -> list[Op]:
     """Token (and position) embedding lookup; its gradient is a scatter-add (phase W)."""
     tokens = b * s / shard.cp
     out = act_bytes * tokens * m.hidden
     return [Op("embedding", "embedding", 0.0, 0.0, tokens * m.hidden, out, 0.0, 2 * out)]
 
 
-def head_ops(m: ModelConfig, b: int, s: int, shard: Sharding = Sharding(),
-             act_bytes: float = 2.0) -> list[Op]:
+def head_ops(
+    m: ModelConfig, b: int, s: int, shard: Sharding = Sharding(), act_bytes: float = 2.0
+) -> list[Op]:
     """Final norm, output projection to the (vocabulary-parallel) logits, softmax cross-entropy.
 
     Logits are upcast to fp32 for the loss, as Megatron-LM and most frameworks do.
@@ -185,10 +220,21 @@ def head_ops(m: ModelConfig, b: int, s: int, shard: Sharding = Sharding(),
     h, v = m.hidden, m.vocab / shard.tp
     output = Linear("output", h, m.vocab, False, "column", "mlp")  # vocabulary-parallel
     logits = tokens * v
-    loss = Op("loss", "loss", 5.0 * logits, 3.0 * logits, 0.0,
-              (act_bytes + 4.0 + 4.0) * logits, (4.0 + 4.0 + act_bytes) * logits, 0.0)
-    return [_elementwise("final_norm", sp_tokens * h, sp_tokens * h, act_bytes, 5.0),
-            gemm_op(output, tokens, shard, act_bytes), loss]
+    loss = Op(
+        "loss",
+        "loss",
+        5.0 * logits,
+        3.0 * logits,
+        0.0,
+        (act_bytes + 4.0 + 4.0) * logits,
+        (4.0 + 4.0 + act_bytes) * logits,
+        0.0,
+    )
+    return [
+        _elementwise("final_norm", sp_tokens * h, sp_tokens * h, act_bytes, 5.0),
+        gemm_op(output, tokens, shard, act_bytes),
+        loss,
+    ]
 
 
 def model_flops_per_sequence(m: ModelConfig, seq_len: int) -> float:

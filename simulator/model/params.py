@@ -34,14 +34,24 @@ class ParamCounts:
 
     @property
     def total(self) -> int:
-        return (self.embedding + self.positions + self.final_norm + self.output
-                + sum(p.dense + p.expert for p in self.layers))
+        return (
+            self.embedding
+            + self.positions
+            + self.final_norm
+            + self.output
+            + sum(p.dense + p.expert for p in self.layers)
+        )
 
     @property
     def active(self) -> int:
         """Parameters used per token (MoE counts top_k routed experts)."""
-        return (self.embedding + self.positions + self.final_norm + self.output
-                + sum(p.active for p in self.layers))
+        return (
+            self.embedding
+            + self.positions
+            + self.final_norm
+            + self.output
+            + sum(p.active for p in self.layers)
+        )
 
     @property
     def non_embedding(self) -> int:
@@ -71,8 +81,9 @@ def count_params(m: ModelConfig) -> ParamCounts:
     )
 
 
-def layer_params_per_rank(m: ModelConfig, layer: int, tp: int, ep: int = 1,
-                          expert_tp: int | None = None) -> tuple[float, float]:
+def layer_params_per_rank(
+    m: ModelConfig, layer: int, tp: int, ep: int = 1, expert_tp: int | None = None
+) -> tuple[float, float]:
     """(dense, expert) parameters of layer ``layer`` that one rank holds under TP and EP."""
     etp = expert_tp or tp
     dense = float(layer_norm_params(m))

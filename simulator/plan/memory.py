@@ -69,8 +69,9 @@ class RankMemory:
         return out
 
 
-def model_state_bytes_per_param(p: float, g: float, k: float, stage: int, n: float
-                                ) -> tuple[float, float, float]:
+def model_state_bytes_per_param(
+    p: float, g: float, k: float, stage: int, n: float
+) -> tuple[float, float, float]:
     """(params, grads, optimizer) bytes per parameter on one rank under ZeRO ``stage``."""
     return (p / n if stage >= 3 else p, g / n if stage >= 2 else g, k / n if stage >= 1 else k)
 
@@ -94,7 +95,7 @@ def _stage_params(s: Scenario, layout: StageLayout) -> tuple[float, float, list[
     for d, e in per_layer:
         dense, expert = dense + d, expert + e
     for start in range(0, len(per_layer), p.fsdp_unit_layers):
-        units.append(sum(d + e for d, e in per_layer[start:start + p.fsdp_unit_layers]))
+        units.append(sum(d + e for d, e in per_layer[start : start + p.fsdp_unit_layers]))
     if layout.is_first:
         emb = embedding_params_per_rank(m, p.tp)
         dense += emb
@@ -106,8 +107,9 @@ def _stage_params(s: Scenario, layout: StageLayout) -> tuple[float, float, list[
     return dense, expert, units
 
 
-def _stage_activations(s: Scenario, layout: StageLayout, mb: MicroBatch, sh: Sharding
-                       ) -> tuple[float, float]:
+def _stage_activations(
+    s: Scenario, layout: StageLayout, mb: MicroBatch, sh: Sharding
+) -> tuple[float, float]:
     """(activations held at the peak, the largest recompute working set) on the stage (B)."""
     m, rc = s.model, s.parallelism.recompute
     kept = [layer_activation_bytes(m, i, mb, sh, rc) for i in layout.layers]
@@ -118,8 +120,13 @@ def _stage_activations(s: Scenario, layout: StageLayout, mb: MicroBatch, sh: Sha
         total += layout.head_in_flight * head_activation_bytes(m, mb, sh)
     rebuilt = 0.0
     if rc != "none":  # backward recomputes one layer at a time: what it dropped comes back
-        rebuilt = max((layer_activation_bytes(m, i, mb, sh, "none") - kept_i
-                       for i, kept_i in zip(layout.layers, kept, strict=True)), default=0.0)
+        rebuilt = max(
+            (
+                layer_activation_bytes(m, i, mb, sh, "none") - kept_i
+                for i, kept_i in zip(layout.layers, kept, strict=True)
+            ),
+            default=0.0,
+        )
     return total, rebuilt
 
 
@@ -132,9 +139,15 @@ def memory_ledger(s: Scenario) -> list[RankMemory]:
     mb = MicroBatch(tr.micro_batch, tr.seq_len, s.precision.activation_bytes, tr.flash_attention)
     sh = sharding_of(s)
     pl = par.pipeline
-    layouts = pipeline_layout(s.model.layers, par.pp, pl.virtual_stages, pl.schedule,
-                              micro_batches_per_step(s), pl.first_stage_layers,
-                              pl.last_stage_layers)
+    layouts = pipeline_layout(
+        s.model.layers,
+        par.pp,
+        pl.virtual_stages,
+        pl.schedule,
+        micro_batches_per_step(s),
+        pl.first_stage_layers,
+        pl.last_stage_layers,
+    )
     capacity = s.cluster.accelerator.hbm_bytes
     out = []
     for layout in layouts:
@@ -152,15 +165,20 @@ def memory_ledger(s: Scenario) -> list[RankMemory]:
             tokens = tr.micro_batch * tr.seq_len / par.cp
             tokens = tokens / par.tp if par.sequence_parallel else tokens
             buffers += 2 * mb.act_bytes * tokens * s.model.hidden
-        out.append(RankMemory(
-            rank_kind=f"stage {layout.stage}", stages=(layout.stage,),
-            param_count=dense + expert,
-            params=dense * dp_d + expert * dp_e,
-            grads=dense * dg_d + expert * dg_e,
-            optimizer=dense * do_d + expert * do_e,
-            activations=activations, buffers=buffers, capacity=capacity,
-            in_flight_micro_batches=layout.in_flight,
-        ))
+        out.append(
+            RankMemory(
+                rank_kind=f"stage {layout.stage}",
+                stages=(layout.stage,),
+                param_count=dense + expert,
+                params=dense * dp_d + expert * dp_e,
+                grads=dense * dg_d + expert * dg_e,
+                optimizer=dense * do_d + expert * do_e,
+                activations=activations,
+                buffers=buffers,
+                capacity=capacity,
+                in_flight_micro_batches=layout.in_flight,
+            )
+        )
     return out
 
 
@@ -184,8 +202,9 @@ def distinct_rank_kinds(ledger: list[RankMemory], rel_tol: float = 1e-9) -> list
 
 def _same(a: RankMemory, b: RankMemory, rel_tol: float) -> bool:
     fields = ("params", "grads", "optimizer", "activations", "buffers")
-    return all(abs(getattr(a, f) - getattr(b, f)) <= rel_tol * max(1.0, abs(getattr(a, f)))
-               for f in fields)
+    return all(
+        abs(getattr(a, f) - getattr(b, f)) <= rel_tol * max(1.0, abs(getattr(a, f))) for f in fields
+    )
 
 
 def max_params_model_states(s: Scenario) -> float:

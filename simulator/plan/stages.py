@@ -40,8 +40,14 @@ class StageLayout:
         return self.stage == self.stages - 1
 
 
-def stage_layers(num_layers: int, pp: int, virtual: int, stage: int,
-                 first: int | None = None, last: int | None = None) -> tuple[int, ...]:
+def stage_layers(
+    num_layers: int,
+    pp: int,
+    virtual: int,
+    stage: int,
+    first: int | None = None,
+    last: int | None = None,
+) -> tuple[int, ...]:
     """Layer indices of ``stage`` with ``virtual`` chunks per stage (interleaved assignment).
 
     ``first``/``last`` (only with ``virtual`` = 1) give the end stages that many layers and
@@ -63,8 +69,9 @@ def stage_layers(num_layers: int, pp: int, virtual: int, stage: int,
     return tuple(out)
 
 
-def in_flight_micro_batches(schedule: str, pp: int, stage: int, micro_batches: int,
-                            virtual: int = 1) -> float:
+def in_flight_micro_batches(
+    schedule: str, pp: int, stage: int, micro_batches: int, virtual: int = 1
+) -> float:
     """Micro-batches' worth of a stage's activations held at its peak (see module doc)."""
     p, r, m = pp, stage, micro_batches
     if schedule == "gpipe":
@@ -77,14 +84,21 @@ def in_flight_micro_batches(schedule: str, pp: int, stage: int, micro_batches: i
     return float(min(p - r, m))
 
 
-def pipeline_layout(num_layers: int, pp: int, virtual: int, schedule: str,
-                    micro_batches: int, first: int | None = None, last: int | None = None
-                    ) -> list[StageLayout]:
+def pipeline_layout(
+    num_layers: int,
+    pp: int,
+    virtual: int,
+    schedule: str,
+    micro_batches: int,
+    first: int | None = None,
+    last: int | None = None,
+) -> list[StageLayout]:
     """The layout of every stage."""
     head = micro_batches if schedule == "gpipe" else 1
     return [
         StageLayout(
-            stage=r, stages=pp,
+            stage=r,
+            stages=pp,
             layers=stage_layers(num_layers, pp, virtual, r, first, last),
             in_flight=in_flight_micro_batches(schedule, pp, r, micro_batches, virtual),
             head_in_flight=head,

@@ -13,7 +13,16 @@ from simulator.scenario.schema import (
 )
 
 __all__ = [
-    "ClusterConfig", "ModelConfig", "MoEConfig", "ParallelismConfig", "Position",
-    "PrecisionConfig", "Problem", "Scenario", "ScenarioError", "TrainingConfig",
-    "load_scenario", "load_scenario_text",
+    "ClusterConfig",
+    "ModelConfig",
+    "MoEConfig",
+    "ParallelismConfig",
+    "Position",
+    "PrecisionConfig",
+    "Problem",
+    "Scenario",
+    "ScenarioError",
+    "TrainingConfig",
+    "load_scenario",
+    "load_scenario_text",
 ]

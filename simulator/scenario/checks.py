@@ -18,18 +18,30 @@ def _degrees(s: Scenario) -> list[Finding]:
     out: list[Finding] = []
     devices = s.cluster.topology_devices
     if s.cluster.gpus is not None and devices is not None and s.cluster.gpus > devices:
-        out.append((("cluster", "gpus"),
-                    f"{s.cluster.gpus} GPUs requested but the topology has only {devices}"))
+        out.append(
+            (
+                ("cluster", "gpus"),
+                f"{s.cluster.gpus} GPUs requested but the topology has only {devices}",
+            )
+        )
     model_parallel = p.tp * p.pp * p.cp
     if p.dp is None:
         if gpus % model_parallel:
-            out.append((("parallelism", "tp"),
-                        f"tp x pp x cp = {p.tp} x {p.pp} x {p.cp} = {model_parallel} does not "
-                        f"divide the {gpus} GPUs"))
+            out.append(
+                (
+                    ("parallelism", "tp"),
+                    f"tp x pp x cp = {p.tp} x {p.pp} x {p.cp} = {model_parallel} does not "
+                    f"divide the {gpus} GPUs",
+                )
+            )
     elif p.dp * model_parallel != gpus:
-        out.append((("parallelism", "dp"),
-                    f"dp x tp x pp x cp = {p.dp} x {p.tp} x {p.pp} x {p.cp} = "
-                    f"{p.dp * model_parallel}, but the cluster has {gpus} GPUs"))
+        out.append(
+            (
+                ("parallelism", "dp"),
+                f"dp x tp x pp x cp = {p.dp} x {p.tp} x {p.pp} x {p.cp} = "
+                f"{p.dp * model_parallel}, but the cluster has {gpus} GPUs",
+            )
+        )
     return out
 
 
@@ -39,38 +51,55 @@ def _model_split(s: Scenario) -> list[Finding]:
     if m.heads % p.tp:
         out.append((("model", "heads"), f"{m.heads} heads do not split over tp = {p.tp}"))
     if m.attention == "mha" and m.n_kv_heads % p.tp:
-        out.append((("model", "kv_heads"),
-                    f"{m.n_kv_heads} kv_heads do not split over tp = {p.tp}"))
+        out.append(
+            (("model", "kv_heads"), f"{m.n_kv_heads} kv_heads do not split over tp = {p.tp}")
+        )
     stages = p.pp * p.pipeline.virtual_stages
     pl = p.pipeline
     if pl.first_stage_layers is not None or pl.last_stage_layers is not None:
         out += _uneven_stages(m.layers, p.pp, pl)
     elif m.layers % stages:
-        out.append((("parallelism", "pp"),
-                    f"{m.layers} layers do not split into pp x virtual_stages = {p.pp} x "
-                    f"{p.pipeline.virtual_stages} = {stages} equal stages"))
+        out.append(
+            (
+                ("parallelism", "pp"),
+                f"{m.layers} layers do not split into pp x virtual_stages = {p.pp} x "
+                f"{p.pipeline.virtual_stages} = {stages} equal stages",
+            )
+        )
     if m.moe is None:
         if p.ep > 1:
             out.append((("parallelism", "ep"), "ep > 1 needs an MoE model (model.moe)"))
     else:
         if m.moe.experts % p.ep:
-            out.append((("parallelism", "ep"),
-                        f"ep = {p.ep} does not divide the {m.moe.experts} experts"))
+            out.append(
+                (("parallelism", "ep"), f"ep = {p.ep} does not divide the {m.moe.experts} experts")
+            )
         if (s.dp * p.cp * p.tp) % (p.ep * p.etp):
-            out.append((("parallelism", "ep"),
-                        f"ep x expert_tp = {p.ep} x {p.etp} must divide dp x cp x tp = "
-                        f"{s.dp} x {p.cp} x {p.tp}"))
+            out.append(
+                (
+                    ("parallelism", "ep"),
+                    f"ep x expert_tp = {p.ep} x {p.etp} must divide dp x cp x tp = "
+                    f"{s.dp} x {p.cp} x {p.tp}",
+                )
+            )
         if m.moe.expert_ffn % p.etp:
-            out.append((("parallelism", "expert_tp"),
-                        f"expert_ffn {m.moe.expert_ffn} does not split over expert_tp {p.etp}"))
+            out.append(
+                (
+                    ("parallelism", "expert_tp"),
+                    f"expert_ffn {m.moe.expert_ffn} does not split over expert_tp {p.etp}",
+                )
+            )
     if m.ffn % p.tp:
         out.append((("model", "ffn"), f"ffn {m.ffn} does not split over tp = {p.tp}"))
     return out
 
 
 def _uneven_stages(layers: int, pp: int, pl) -> list[Finding]:
-    where = ("parallelism", "pipeline",
-             "first_stage_layers" if pl.first_stage_layers is not None else "last_stage_layers")
+    where = (
+        "parallelism",
+        "pipeline",
+        "first_stage_layers" if pl.first_stage_layers is not None else "last_stage_layers",
+    )
     if pl.virtual_stages > 1 or pp < 2:
         return [(where, "uneven first/last stages need pp >= 2 and virtual_stages = 1")]
     first = pl.first_stage_layers or 0
@@ -79,8 +108,13 @@ def _uneven_stages(layers: int, pp: int, pl) -> list[Finding]:
     if pl.first_stage_layers is None or pl.last_stage_layers is None:
         return [(where, "give both first_stage_layers and last_stage_layers")]
     if middle < 0 or (pp == 2 and middle) or (pp > 2 and (middle <= 0 or middle % (pp - 2))):
-        return [(where, f"{layers} layers minus {first} first and {last} last do not split "
-                        f"evenly over the {pp - 2} middle stages")]
+        return [
+            (
+                where,
+                f"{layers} layers minus {first} first and {last} last do not split "
+                f"evenly over the {pp - 2} middle stages",
+            )
+        ]
     return []
 
 
@@ -88,36 +122,64 @@ def _batch(s: Scenario) -> list[Finding]:
     t, p, m = s.training, s.parallelism, s.model
     out: list[Finding] = []
     if t.global_batch % s.dp:
-        out.append((("training", "global_batch"),
-                    f"global batch {t.global_batch} does not split over dp = {s.dp}"))
+        out.append(
+            (
+                ("training", "global_batch"),
+                f"global batch {t.global_batch} does not split over dp = {s.dp}",
+            )
+        )
     elif (t.global_batch // s.dp) % t.micro_batch:
-        out.append((("training", "micro_batch"),
-                    f"micro-batch {t.micro_batch} does not divide the per-replica batch "
-                    f"{t.global_batch // s.dp}"))
+        out.append(
+            (
+                ("training", "micro_batch"),
+                f"micro-batch {t.micro_batch} does not divide the per-replica batch "
+                f"{t.global_batch // s.dp}",
+            )
+        )
     elif p.pipeline.schedule == "interleaved" and p.pp > 1:
         micro = t.global_batch // s.dp // t.micro_batch
         if micro % p.pp:
-            out.append((("training", "micro_batch"),
-                        f"interleaved 1F1B needs the {micro} micro-batches per replica to be "
-                        f"a multiple of pp = {p.pp}"))
+            out.append(
+                (
+                    ("training", "micro_batch"),
+                    f"interleaved 1F1B needs the {micro} micro-batches per replica to be "
+                    f"a multiple of pp = {p.pp}",
+                )
+            )
     if p.cp > 1 and t.seq_len % (2 * p.cp):
-        out.append((("training", "seq_len"),
-                    f"seq_len {t.seq_len} must split into 2 x cp = {2 * p.cp} chunks "
-                    f"(causal load balancing)"))
+        out.append(
+            (
+                ("training", "seq_len"),
+                f"seq_len {t.seq_len} must split into 2 x cp = {2 * p.cp} chunks "
+                f"(causal load balancing)",
+            )
+        )
     if m.max_positions is not None and t.seq_len > m.max_positions:
-        out.append((("training", "seq_len"),
-                    f"seq_len {t.seq_len} exceeds the model's {m.max_positions} positions"))
+        out.append(
+            (
+                ("training", "seq_len"),
+                f"seq_len {t.seq_len} exceeds the model's {m.max_positions} positions",
+            )
+        )
     return out
 
 
 def _pipeline(s: Scenario) -> list[Finding]:
     pl = s.parallelism.pipeline
     if pl.schedule == "interleaved" and pl.virtual_stages < 2:
-        return [(("parallelism", "pipeline", "virtual_stages"),
-                 "the interleaved schedule needs virtual_stages >= 2")]
+        return [
+            (
+                ("parallelism", "pipeline", "virtual_stages"),
+                "the interleaved schedule needs virtual_stages >= 2",
+            )
+        ]
     if pl.schedule != "interleaved" and pl.virtual_stages > 1:
-        return [(("parallelism", "pipeline", "schedule"),
-                 f"virtual_stages = {pl.virtual_stages} needs schedule: interleaved")]
+        return [
+            (
+                ("parallelism", "pipeline", "schedule"),
+                f"virtual_stages = {pl.virtual_stages} needs schedule: interleaved",
+            )
+        ]
     return []
 
 

@@ -60,7 +60,7 @@ def _message(err: dict) -> str:
         return "required field is missing"
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
-            msg = msg[len(prefix):]
+            msg = msg[len(prefix) :]
     if err["type"] not in ("value_error", "assertion_error") and "input" in err:
         shown = repr(err["input"])
         msg += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
@@ -127,18 +127,22 @@ def _promote_names(data: dict, overrides: list[str]) -> None:
             key = "recipe" if section == "precision" else "name"
             data[section] = {key: data[section]}
     cluster = data.get("cluster")
-    if isinstance(cluster, dict) and isinstance(cluster.get("accelerator"), str) and any(
-        o.startswith("cluster.accelerator.") for o in overrides
+    if (
+        isinstance(cluster, dict)
+        and isinstance(cluster.get("accelerator"), str)
+        and any(o.startswith("cluster.accelerator.") for o in overrides)
     ):
         cluster["accelerator"] = {"name": cluster["accelerator"]}
 
 
-def build_scenario(data: Any, positions: Positions, source: str,
-                   overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+def build_scenario(
+    data: Any, positions: Positions, source: str, overrides: list[str] | tuple[str, ...] = ()
+) -> Scenario:
     """Validate parsed data (after includes) with overrides applied; raise ScenarioError."""
     if not isinstance(data, dict):
-        raise ScenarioError.single(positions.get((), Position(source)), "",
-                                   "a scenario must be a YAML mapping of sections")
+        raise ScenarioError.single(
+            positions.get((), Position(source)), "", "a scenario must be a YAML mapping of sections"
+        )
     _promote_names(data, list(overrides))
     for text in overrides:
         apply_override(data, positions, text)
@@ -148,8 +152,9 @@ def build_scenario(data: Any, positions: Positions, source: str,
         raise ScenarioError(_validation_problems(exc, data, positions)) from None
     findings = check_scenario(scenario)
     if findings:
-        raise ScenarioError([Problem(_nearest(path, positions), dotted(path), msg)
-                             for path, msg in findings])
+        raise ScenarioError(
+            [Problem(_nearest(path, positions), dotted(path), msg) for path, msg in findings]
+        )
     return scenario
 
 
@@ -170,9 +175,12 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     return build_scenario(data, positions, str(path), overrides)
 
 
-def load_scenario_text(text: str, source: str = "<string>",
-                       overrides: list[str] | tuple[str, ...] = (),
-                       base_dir: Path | None = None) -> Scenario:
+def load_scenario_text(
+    text: str,
+    source: str = "<string>",
+    overrides: list[str] | tuple[str, ...] = (),
+    base_dir: Path | None = None,
+) -> Scenario:
     """Like :func:`load_scenario` for YAML text; includes resolve against ``base_dir``."""
     data, positions = parse_yaml(text, source)
     data = expand_includes(data, positions, base_dir or Path.cwd(), [PROJECT_ROOT])

@@ -22,34 +22,70 @@ from typing import Any
 
 def _megatron(layers: int, hidden: int, heads: int) -> dict[str, Any]:
     return {
-        "layers": layers, "hidden": hidden, "heads": heads, "ffn": 4 * hidden, "vocab": 51200,
-        "activation": "gelu", "norm": "layernorm", "bias": True, "tied_embeddings": True,
-        "position_embedding": "learned", "max_positions": 2048, "dropout": 0.1,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "ffn": 4 * hidden,
+        "vocab": 51200,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "bias": True,
+        "tied_embeddings": True,
+        "position_embedding": "learned",
+        "max_positions": 2048,
+        "dropout": 0.1,
     }
 
 
 def _llama3(layers: int, hidden: int, heads: int, ffn: int) -> dict[str, Any]:
     return {
-        "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": 8, "ffn": ffn,
-        "vocab": 128256, "activation": "swiglu", "norm": "rmsnorm", "bias": False,
-        "tied_embeddings": False, "position_embedding": "rope", "dropout": 0.0,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": 8,
+        "ffn": ffn,
+        "vocab": 128256,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "bias": False,
+        "tied_embeddings": False,
+        "position_embedding": "rope",
+        "dropout": 0.0,
     }
 
 
 def _mixtral(layers, hidden, heads, ffn, vocab) -> dict[str, Any]:
     return {
-        "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": 8, "ffn": ffn,
-        "vocab": vocab, "activation": "swiglu", "norm": "rmsnorm", "bias": False,
-        "tied_embeddings": False, "position_embedding": "rope", "dropout": 0.0,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": 8,
+        "ffn": ffn,
+        "vocab": vocab,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "bias": False,
+        "tied_embeddings": False,
+        "position_embedding": "rope",
+        "dropout": 0.0,
         "moe": {"experts": 8, "top_k": 2, "expert_ffn": ffn},
     }
 
 
 MODEL_CATALOG: dict[str, dict[str, Any]] = {
     "gpt3-175b": {
-        "layers": 96, "hidden": 12288, "heads": 96, "ffn": 49152, "vocab": 50257,
-        "activation": "gelu", "norm": "layernorm", "bias": True, "tied_embeddings": True,
-        "position_embedding": "learned", "max_positions": 2048, "dropout": 0.1,
+        "layers": 96,
+        "hidden": 12288,
+        "heads": 96,
+        "ffn": 49152,
+        "vocab": 50257,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "bias": True,
+        "tied_embeddings": True,
+        "position_embedding": "learned",
+        "max_positions": 2048,
+        "dropout": 0.1,
     },
     # Narayanan et al. 2021, Table 1: (params, heads, hidden, layers)
     "megatron-1.7b": _megatron(24, 2304, 24),
@@ -68,14 +104,32 @@ MODEL_CATALOG: dict[str, dict[str, Any]] = {
     "mixtral-8x7b": _mixtral(32, 4096, 32, 14336, 32000),
     "mixtral-8x22b": _mixtral(56, 6144, 48, 16384, 32768),
     "deepseek-v3": {
-        "layers": 61, "hidden": 7168, "heads": 128, "ffn": 18432, "vocab": 129280,
-        "activation": "swiglu", "norm": "rmsnorm", "bias": False, "tied_embeddings": False,
-        "position_embedding": "rope", "dropout": 0.0,
+        "layers": 61,
+        "hidden": 7168,
+        "heads": 128,
+        "ffn": 18432,
+        "vocab": 129280,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "bias": False,
+        "tied_embeddings": False,
+        "position_embedding": "rope",
+        "dropout": 0.0,
         "attention": "mla",
-        "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-                "qk_rope_head_dim": 64, "v_head_dim": 128},
-        "moe": {"experts": 256, "top_k": 8, "expert_ffn": 2048, "shared_experts": 1,
-                "first_dense_layers": 3},
+        "mla": {
+            "q_lora_rank": 1536,
+            "kv_lora_rank": 512,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "v_head_dim": 128,
+        },
+        "moe": {
+            "experts": 256,
+            "top_k": 8,
+            "expert_ffn": 2048,
+            "shared_experts": 1,
+            "first_dense_layers": 3,
+        },
     },
 }
 

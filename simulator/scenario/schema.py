@@ -77,8 +77,9 @@ def _resolve_model_name(data: Any) -> Any:
         base = MODEL_CATALOG.get(catalog_key(data["name"]))
         if base is None:
             if "layers" not in data:  # a custom model must spell out its architecture
-                raise ValueError(f"unknown model {data['name']!r}; known: "
-                                 f"{', '.join(known_models())}")
+                raise ValueError(
+                    f"unknown model {data['name']!r}; known: {', '.join(known_models())}"
+                )
         else:
             merged = dict(base)
             for key, value in data.items():
@@ -128,8 +129,9 @@ class ModelConfig(Frozen):
         if self.position_embedding == "learned" and self.max_positions is None:
             raise ValueError("learned position embeddings need max_positions")
         if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads "
-                             f"({self.kv_heads})")
+            raise ValueError(
+                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
         return self
 
     @property
@@ -201,8 +203,9 @@ class TorusTopology(Frozen):
     ici_latency: Seconds = 1e-6
 
 
-Topology = Annotated[NVSwitchTopology | FatTreeTopology | TorusTopology,
-                     Field(discriminator="kind")]
+Topology = Annotated[
+    NVSwitchTopology | FatTreeTopology | TorusTopology, Field(discriminator="kind")
+]
 
 
 def _topology_devices(topology) -> int:
@@ -343,8 +346,9 @@ def _resolve_recipe(data: Any) -> Any:
         data = {"recipe": data}
     if isinstance(data, dict) and isinstance(data.get("recipe"), str):
         if data["recipe"] not in RECIPES:
-            raise ValueError(f"unknown precision recipe {data['recipe']!r}; known: "
-                             f"{', '.join(sorted(RECIPES))}")
+            raise ValueError(
+                f"unknown precision recipe {data['recipe']!r}; known: {', '.join(sorted(RECIPES))}"
+            )
     return data
 
 

@@ -44,24 +44,29 @@ class _Builder:
     def build(self, node: yaml.Node, path: FieldPath) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
-            raise ScenarioError.single(_mark(node, self.source), "",
-                                       f"document has more than {MAX_NODES} nodes")
+            raise ScenarioError.single(
+                _mark(node, self.source), "", f"document has more than {MAX_NODES} nodes"
+            )
         self.positions.setdefault(path, _mark(node, self.source))
         if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
-            raise ScenarioError.single(_mark(node, self.source), "",
-                                       f"YAML tag {node.tag!r} is not allowed")
+            raise ScenarioError.single(
+                _mark(node, self.source), "", f"YAML tag {node.tag!r} is not allowed"
+            )
         if isinstance(node, yaml.MappingNode):
             self.loader.flatten_mapping(node)  # resolves "<<" merge keys
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
                 if not isinstance(key_node, yaml.ScalarNode):
-                    raise ScenarioError.single(_mark(key_node, self.source), "",
-                                               "mapping keys must be plain words")
+                    raise ScenarioError.single(
+                        _mark(key_node, self.source), "", "mapping keys must be plain words"
+                    )
                 key = key_node.value
                 if key in out:
-                    raise ScenarioError.single(_mark(key_node, self.source),
-                                               ".".join(map(str, path + (key,))),
-                                               "duplicate key")
+                    raise ScenarioError.single(
+                        _mark(key_node, self.source),
+                        ".".join(map(str, path + (key,))),
+                        "duplicate key",
+                    )
                 self.positions[path + (key,)] = _mark(key_node, self.source)
                 out[key] = self.build(value_node, path + (key,))
             return out
@@ -114,36 +119,49 @@ def deep_merge(base: Any, over: Any) -> Any:
     return over
 
 
-def expand_includes(data: Any, positions: Positions, here: Path, search_dirs: list[Path],
-                    path: FieldPath = (), depth: int = 0) -> Any:
+def expand_includes(
+    data: Any,
+    positions: Positions,
+    here: Path,
+    search_dirs: list[Path],
+    path: FieldPath = (),
+    depth: int = 0,
+) -> Any:
     """Replace every ``include:`` mapping in ``data`` by the included file, merged.
 
     ``positions`` is updated in place so included values point into the included file.
     """
     if isinstance(data, list):
-        return [expand_includes(v, positions, here, search_dirs, path + (i,), depth)
-                for i, v in enumerate(data)]
+        return [
+            expand_includes(v, positions, here, search_dirs, path + (i,), depth)
+            for i, v in enumerate(data)
+        ]
     if not isinstance(data, dict):
         return data
-    data = {k: expand_includes(v, positions, here, search_dirs, path + (k,), depth)
-            for k, v in data.items()}
+    data = {
+        k: expand_includes(v, positions, here, search_dirs, path + (k,), depth)
+        for k, v in data.items()
+    }
     if "include" not in data:
         return data
     pos = positions.get(path + ("include",), Position(str(here)))
     target = data.pop("include")
     if not isinstance(target, str):
-        raise ScenarioError.single(pos, ".".join(map(str, path + ("include",))),
-                                   "include must be a file path")
+        raise ScenarioError.single(
+            pos, ".".join(map(str, path + ("include",))), "include must be a file path"
+        )
     if depth >= MAX_INCLUDE_DEPTH:
         raise ScenarioError.single(pos, "include", "includes nested too deeply (a cycle?)")
     file = _resolve(target, here, search_dirs)
     if file is None:
-        raise ScenarioError.single(pos, ".".join(map(str, path + ("include",))),
-                                   f"included file {target!r} not found")
+        raise ScenarioError.single(
+            pos, ".".join(map(str, path + ("include",))), f"included file {target!r} not found"
+        )
     inc_data, inc_positions = read_yaml_file(file)
     if not isinstance(inc_data, dict):
-        raise ScenarioError.single(Position(str(file), 1, 1), "",
-                                   "an included file must hold a mapping")
+        raise ScenarioError.single(
+            Position(str(file), 1, 1), "", "an included file must hold a mapping"
+        )
     inc_data = expand_includes(inc_data, inc_positions, file.parent, search_dirs, (), depth + 1)
     for sub, p in inc_positions.items():
         positions.setdefault(path + sub, p)  # a key the includer wrote keeps its position

@@ -19,19 +19,29 @@ def test_memory_json_contract(root):
     data = json.loads(result.stdout)
     assert data["parameter_count"] == 8_030_261_248
     [rank] = data["ranks"]
-    for key in ("params", "grads", "optimizer", "activations", "buffers", "total", "capacity",
-                "fits"):
+    for key in (
+        "params",
+        "grads",
+        "optimizer",
+        "activations",
+        "buffers",
+        "total",
+        "capacity",
+        "fits",
+    ):
         assert key in rank
     parts = rank["params"] + rank["grads"] + rank["optimizer"] + rank["activations"]
     assert rank["total"] == pytest.approx(parts + rank["buffers"], rel=1e-12)
     # FSDP over 8 ranks, Megatron bf16 (2 + 4 + 12 bytes): model states are 18 P / 8.
     assert rank["params"] + rank["grads"] + rank["optimizer"] == pytest.approx(
-        18 * 8_030_261_248 / 8, rel=1e-12)
+        18 * 8_030_261_248 / 8, rel=1e-12
+    )
 
 
 def test_memory_table_and_max_params(root):
-    result = runner.invoke(app, ["memory", str(root / "scenarios/zero-slide28/stage3.yaml"),
-                                 "--max-params"])
+    result = runner.invoke(
+        app, ["memory", str(root / "scenarios/zero-slide28/stage3.yaml"), "--max-params"]
+    )
     assert result.exit_code == 0, result.output
     assert "53.33B parameters" in result.stdout
     assert "every rank" in result.stdout
@@ -45,8 +55,9 @@ def test_memory_works_on_every_shipped_scenario(root):
 
 
 def test_set_overrides(root):
-    result = runner.invoke(app, ["memory", str(root / EXAMPLE), "--format", "json",
-                                 "--set", "parallelism.zero=0"])
+    result = runner.invoke(
+        app, ["memory", str(root / EXAMPLE), "--format", "json", "--set", "parallelism.zero=0"]
+    )
     rank = json.loads(result.stdout)["ranks"][0]
     assert rank["optimizer"] == pytest.approx(12 * 8_030_261_248, rel=1e-12)
 
@@ -54,8 +65,12 @@ def test_set_overrides(root):
 def test_bad_input_exits_2_naming_file_line_and_field(tmp_path, root):
     bad = tmp_path / "bad.yaml"
     bad.write_text((root / EXAMPLE).read_text().replace("  zero: fsdp", "  zero: fsdp\n  tpp: 2"))
-    proc = subprocess.run([sys.executable, "-m", "simulator", "memory", str(bad)],
-                          capture_output=True, text=True, cwd=root)
+    proc = subprocess.run(
+        [sys.executable, "-m", "simulator", "memory", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
     assert proc.returncode == 2
     assert f"{bad}:" in proc.stderr and "parallelism.tpp: unknown field" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""

@@ -17,18 +17,35 @@ from simulator.model.ops import Sharding
 from simulator.scenario.schema import ModelConfig
 from tests.conftest import published
 
-FORMULAS = {r["configuration"]: r["activation_bytes_per_layer_formula"]
-            for r in published("korthikanti_activation_memory_formulas.csv").to_dict("records")}
+FORMULAS = {
+    r["configuration"]: r["activation_bytes_per_layer_formula"]
+    for r in published("korthikanti_activation_memory_formulas.csv").to_dict("records")
+}
 
 # Korthikanti et al.'s Table 3 models: (heads, hidden, layers), sequence 2048.
-MODELS = {"22B": (64, 6144, 48), "175B": (96, 12288, 96), "530B": (128, 20480, 105),
-          "1T": (160, 25600, 128)}
+MODELS = {
+    "22B": (64, 6144, 48),
+    "175B": (96, 12288, 96),
+    "530B": (128, 20480, 105),
+    "1T": (160, 25600, 128),
+}
 
 
 def _gpt(a, h, L, v=51200):
-    return ModelConfig(layers=L, hidden=h, heads=a, ffn=4 * h, vocab=v, activation="gelu",
-                       norm="layernorm", bias=True, tied_embeddings=True,
-                       position_embedding="learned", max_positions=2048, dropout=0.1)
+    return ModelConfig(
+        layers=L,
+        hidden=h,
+        heads=a,
+        ffn=4 * h,
+        vocab=v,
+        activation="gelu",
+        norm="layernorm",
+        bias=True,
+        tied_embeddings=True,
+        position_embedding="learned",
+        max_positions=2048,
+        dropout=0.1,
+    )
 
 
 def _eval(formula: str, **env) -> float:
@@ -53,8 +70,9 @@ def test_per_layer_formulas(model, config, shard, recompute, b):
     a, h, L = MODELS[model]
     s, t = 2048, shard["tp"]
     m = _gpt(a, h, L)
-    ours = layer_activation_bytes(m, 0, MicroBatch(b, s, 2.0, flash=False), Sharding(**shard),
-                                  recompute)
+    ours = layer_activation_bytes(
+        m, 0, MicroBatch(b, s, 2.0, flash=False), Sharding(**shard), recompute
+    )
     expected = _eval(FORMULAS[config], s=s, b=b, h=h, a=a, t=t)
     assert ours == pytest.approx(expected, rel=1e-12)
 
@@ -62,8 +80,9 @@ def test_per_layer_formulas(model, config, shard, recompute, b):
 def test_full_recompute_with_sequence_parallel_divides_by_t():
     a, h, L = MODELS["22B"]
     m = _gpt(a, h, L)
-    ours = layer_activation_bytes(m, 0, MicroBatch(1, 2048, flash=False), Sharding(tp=8, sp=True),
-                                  "full")
+    ours = layer_activation_bytes(
+        m, 0, MicroBatch(1, 2048, flash=False), Sharding(tp=8, sp=True), "full"
+    )
     assert ours == pytest.approx(2 * 2048 * h / 8, rel=1e-12)
 
 
@@ -118,5 +137,6 @@ def test_gqa_and_swiglu():
 def test_context_parallel_splits_tokens():
     m = ModelConfig(name="llama3-8b")
     whole = layer_activation_bytes(m, 0, MicroBatch(1, 8192))
-    assert layer_activation_bytes(m, 0, MicroBatch(1, 8192), Sharding(cp=4)) * 4 == \
-        pytest.approx(whole, rel=1e-12)
+    assert layer_activation_bytes(m, 0, MicroBatch(1, 8192), Sharding(cp=4)) * 4 == pytest.approx(
+        whole, rel=1e-12
+    )

@@ -14,8 +14,9 @@ from simulator.scenario.schema import ModelConfig
 def _gemm_attention_flops(m, s, shard=Sharding(), b=1):
     total = 0.0
     for layer in range(m.layers):
-        total += sum(op.flops for op in layer_ops(m, layer, b, s, shard)
-                     if op.kind in ("gemm", "attention"))
+        total += sum(
+            op.flops for op in layer_ops(m, layer, b, s, shard) if op.kind in ("gemm", "attention")
+        )
     total += sum(op.flops for op in head_ops(m, b, s, shard) if op.kind == "gemm")
     return total
 
@@ -43,8 +44,10 @@ def test_korthikanti_eq7_gpt():
     assert model_flops_per_sequence(m, s) == pytest.approx(eq7 - 6 * L * s * s * h, rel=1e-12)
 
 
-@pytest.mark.parametrize("shard", [Sharding(tp=8), Sharding(tp=4, sp=True), Sharding(cp=4),
-                                   Sharding(tp=2, cp=2, sp=True)])
+@pytest.mark.parametrize(
+    "shard",
+    [Sharding(tp=8), Sharding(tp=4, sp=True), Sharding(cp=4), Sharding(tp=2, cp=2, sp=True)],
+)
 def test_shards_add_up_to_the_whole(shard):
     m = ModelConfig(name="llama3-8b", layers=2)
     whole = _gemm_attention_flops(m, 4096)

@@ -32,14 +32,25 @@ def test_published_sizes(name, total, active, tol):
         assert abs(c.active - active) <= tol * active
 
 
-@pytest.mark.parametrize("row", published("megatron_sc21_table1_rows1-5.csv").to_dict("records"),
-                         ids=lambda r: f"{r['params_billion']}B")
+@pytest.mark.parametrize(
+    "row",
+    published("megatron_sc21_table1_rows1-5.csv").to_dict("records"),
+    ids=lambda r: f"{r['params_billion']}B",
+)
 def test_megatron_table1_sizes(row):
-    m = ModelConfig(layers=row["num_layers"], hidden=row["hidden_size"],
-                    heads=row["attention_heads"], ffn=4 * row["hidden_size"],
-                    vocab=row["vocab_size"], activation="gelu", norm="layernorm", bias=True,
-                    tied_embeddings=True, position_embedding="learned",
-                    max_positions=row["seq_len_tokens"])
+    m = ModelConfig(
+        layers=row["num_layers"],
+        hidden=row["hidden_size"],
+        heads=row["attention_heads"],
+        ffn=4 * row["hidden_size"],
+        vocab=row["vocab_size"],
+        activation="gelu",
+        norm="layernorm",
+        bias=True,
+        tied_embeddings=True,
+        position_embedding="learned",
+        max_positions=row["seq_len_tokens"],
+    )
     p = count_params(m).total
     # The table prints one decimal: our count must round to it (half a unit, 0.05B).
     assert abs(p / 1e9 - row["params_billion"]) <= 0.05

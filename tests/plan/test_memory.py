@@ -30,11 +30,17 @@ def _as_printed(value: float, printed: str) -> bool:
 ZERO_TABLE = pd.read_csv(PUBLISHED / "zero_table1_memory_per_device.csv", dtype=str)
 
 
-@pytest.mark.parametrize("row", ZERO_TABLE.to_dict("records"),
-                         ids=lambda r: f"{r['params_billion']}B-N{r['data_parallel_Nd']}")
+@pytest.mark.parametrize(
+    "row",
+    ZERO_TABLE.to_dict("records"),
+    ids=lambda r: f"{r['params_billion']}B-N{r['data_parallel_Nd']}",
+)
 def test_zero_table1_every_cell(row):
-    psi, n, k = float(row["params_billion"]), int(row["data_parallel_Nd"]), float(
-        row["K_optimizer_bytes_per_param"])
+    psi, n, k = (
+        float(row["params_billion"]),
+        int(row["data_parallel_Nd"]),
+        float(row["K_optimizer_bytes_per_param"]),
+    )
     for stage, column in [(1, "P_os_GB"), (2, "P_os_g_GB"), (3, "P_os_g_p_GB")]:
         per_param = sum(model_state_bytes_per_param(2, 2, k, stage, n))
         gb = psi * per_param  # Psi in billions x bytes/param = GB (1e9 B), as the table counts
@@ -56,30 +62,40 @@ def test_ledger_model_states_follow_zero_formulas(stage, n):
     s = load_scenario_text(SCENARIO.format(n=n, stage=stage))
     [rank] = memory_ledger(s)
     psi = count_params(s.model).total
-    formula = {0: (2 + 2 + 12) * psi, 1: (2 + 2 + 12 / n) * psi, 2: (2 + (2 + 12) / n) * psi,
-               3: (2 + 2 + 12) * psi / n}[stage]
+    formula = {
+        0: (2 + 2 + 12) * psi,
+        1: (2 + 2 + 12 / n) * psi,
+        2: (2 + (2 + 12) / n) * psi,
+        3: (2 + 2 + 12) * psi / n,
+    }[stage]
     assert rank.params + rank.grads + rank.optimizer == pytest.approx(formula, rel=1e-12)
 
 
-@pytest.mark.parametrize(("stage", "published_billions"),
-                         [(0, 6.66), (1, 16.0), (2, 24.62), (3, 53.33)])
+@pytest.mark.parametrize(
+    ("stage", "published_billions"), [(0, 6.66), (1, 16.0), (2, 24.62), (3, 53.33)]
+)
 def test_slide28_largest_model_that_fits(root, stage, published_billions):
     s = load_scenario(root / f"scenarios/zero-slide28/stage{stage}.yaml")
     # The slide prints two decimals (6.66 truncates 6.667): allow one unit in the last place.
     assert abs(max_params_model_states(s) / 1e9 - published_billions) <= 0.01
 
 
-@pytest.mark.parametrize(("recipe", "optimizer", "expected"), [
-    ("zero-mixed", "adam", (2, 2, 12)),
-    ("megatron-bf16", "adam", (2, 4, 12)),   # 18 bytes per parameter
-    ("torch-amp", "adam", (6, 4, 8)),        # fp32 params + bf16 copy, fp32 grads and moments
-    ("pure-bf16", "adam", (2, 2, 8)),        # slide 28's 12 bytes
-    ("zero-mixed", "sgd_momentum", (2, 2, 8)),
-    ("zero-mixed", "sgd", (2, 2, 4)),
-])
+@pytest.mark.parametrize(
+    ("recipe", "optimizer", "expected"),
+    [
+        ("zero-mixed", "adam", (2, 2, 12)),
+        ("megatron-bf16", "adam", (2, 4, 12)),  # 18 bytes per parameter
+        ("torch-amp", "adam", (6, 4, 8)),  # fp32 params + bf16 copy, fp32 grads and moments
+        ("pure-bf16", "adam", (2, 2, 8)),  # slide 28's 12 bytes
+        ("zero-mixed", "sgd_momentum", (2, 2, 8)),
+        ("zero-mixed", "sgd", (2, 2, 4)),
+    ],
+)
 def test_precision_recipes(recipe, optimizer, expected):
-    s = load_scenario_text(SCENARIO.format(n=1, stage=0), overrides=[
-        f"precision.recipe={recipe}", f"training.optimizer={optimizer}"])
+    s = load_scenario_text(
+        SCENARIO.format(n=1, stage=0),
+        overrides=[f"precision.recipe={recipe}", f"training.optimizer={optimizer}"],
+    )
     assert s.precision.bytes_per_param(optimizer) == expected
 
 

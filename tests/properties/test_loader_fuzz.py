@@ -16,14 +16,36 @@ SEEDS = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "scenarios").rglo
 SEEDS = [s for s in SEEDS if isinstance(s, dict)]
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
-    st.sampled_from(["400 Gb/s", "80 GiB", "1e9", "fsdp", "1f1b", "on", "-1", "0", "1.5 us",
-                     "llama3-8b", "H100", "interleaved", "swiglu"]),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            "400 Gb/s",
+            "80 GiB",
+            "1e9",
+            "fsdp",
+            "1f1b",
+            "on",
+            "-1",
+            "0",
+            "1.5 us",
+            "llama3-8b",
+            "H100",
+            "interleaved",
+            "swiglu",
+        ]
+    ),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-    max_leaves=6)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 def _paths(data, prefix=()):

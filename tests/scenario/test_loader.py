@@ -39,37 +39,72 @@ def test_valid_scenario_derives_dp():
     ("text", "where", "field", "words"),
     [
         # unknown key, reported at its own line and column
-        (BASE.replace("  pp: 2\n", "  pp: 2\n  ppp: 3\n"), "s.yaml:9:3", "parallelism.ppp",
-         "unknown field"),
+        (
+            BASE.replace("  pp: 2\n", "  pp: 2\n  ppp: 3\n"),
+            "s.yaml:9:3",
+            "parallelism.ppp",
+            "unknown field",
+        ),
         # wrong type
-        (BASE.replace("gpus: 16", "gpus: sixteen"), "s.yaml:5:3", "cluster.gpus",
-         "valid integer"),
+        (BASE.replace("gpus: 16", "gpus: sixteen"), "s.yaml:5:3", "cluster.gpus", "valid integer"),
         # bad unit inside an inline accelerator
-        (BASE.replace("accelerator: H100", "accelerator: {name: H100, hbm_bytes: 80 GQ}"),
-         "s.yaml:4:29", "cluster.accelerator.hbm_bytes", "not a bytes unit"),
+        (
+            BASE.replace("accelerator: H100", "accelerator: {name: H100, hbm_bytes: 80 GQ}"),
+            "s.yaml:4:29",
+            "cluster.accelerator.hbm_bytes",
+            "not a bytes unit",
+        ),
         # degrees whose product is not the GPU count
-        (BASE.replace("  tp: 2\n", "  tp: 2\n  dp: 3\n"), "s.yaml:8:3", "parallelism.dp",
-         "= 12, but the cluster has 16 GPUs"),
+        (
+            BASE.replace("  tp: 2\n", "  tp: 2\n  dp: 3\n"),
+            "s.yaml:8:3",
+            "parallelism.dp",
+            "= 12, but the cluster has 16 GPUs",
+        ),
         # heads not divisible by tp (32 heads, tp 3 -> also kv_heads)
-        (BASE.replace("gpus: 16", "gpus: 12").replace("tp: 2", "tp: 3"), "s.yaml:2:1",
-         "model.heads", "do not split over tp = 3"),
+        (
+            BASE.replace("gpus: 16", "gpus: 12").replace("tp: 2", "tp: 3"),
+            "s.yaml:2:1",
+            "model.heads",
+            "do not split over tp = 3",
+        ),
         # layers not divisible by pp x virtual stages
-        (BASE.replace("pp: 2", "pp: 2\n  pipeline: {schedule: interleaved, virtual_stages: 3}"),
-         "s.yaml:8:3", "parallelism.pp", "32 layers do not split"),
+        (
+            BASE.replace("pp: 2", "pp: 2\n  pipeline: {schedule: interleaved, virtual_stages: 3}"),
+            "s.yaml:8:3",
+            "parallelism.pp",
+            "32 layers do not split",
+        ),
         # micro-batch that does not divide the per-replica batch (64 / dp 4 = 16)
-        (BASE.replace("micro_batch: 2", "micro_batch: 3"), "s.yaml:11:3",
-         "training.micro_batch", "does not divide the per-replica batch 16"),
+        (
+            BASE.replace("micro_batch: 2", "micro_batch: 3"),
+            "s.yaml:11:3",
+            "training.micro_batch",
+            "does not divide the per-replica batch 16",
+        ),
         # missing required section
-        (BASE.replace("training:\n  global_batch: 64\n  micro_batch: 2\n  seq_len: 4096\n", ""),
-         "s.yaml:1:1", "training", "required field is missing"),
+        (
+            BASE.replace("training:\n  global_batch: 64\n  micro_batch: 2\n  seq_len: 4096\n", ""),
+            "s.yaml:1:1",
+            "training",
+            "required field is missing",
+        ),
         # unknown catalog name
-        (BASE.replace("model: llama3-8b", "model: llama9"), "s.yaml:2:1", "model",
-         "unknown model 'llama9'"),
+        (
+            BASE.replace("model: llama3-8b", "model: llama9"),
+            "s.yaml:2:1",
+            "model",
+            "unknown model 'llama9'",
+        ),
         # YAML syntax error
         (BASE.replace("  tp: 2", "  tp: [2"), "s.yaml:8:5", "", "YAML syntax"),
         # duplicate key
-        (BASE.replace("  pp: 2\n", "  pp: 2\n  pp: 4\n"), "s.yaml:9:3", "parallelism.pp",
-         "duplicate key"),
+        (
+            BASE.replace("  pp: 2\n", "  pp: 2\n  pp: 4\n"),
+            "s.yaml:9:3",
+            "parallelism.pp",
+            "duplicate key",
+        ),
     ],
 )
 def test_errors_name_position_and_field(text, where, field, words):
@@ -89,10 +124,13 @@ def test_kv_heads_not_divisible():
 
 def test_ep_must_divide_experts():
     text = BASE.replace("model: llama3-8b", "model: mixtral-8x7b").replace(
-        "  pp: 2\n", "  pp: 2\n  ep: 3\n")
+        "  pp: 2\n", "  pp: 2\n  ep: 3\n"
+    )
     err = _error(text)
-    assert any(p.field == "parallelism.ep" and "does not divide the 8 experts" in p.message
-               for p in err.problems)
+    assert any(
+        p.field == "parallelism.ep" and "does not divide the 8 experts" in p.message
+        for p in err.problems
+    )
 
 
 def test_override_is_blamed_on_the_command_line():
@@ -101,8 +139,9 @@ def test_override_is_blamed_on_the_command_line():
 
 
 def test_overrides_apply_and_refine_catalog_names():
-    s = load_scenario_text(BASE, overrides=["model.layers=4", "training.seq_len=2048",
-                                            "cluster.accelerator=A100-80GB"])
+    s = load_scenario_text(
+        BASE, overrides=["model.layers=4", "training.seq_len=2048", "cluster.accelerator=A100-80GB"]
+    )
     assert s.model.layers == 4 and s.model.hidden == 4096  # the rest of llama3-8b stays
     assert s.training.seq_len == 2048
     assert s.cluster.accelerator.name == "A100-SXM4-80GB"
@@ -123,17 +162,21 @@ def test_include_topology_and_errors_inside_included_file(tmp_path):
 
 
 def test_include_siblings_override(tmp_path):
-    s = load_scenario_text(BASE.replace("  gpus: 16\n", "  topology:\n"
-                                        "    include: topologies/dgx-h100-superpod.yaml\n"
-                                        "    nodes: 2\n"))
+    s = load_scenario_text(
+        BASE.replace(
+            "  gpus: 16\n",
+            "  topology:\n    include: topologies/dgx-h100-superpod.yaml\n    nodes: 2\n",
+        )
+    )
     assert s.cluster.topology.nodes == 2 and s.cluster.topology.rail_optimized
     assert s.cluster.topology.nic_bandwidth == 50e9
 
 
 def test_yaml_1_1_quirks():
     # 1e9 is a string in YAML 1.1; the units parser reads it. "on" keys stay words.
-    s = load_scenario_text(BASE + "precision: {recipe: zero-mixed}\n",
-                           overrides=["parallelism.bucket_size=1e9"])
+    s = load_scenario_text(
+        BASE + "precision: {recipe: zero-mixed}\n", overrides=["parallelism.bucket_size=1e9"]
+    )
     assert s.parallelism.bucket_size == 1e9
     err = _error(BASE + "on: 3\n")
     assert err.problems[0].field == "on"

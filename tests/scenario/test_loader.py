@@ -200,3 +200,21 @@ def test_every_shipped_scenario_loads(root):
     assert len(files) >= 9
     for f in files:
         load_scenario(f)
+
+
+def test_user_defined_accelerator():
+    text = BASE.replace(
+        "  accelerator: H100\n",
+        "  accelerator:\n"
+        "    name: MyChip\n"
+        "    peak_flops_per_s: {bf16: 500 TFLOP/s}\n"
+        "    hbm_bytes: 96 GiB\n"
+        "    hbm_bandwidth_Bps: 3 TB/s\n"
+        "    scale_up_bandwidth_Bps: 400 GB/s\n",
+    )
+    acc = load_scenario_text(text).cluster.accelerator
+    assert acc.name == "MyChip" and acc.hbm_bytes == 96 * 2**30
+    assert acc.peak("bf16") == 500e12 and acc.hbm_bandwidth_Bps == 3e12
+    err = _error(text.replace("    hbm_bytes: 96 GiB\n", ""))
+    assert err.problems[0].field == "cluster.accelerator.hbm_bytes"
+    assert "required" in err.problems[0].message

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.collectives import bus_bandwidth, plan_collective
+from simulator.engine import NetworkModel, time_collective
+from simulator.hardware import get_accelerator
 from simulator.model.params import count_params
 from simulator.plan.memory import (
     RankMemory,
@@ -22,9 +25,21 @@ from simulator.plan.memory import (
     max_params_model_states,
     memory_ledger,
 )
-from simulator.scenario import Scenario, load_scenario
+from simulator.scenario import Scenario, load_scenario, load_topology
+from simulator.scenario.schema import ClusterConfig
+from simulator.topology import Topology, build_topology
+from simulator.topology.summary import link_levels, summary
+from simulator.units import parse_quantity
 
-__all__ = ["MemoryReport", "load_scenario", "memory_frame", "memory_report"]
+__all__ = [
+    "MemoryReport",
+    "collective_table",
+    "load_scenario",
+    "memory_frame",
+    "memory_report",
+    "network_model",
+    "topology_from_file",
+]
 
 
 @dataclass(frozen=True)
@@ -88,3 +103,78 @@ def memory_frame(report: MemoryReport) -> pd.DataFrame:
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
     """Load a scenario file (alias of :func:`simulator.scenario.load_scenario`)."""
     return load_scenario(path, overrides)
+
+
+def topology_from_file(
+    path: str | Path, accelerator: str = "H100-SXM", overrides: list[str] | tuple[str, ...] = ()
+) -> Topology:
+    """Build the topology described by a topologies/*.yaml file (NVLink bandwidth not given
+    in the file comes from ``accelerator``)."""
+    config = load_topology(path, overrides)
+    cluster = ClusterConfig(accelerator=get_accelerator(accelerator), topology=config)
+    return build_topology(cluster)
+
+
+def network_model(topo: Topology) -> NetworkModel:
+    """The engine's view of a topology (links as arrays, router, locality)."""
+    return NetworkModel(
+        topo.graph,
+        topo.router,
+        topo.host_of,
+        topo.nvls_switch,
+        topo.meta.get("shape") if topo.meta.get("kind") == "torus" else None,
+    )
+
+
+def parse_sizes(spec: str) -> list[float]:
+    """``"1MiB:8GiB"`` -> 1 MiB, 2 MiB, ... 8 GiB (doubling, as nccl-tests' -f 2);
+    ``"1MiB:1GiB:4"`` multiplies by 4; ``"256MiB"`` is one size."""
+    parts = spec.split(":")
+    lo = parse_quantity(parts[0], "bytes")
+    if len(parts) == 1:
+        return [lo]
+    hi = parse_quantity(parts[1], "bytes")
+    factor = float(parts[2]) if len(parts) > 2 else 2.0
+    if lo <= 0 or hi < lo or factor <= 1:
+        raise ValueError(f"bad size range {spec!r}: want MIN:MAX[:FACTOR], 0 < MIN <= MAX")
+    sizes = []
+    s = lo
+    while s <= hi * (1 + 1e-12):
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+def collective_table(
+    topo: Topology,
+    op: str,
+    ranks: int | None = None,
+    algorithm: str | None = None,
+    sizes: list[float] | None = None,
+    groups: int = 1,
+    protocol_efficiency: bool = True,
+) -> pd.DataFrame:
+    """An nccl-tests-like table: for each size, the time of ``op`` over the first ``ranks``
+    devices and its algbw and busbw (B/s), with ``groups`` - 1 identical groups (the next
+    blocks of devices) running the same collective at the same time."""
+    ranks = ranks or topo.num_devices
+    if ranks * groups > topo.num_devices:
+        raise ValueError(
+            f"{groups} groups of {ranks} ranks need {ranks * groups} devices; "
+            f"the topology has {topo.num_devices}"
+        )
+    model = network_model(topo)
+    group = topo.devices[:ranks]
+    copies = [topo.devices[g * ranks : (g + 1) * ranks] for g in range(1, groups)]
+    rows = []
+    for size in sizes or parse_sizes("1MiB:8GiB"):
+        plan = plan_collective(op, group, size, algorithm, model.locality, protocol_efficiency)
+        seconds, _ = time_collective(model, plan, copies)
+        algbw, busbw = bus_bandwidth(op, ranks, size, seconds)
+        rows.append({"size_bytes": size, "time_s": seconds, "algbw_Bps": algbw, "busbw_Bps": busbw})
+    return pd.DataFrame(rows)
+
+
+def topology_report(topo: Topology) -> tuple[dict, pd.DataFrame]:
+    """Headline numbers and the per-level link table of ``topo``."""
+    return summary(topo), link_levels(topo)

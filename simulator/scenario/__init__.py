@@ -1,7 +1,7 @@
 """Scenario files: schema, YAML loading with positions, ``--set`` overrides, consistency checks."""
 
 from simulator.scenario.errors import Position, Problem, ScenarioError
-from simulator.scenario.loader import load_scenario, load_scenario_text
+from simulator.scenario.loader import load_scenario, load_scenario_text, load_topology
 from simulator.scenario.schema import (
     ClusterConfig,
     ModelConfig,

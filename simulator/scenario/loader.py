@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from simulator.scenario.checks import check_scenario
 from simulator.scenario.errors import FieldPath, Position, Problem, ScenarioError, dotted
-from simulator.scenario.schema import Scenario
+from simulator.scenario.schema import Scenario, Topology
 from simulator.scenario.yaml_source import Positions, expand_includes, parse_yaml, read_yaml_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -185,3 +185,27 @@ def load_scenario_text(
     data, positions = parse_yaml(text, source)
     data = expand_includes(data, positions, base_dir or Path.cwd(), [PROJECT_ROOT])
     return build_scenario(data, positions, source, overrides)
+
+
+_TOPOLOGY = TypeAdapter(Topology)
+
+
+def load_topology(path: str | Path, overrides: list[str] | tuple[str, ...] = ()):
+    """Load a topology YAML (the ``cluster.topology`` section on its own, as in topologies/).
+
+    Raises
+    ------
+    ScenarioError
+        With file:line:col and field, as for scenarios.
+    """
+    path = Path(path)
+    data, positions = read_yaml_file(path)
+    data = expand_includes(data, positions, path.parent, [Path.cwd(), PROJECT_ROOT])
+    if not isinstance(data, dict):
+        raise ScenarioError.single(Position(str(path), 1, 1), "", "a topology must be a mapping")
+    for text in overrides:
+        apply_override(data, positions, text)
+    try:
+        return _TOPOLOGY.validate_python(data)
+    except ValidationError as exc:
+        raise ScenarioError(_validation_problems(exc, data, positions)) from None

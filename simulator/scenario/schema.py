@@ -157,11 +157,18 @@ class NodeSpec(Frozen):
     """A scale-up node: ``gpus`` devices behind NVSwitch (8 in a DGX, 72 in an NVL72 rack).
 
     ``nvlink_bandwidth`` is per GPU per direction; None takes the accelerator's scale-up figure.
+    ``nvlink_efficiency`` is the payload fraction of NVLink's line rate: 20 of 25 GB/s per link
+    with 128-byte writes (NCCL maintainer, nccl-tests issue 149). ``pcie_bandwidth`` joins each
+    GPU to its NIC (PCIe Gen5 x16: 64 GB/s per direction). ``nvls`` marks NVLink SHARP
+    (in-switch reduction) support.
     """
 
     gpus: PosInt = 8
     nvlink_bandwidth: Bandwidth | None = None
     nvlink_latency: Seconds = 0.7e-6
+    nvlink_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.8
+    pcie_bandwidth: Bandwidth = 64e9
+    pcie_latency: Seconds = 0.5e-6
     nvls: bool = False
 
 
@@ -175,7 +182,12 @@ class FatTreeTopology(Frozen):
     """Nodes joined by an InfiniBand/RoCE fat-tree, one NIC per GPU.
 
     ``oversubscription`` gives, per level above the leaves, downlink:uplink bandwidth (1 = full
-    bisection, 7 = Llama 3's 1:7 above its 3,072-GPU pods).
+    bisection, 7 = Llama 3's 1:7 above its 3,072-GPU pods). ``nic_efficiency`` is the payload
+    fraction of an InfiniBand packet: a 4,096-byte MTU behind 26 bytes of LRH, BTH, ICRC and
+    VCRC headers (IBTA specification), 0.994. Rail-optimised fabrics give each GPU index its
+    own leaf in a group of ``nodes_per_leaf`` nodes; otherwise a leaf (top-of-rack switch)
+    serves every NIC of its ``nodes_per_leaf`` nodes. Three levels group ``leaves_per_pod``
+    leaves into pods.
     """
 
     kind: Literal["fat_tree"]
@@ -184,6 +196,7 @@ class FatTreeTopology(Frozen):
     nodes: PosInt
     nic_bandwidth: Bandwidth = 50e9
     nic_latency: Seconds = 2e-6
+    nic_efficiency: Annotated[float, Field(gt=0, le=1)] = 4096 / 4122
     switch_latency: Seconds = 0.5e-6
     levels: Annotated[int, Field(ge=1, le=3)] = 2
     nodes_per_leaf: PosInt = 16
@@ -201,6 +214,7 @@ class TorusTopology(Frozen):
     wraparound: bool = True
     ici_link_bandwidth: Bandwidth = 45e9
     ici_latency: Seconds = 1e-6
+    ici_efficiency: Annotated[float, Field(gt=0, le=1)] = 1.0
 
 
 Topology = Annotated[

@@ -1,0 +1,282 @@
+"""Collective algorithms as phases of point-to-point transfers.
+
+``S`` is the full buffer (DESIGN.md): the input of all-reduce and reduce-scatter, the output of
+all-gather, the total a rank sends in all-to-all. With ``n`` ranks, per-link bandwidth ``B``
+and per-step latency ``a`` on a non-blocking switch, the phases below take:
+
+================== ============================================ ==================================
+algorithm          all-reduce                                   reduce-scatter / all-gather
+================== ============================================ ==================================
+ring               2(n-1)/n S/B + 2(n-1) a                      (n-1)/n S/B + (n-1) a
+halving_doubling   2(n-1)/n S/B + 2 log2(n) a                   (n-1)/n S/B + log2(n) a
+direct             2(n-1)/n S/B + 2 a                           (n-1)/n S/B + a
+tree (double bin.) 2 S/B + 2 depth a                            -
+nvls               (n+1)/n S/B + 2 a (in-switch reduction)      S/B + 2 a
+hierarchical       intra-host ring RS, inter-host ring AR of S/g per rail, intra-host ring AG
+torus              bidirectional ring RS dimension by dimension, then AG in reverse order
+================== ============================================ ==================================
+
+All-to-all is direct: every rank sends S/n to every other, (n-1)/n S/B + a.
+Broadcast and reduce are pipelined chains: S/B + (n-1) a. The engine adds contention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from simulator.collectives.efficiency import ALGORITHM_EFFICIENCY
+from simulator.collectives.plan import CollectivePlan, Kind, Node, Phase, Transfer
+
+
+@dataclass(frozen=True)
+class Locality:
+    """Where devices sit: their host (NVLink domain), NVLS switches, a torus shape."""
+
+    host_of: dict[int, int] = field(default_factory=dict)
+    nvls_switch: dict[int, Node] = field(default_factory=dict)
+    torus_shape: tuple[int, ...] | None = None
+
+
+def _ring(group: Sequence[int], bytes_: float, steps: int) -> Phase:
+    n = len(group)
+    return Phase(tuple(Transfer(group[i], group[(i + 1) % n], bytes_) for i in range(n)), steps)
+
+
+def ring(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
+    n = len(group)
+    if kind == "all_reduce":
+        return [_ring(group, size / n, 2 * (n - 1))]
+    if kind in ("reduce_scatter", "all_gather"):
+        return [_ring(group, size / n, n - 1)]
+    if kind in ("broadcast", "reduce"):
+        chain = list(group) if kind == "broadcast" else list(reversed(group))
+        return [
+            Phase(
+                tuple(Transfer(chain[i], chain[i + 1], size) for i in range(n - 1)),
+                steps=1,
+                latency_hops=n - 1,
+            )
+        ]
+    raise ValueError(f"ring does not implement {kind}")
+
+
+def _direct_exchange(group: Sequence[int], bytes_: float) -> Phase:
+    return Phase(tuple(Transfer(a, b, bytes_) for a in group for b in group if a != b))
+
+
+def direct(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
+    n = len(group)
+    if kind in ("all_to_all", "reduce_scatter", "all_gather"):
+        return [_direct_exchange(group, size / n)]
+    if kind == "all_reduce":
+        return [_direct_exchange(group, size / n), _direct_exchange(group, size / n)]
+    if kind == "broadcast":
+        return [Phase(tuple(Transfer(group[0], b, size) for b in group[1:]))]
+    if kind == "reduce":
+        return [Phase(tuple(Transfer(b, group[0], size) for b in group[1:]))]
+    raise ValueError(f"direct does not implement {kind}")
+
+
+def halving_doubling(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
+    """Recursive halving reduce-scatter then recursive doubling all-gather (Rabenseifner)."""
+    n = len(group)
+    if n & (n - 1):
+        raise ValueError(f"halving_doubling needs a power-of-two group, not {n}")
+    halving = []
+    dist, chunk = n // 2, size / 2
+    while dist >= 1:
+        halving.append(Phase(tuple(Transfer(group[i], group[i ^ dist], chunk) for i in range(n))))
+        dist, chunk = dist // 2, chunk / 2
+    doubling = list(reversed(halving))
+    if kind == "all_reduce":
+        return halving + doubling
+    if kind == "reduce_scatter":
+        return halving
+    if kind == "all_gather":
+        return doubling
+    raise ValueError(f"halving_doubling does not implement {kind}")
+
+
+def _btree_parent(rank: int, n: int) -> int | None:
+    """Parent in NCCL's in-order binary tree over ranks 0..n-1 (rank 0 is the root)."""
+    if rank == 0:
+        return None
+    bit = rank & -rank
+    up = (rank ^ bit) | (bit << 1)
+    return rank ^ bit if up >= n else up
+
+
+def double_binary_trees(n: int) -> list[dict[int, int]]:
+    """Child -> parent maps of NCCL's two complementary trees (the second mirrored, or shifted
+    by one for odd n, so that most ranks are a leaf in one tree and interior in the other)."""
+    first = {r: p for r in range(n) if (p := _btree_parent(r, n)) is not None}
+    if n % 2 == 0:
+        relabel = {r: n - 1 - r for r in range(n)}  # mirror
+    else:
+        relabel = {r: (r + 1) % n for r in range(n)}  # shift by one
+    second = {relabel[c]: relabel[p] for c, p in first.items()}
+    return [first, second]
+
+
+def _depth(parents: dict[int, int]) -> int:
+    best = 0
+    for r in parents:
+        d, x = 0, r
+        while x in parents:
+            x, d = parents[x], d + 1
+        best = max(best, d)
+    return best
+
+
+def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
+    """Double binary tree all-reduce: each tree reduces then broadcasts half the buffer,
+    pipelined in chunks (bytes cross each edge once, latency is paid per level)."""
+    if kind != "all_reduce":
+        raise ValueError(f"tree does not implement {kind}")
+    n = len(group)
+    if n == 1:
+        return []
+    trees = double_binary_trees(n)
+    depth = max(_depth(t) for t in trees)
+    up = tuple(Transfer(group[c], group[p], size / 2) for t in trees for c, p in t.items())
+    down = tuple(Transfer(group[p], group[c], size / 2) for t in trees for c, p in t.items())
+    return [Phase(up, 1, depth), Phase(down, 1, depth)]
+
+
+def nvls(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
+    """NVLink SHARP: the switch reduces (multimem load-reduce) and multicasts (multimem store).
+
+    All-reduce: each GPU's buffer is read once through the switch (S up) and it receives its
+    reduced slice (S/n down), then stores that slice (S/n up) and receives every slice by
+    multicast (S down): S (n+1)/n each way, the two halves pipelined.
+    """
+    hosts = {loc.host_of[d] for d in group}
+    if len(hosts) != 1 or next(iter(hosts)) not in loc.nvls_switch:
+        raise ValueError("nvls needs a group inside one NVLink domain with NVLS support")
+    sw = loc.nvls_switch[next(iter(hosts))]
+    n = len(group)
+    up_bytes, down_bytes = {
+        "all_reduce": (size * (n + 1) / n, size * (n + 1) / n),
+        "reduce_scatter": (size, size / n),
+        "all_gather": (size / n, size),
+    }.get(kind, (None, None))
+    if up_bytes is None:
+        raise ValueError(f"nvls does not implement {kind}")
+    hops = 2 if kind == "all_reduce" else 1
+    transfers = tuple(Transfer(d, sw, up_bytes) for d in group) + tuple(
+        Transfer(sw, d, down_bytes) for d in group
+    )
+    return [Phase(transfers, 1, hops)]
+
+
+def hierarchical(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
+    """Intra-host ring reduce-scatter, inter-host ring all-reduce of each rank's S/g slice
+    (one ring per local index, concurrently), intra-host ring all-gather."""
+    if kind != "all_reduce":
+        raise ValueError(f"hierarchical does not implement {kind}")
+    by_host: dict[int, list[int]] = {}
+    for d in group:
+        by_host.setdefault(loc.host_of[d], []).append(d)
+    locals_ = list(by_host.values())
+    g = len(locals_[0])
+    if any(len(x) != g for x in locals_):
+        raise ValueError("hierarchical needs the same number of ranks on every host")
+    h = len(locals_)
+    phases: list[Phase] = []
+    if g > 1:
+        intra = tuple(t for x in locals_ for t in _ring(x, size / g, g - 1).transfers)
+        phases.append(Phase(intra, g - 1))
+    if h > 1:
+        inter = tuple(
+            t for i in range(g) for t in _ring([x[i] for x in locals_], size / g / h, 1).transfers
+        )
+        phases.append(Phase(inter, 2 * (h - 1)))
+    if g > 1:
+        phases.append(Phase(phases[0].transfers, g - 1))
+    return phases
+
+
+def torus(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
+    """Bidirectional rings along each torus dimension in turn (reduce-scatter x, y, z, then
+    all-gather z, y, x); each ring step sends half its chunk each way round."""
+    shape = loc.torus_shape
+    if shape is None or sorted(group) != list(range(_prod(shape))):
+        raise ValueError("torus needs the whole torus as its group")
+    if kind not in ("all_reduce", "reduce_scatter", "all_gather"):
+        raise ValueError(f"torus does not implement {kind}")
+    rs: list[Phase] = []
+    chunk = size
+    stride = 1
+    for d in shape:
+        if d > 1:
+            transfers = []
+            for dev in range(_prod(shape)):
+                x = (dev // stride) % d
+                nxt = dev + (((x + 1) % d) - x) * stride
+                prv = dev + (((x - 1) % d) - x) * stride
+                transfers += [Transfer(dev, nxt, chunk / d / 2), Transfer(dev, prv, chunk / d / 2)]
+            rs.append(Phase(tuple(transfers), d - 1))
+            chunk /= d
+        stride *= d
+    ag = [Phase(p.transfers, p.steps) for p in reversed(rs)]
+    return {"all_reduce": rs + ag, "reduce_scatter": rs, "all_gather": ag}[kind]
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def send_recv(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
+    if len(group) != 2:
+        raise ValueError("send_recv takes a group of two: (sender, receiver)")
+    return [Phase((Transfer(group[0], group[1], size),))]
+
+
+ALGORITHMS: dict[str, Callable[..., list[Phase]]] = {
+    "ring": ring,
+    "direct": direct,
+    "halving_doubling": halving_doubling,
+    "tree": tree,
+    "nvls": nvls,
+    "hierarchical": hierarchical,
+    "torus": torus,
+}
+DEFAULT_ALGORITHM = {"all_to_all": "direct", "send_recv": "direct"}
+
+
+def plan_collective(
+    kind: Kind,
+    group: Sequence[int],
+    size_bytes: float,
+    algorithm: str | None = None,
+    locality: Locality = Locality(),
+    protocol_efficiency: bool = True,
+) -> CollectivePlan:
+    """Decompose one collective into phases of transfers.
+
+    ``algorithm`` None picks ring (direct for all-to-all and send/recv). With
+    ``protocol_efficiency`` False the plan's efficiency is 1 (the ideal algorithm), which the
+    closed-form tests use.
+    """
+    algorithm = algorithm or DEFAULT_ALGORITHM.get(kind, "ring")
+    group = tuple(group)
+    if len(group) < 1:
+        raise ValueError("a collective needs at least one rank")
+    if kind == "send_recv":
+        phases = send_recv(kind, group, size_bytes, locality)
+    elif len(group) == 1:
+        phases = []
+    else:
+        try:
+            fn = ALGORITHMS[algorithm]
+        except KeyError:
+            raise ValueError(
+                f"unknown algorithm {algorithm!r}; known: {', '.join(sorted(ALGORITHMS))}"
+            ) from None
+        phases = fn(kind, group, size_bytes, locality)
+    eff = ALGORITHM_EFFICIENCY.get(algorithm, 1.0) if protocol_efficiency else 1.0
+    return CollectivePlan(kind, algorithm, group, size_bytes, tuple(phases), eff)

@@ -1,0 +1,24 @@
+"""Protocol efficiency: the payload fraction an algorithm's protocol gets from its links.
+
+Link-level payload efficiency (NVLink packets, InfiniBand headers) is a property of the link
+and lives on topology edges. What remains here is the algorithm's own loss, from NCCL's cost
+model (src/graph/tuning.cc, NCCL 2.19-2.23):
+
+- ring, Simple protocol: no further loss (1.0);
+- tree, Simple protocol: bus bandwidth x 0.92 (tuning.cc: ``busBw *= .92`` for trees);
+- NVLS (NVLink SHARP): ``nvlsEfficiency`` 0.85 on Hopper, 0.74 on Blackwell;
+- direct and halving-doubling: point-to-point puts, taken as 1.0 (no NCCL figure);
+"""
+
+from __future__ import annotations
+
+ALGORITHM_EFFICIENCY = {
+    "ring": 1.0,
+    "tree": 0.92,
+    "direct": 1.0,
+    "halving_doubling": 1.0,
+    "hierarchical": 1.0,
+    "torus": 1.0,
+    "nvls": 0.85,
+}
+NVLS_EFFICIENCY_BY_GENERATION = {"hopper": 0.85, "blackwell": 0.74}

@@ -1,0 +1,61 @@
+"""The plain data a collective algorithm produces: phases of concurrent transfers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Node = int | str
+Kind = Literal[
+    "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "send_recv"
+]
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """``bytes_`` (B) from ``src`` to ``dst`` in each step of its phase."""
+
+    src: Node
+    dst: Node
+    bytes_: float
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Transfers that run concurrently, repeated ``steps`` times with the same pattern.
+
+    A ring's 2(n-1) steps are one phase of ``steps`` = 2(n-1): every step moves the same bytes
+    between the same neighbours, so the engine can rate the pattern once. Each step pays the
+    flow's path latency once; ``latency_hops`` overrides that count for pipelined patterns (a
+    tree reduces in chunks through ``depth`` levels: its bytes cross once, its latency depth
+    times).
+    """
+
+    transfers: tuple[Transfer, ...]
+    steps: int = 1
+    latency_hops: int | None = None
+
+    @property
+    def latency_count(self) -> int:
+        return self.steps if self.latency_hops is None else self.latency_hops
+
+
+@dataclass(frozen=True)
+class CollectivePlan:
+    """A collective decomposed: run ``phases`` one after another.
+
+    ``efficiency`` is the fraction of link bandwidth the algorithm's protocol turns into
+    payload (see :mod:`simulator.collectives.efficiency`); the engine divides bytes by it.
+    """
+
+    kind: Kind
+    algorithm: str
+    group: tuple[int, ...]
+    size_bytes: float
+    phases: tuple[Phase, ...]
+    efficiency: float = 1.0
+
+    @property
+    def bytes_sent(self) -> float:
+        """Total bytes all transfers move (each step counted), before efficiency."""
+        return sum(t.bytes_ * p.steps for p in self.phases for t in p.transfers)

@@ -1,0 +1,8 @@
+"""SimPy engine: a flow-level network with max-min fair sharing, collectives as phases of
+flows, and an executor for TaskGraphs. Knows nothing of transformers or topology builders:
+it takes a graph and a router from the caller.
+"""
+
+from simulator.engine.simulate import NetworkModel, run_taskgraph, time_collective
+
+__all__ = ["NetworkModel", "run_taskgraph", "time_collective"]

@@ -1,0 +1,123 @@
+"""Run collective plans on a FlowNetwork: route each transfer, build flow classes, chain phases.
+
+A collective issued by one representative group may stand for ``copies``: other groups doing
+the same collective at the same time (the 2,048 TP groups of a large job). Their transfers are
+routed too, and each representative transfer becomes a flow class whose per-link counts say
+how many copies cross each link (DESIGN.md, Scale), so contention between the copies stays real
+while the simulation follows one group. Routing and counting are done once per
+(plan shape, copies) and reused for every size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.collectives.plan import CollectivePlan, Node
+from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """A routed phase: per transfer its links, copy counts, latency tail and byte share."""
+
+    links: tuple[np.ndarray, ...]
+    counts: tuple[np.ndarray, ...]
+    tails: tuple[float, ...]
+    byte_factors: tuple[float, ...]  # transfer bytes x steps / collective size
+
+
+class CollectiveRunner:
+    """Turns plans into flow batches on ``network``; ``router.path(src, dst, key)`` routes.
+
+    ``switch_of_host`` maps a host to its NVLS switch, so a copy's switch endpoints follow its
+    devices' host.
+    """
+
+    def __init__(
+        self,
+        network: FlowNetwork,
+        router,
+        host_of: dict[int, int] | None = None,
+        switch_of_host: dict[int, Node] | None = None,
+        geometry_cache: dict | None = None,
+    ):
+        self.network = network
+        self.links: LinkTable = network.links
+        self.router = router
+        self.host_of = host_of or {}
+        self.switch_of_host = switch_of_host or {}
+        self._geometry: dict[tuple, list[_Geometry]] = (
+            geometry_cache if geometry_cache is not None else {}
+        )
+
+    def _map(self, node: Node, mapping: dict[int, int], first: int) -> Node:
+        if isinstance(node, str):
+            return self.switch_of_host[self.host_of[first]]
+        return mapping[node]
+
+    def geometry(
+        self, plan: CollectivePlan, copies: Sequence[Sequence[int]] = ()
+    ) -> list[_Geometry]:
+        """Route ``plan`` for its group and every copy; cached by shape."""
+        key = (
+            plan.kind,
+            plan.algorithm,
+            plan.group,
+            tuple(map(tuple, copies)),
+            tuple((len(p.transfers), p.steps) for p in plan.phases),
+        )
+        cached = self._geometry.get(key)
+        if cached is not None:
+            return cached
+        groups = [plan.group, *[tuple(c) for c in copies]]
+        mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
+        out = []
+        size = plan.size_bytes or 1.0
+        for phase in plan.phases:
+            links, counts, tails, factors = [], [], [], []
+            for j, t in enumerate(phase.transfers):
+                all_ids = []
+                for g, m in zip(groups, mappings, strict=True):
+                    path = self.router.path(self._map(t.src, m, g[0]), self._map(t.dst, m, g[0]), j)
+                    all_ids.append(self.links.ids(path))
+                ids, cnt = np.unique(np.concatenate(all_ids), return_counts=True)
+                links.append(ids)
+                counts.append(cnt.astype(float))
+                tails.append(phase.latency_count * float(self.links.latency[all_ids[0]].sum()))
+                factors.append(t.bytes_ * phase.steps / size)
+            out.append(_Geometry(tuple(links), tuple(counts), tuple(tails), tuple(factors)))
+        self._geometry[key] = out
+        return out
+
+    def run(
+        self,
+        plan: CollectivePlan,
+        on_done: Callable[[], None],
+        copies: Sequence[Sequence[int]] = (),
+    ) -> None:
+        """Run the phases of ``plan`` one after another, then call ``on_done``."""
+        geometry = self.geometry(plan, copies)
+        scale = plan.size_bytes / plan.efficiency
+        shape_id = id(geometry)
+
+        def start(i: int) -> None:
+            if i == len(geometry):
+                on_done()
+                return
+            geo = geometry[i]
+            classes = [
+                FlowClass(
+                    geo.links[j],
+                    geo.counts[j],
+                    geo.byte_factors[j] * scale,
+                    geo.tails[j],
+                    (shape_id, i, j),
+                )
+                for j in range(len(geo.links))
+            ]
+            self.network.submit(classes, lambda: start(i + 1))
+
+        start(0)

@@ -1,0 +1,130 @@
+"""Run a TaskGraph: per-rank streams as cursors, dependencies as countdowns, collectives as
+rendezvous on the flow network. Callbacks only: no SimPy process per task or stream.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import simpy
+
+from simulator.collectives import Locality, plan_collective
+from simulator.engine.collective import CollectiveRunner
+from simulator.schedule.taskgraph import TaskGraph
+from simulator.trace import Trace, TraceRecord
+
+
+class DeadlockError(RuntimeError):
+    """The graph cannot finish: a cycle, or a collective some member never reaches."""
+
+
+class Executor:
+    """Simulates ``graph`` on ``runner``'s network; ``device_of`` places ranks on devices."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        graph: TaskGraph,
+        runner: CollectiveRunner,
+        device_of: dict[int, int],
+        locality: Locality,
+        trace: Trace | None = None,
+    ):
+        graph.validate()
+        self.env = env
+        self.graph = graph
+        self.runner = runner
+        self.device_of = device_of
+        self.locality = locality
+        self.trace = trace if trace is not None else Trace()
+        tasks = graph.tasks
+        self.queue: dict[tuple[int, str], list[int]] = defaultdict(list)
+        for i, t in enumerate(tasks):
+            self.queue[(t.rank, t.stream)].append(i)
+        self.head = dict.fromkeys(self.queue, 0)
+        self.busy = dict.fromkeys(self.queue, False)
+        self.waiting = [len(t.deps) for t in tasks]
+        self.dependents: list[list[int]] = [[] for _ in tasks]
+        for i, t in enumerate(tasks):
+            for d in t.deps:
+                self.dependents[d].append(i)
+        self.members: dict[int, int] = defaultdict(int)
+        for t in tasks:
+            if t.comm is not None:
+                self.members[t.comm.instance] += 1
+        self.arrived: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        self.done = [False] * len(tasks)
+        self._plans: dict[tuple, object] = {}
+
+    def run(self) -> Trace:
+        for key in list(self.queue):
+            self._try_start(key)
+        self.env.run()
+        if not all(self.done):
+            stuck = [self.graph.tasks[i].name for i, d in enumerate(self.done) if not d][:5]
+            raise DeadlockError(f"tasks never ran (first: {stuck})")
+        return self.trace
+
+    def _try_start(self, key: tuple[int, str]) -> None:
+        if self.busy[key] or self.head[key] >= len(self.queue[key]):
+            return
+        i = self.queue[key][self.head[key]]
+        if self.waiting[i]:
+            return
+        self.busy[key] = True
+        task = self.graph.tasks[i]
+        now = self.env.now
+        if task.kind == "compute":
+            self.env.timeout(task.duration_s).callbacks.append(lambda _ev: self._finish(i, now))
+            return
+        spec = task.comm
+        self.arrived[spec.instance].append((i, now))
+        if len(self.arrived[spec.instance]) == self.members[spec.instance]:
+            self._launch(spec)
+
+    def _launch(self, spec) -> None:
+        start = self.env.now
+        members = [i for i, _ in self.arrived.pop(spec.instance)]
+        key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm)
+        plan = self._plans.get(key)
+        if plan is None:
+            devices = [self.device_of[r] for r in spec.group]
+            plan = plan_collective(
+                spec.collective, devices, spec.size_bytes, spec.algorithm, self.locality
+            )
+            self._plans[key] = plan
+        copies = [[self.device_of[r] for r in g] for g in spec.copies]
+
+        def finished() -> None:
+            for i in members:
+                self._finish(i, start)
+
+        self.runner.run(plan, finished, copies)
+
+    def _finish(self, i: int, start: float) -> None:
+        t = self.graph.tasks[i]
+        self.done[i] = True
+        self.trace.add(
+            TraceRecord(
+                t.rank,
+                t.stream,
+                t.kind,
+                t.phase,
+                t.name,
+                t.layer,
+                t.microbatch,
+                start,
+                self.env.now,
+                t.flops,
+                t.comm.size_bytes if t.comm else t.bytes_,
+            )
+        )
+        key = (t.rank, t.stream)
+        self.busy[key] = False
+        self.head[key] += 1
+        for d in self.dependents[i]:
+            self.waiting[d] -= 1
+            if self.waiting[d] == 0:
+                dt = self.graph.tasks[d]
+                self._try_start((dt.rank, dt.stream))
+        self._try_start(key)

@@ -1,0 +1,182 @@
+"""Flow-level network inside a SimPy environment: max-min fair sharing, re-rated on change.
+
+Flows are submitted in batches (one phase of a collective). A flow holds its links from
+submission until its bytes are through; its ``tail_s`` (the latency its steps pay) is added
+after, without holding bandwidth. Whenever a flow starts or ends, every active flow is re-rated
+max-min fairly over link capacities (line rate x payload efficiency). Rates for a set of active
+flow patterns seen before are reused: a ring's phases, or the same all-reduce issued again,
+cost one water-filling.
+
+The event loop keeps one pending SimPy timeout (the next completion), guarded by a generation
+number so that a re-rating simply supersedes it; no process per flow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from simulator.engine.maxmin import max_min_rates
+
+_EPS = 1e-12
+
+
+class LinkTable:
+    """A topology's directed links as arrays: capacity (B/s), latency (s), index by (u, v)."""
+
+    def __init__(self, graph: nx.DiGraph):
+        edges = list(graph.edges(data=True))
+        self.edges = [(u, v) for u, v, _ in edges]
+        self.index = {e: i for i, e in enumerate(self.edges)}
+        self.bandwidth = np.array([d["bandwidth"] for _, _, d in edges], dtype=float)
+        self.efficiency = np.array([d.get("efficiency", 1.0) for _, _, d in edges], dtype=float)
+        self.latency = np.array([d.get("latency", 0.0) for _, _, d in edges], dtype=float)
+        self.kind = [d.get("kind", "") for _, _, d in edges]
+        self.capacity = self.bandwidth * self.efficiency
+
+    def __len__(self) -> int:
+        return len(self.edges)
+
+    def ids(self, path) -> np.ndarray:
+        """Link indices of a path given as (u, v) pairs."""
+        return np.fromiter((self.index[e] for e in path), dtype=np.int64, count=len(path))
+
+
+@dataclass
+class FlowClass:
+    """One representative flow and its symmetric copies.
+
+    ``links``/``counts``: the links its copies cross and how many copies cross each;
+    ``bytes_``: bytes each copy moves; ``tail_s``: latency paid after the bytes;
+    ``pattern``: a hashable identity for rate reuse (None: never reuse).
+    """
+
+    links: np.ndarray
+    counts: np.ndarray
+    bytes_: float
+    tail_s: float = 0.0
+    pattern: Hashable | None = None
+
+
+@dataclass
+class _Batch:
+    on_done: Callable[[], None]
+    pending: int
+    end: float
+
+
+@dataclass
+class _Active:
+    cls: FlowClass
+    batch: _Batch
+    remaining: float
+    rate: float = 0.0
+
+
+@dataclass
+class NetworkStats:
+    """Counters for benchmarks and tests."""
+
+    rerates: int = 0
+    cache_hits: int = 0
+    events: int = 0
+    link_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+class FlowNetwork:
+    """Flows over a :class:`LinkTable` in ``env``; ``submit`` a batch, get a callback."""
+
+    def __init__(self, env: simpy.Environment, links: LinkTable):
+        self.env = env
+        self.links = links
+        self.active: list[_Active] = []
+        self._last = env.now
+        self._generation = 0
+        self._rate_cache: dict[tuple, np.ndarray] = {}
+        self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
+
+    # -- public -------------------------------------------------------------------------
+    def submit(self, classes: list[FlowClass], on_done: Callable[[], None]) -> None:
+        """Start ``classes`` now; call ``on_done`` when every copy has moved its bytes and
+        paid its tail."""
+        now = self.env.now
+        batch = _Batch(on_done, len(classes), now)
+        self._advance(now)
+        for cls in classes:
+            if cls.bytes_ <= 0 or cls.links.size == 0:
+                batch.pending -= 1
+                batch.end = max(batch.end, now + cls.tail_s)
+            else:
+                self.active.append(_Active(cls, batch, cls.bytes_))
+        if batch.pending == 0:
+            self._finish_batch(batch, now)
+        self._rerate_and_schedule(now)
+
+    # -- internals ----------------------------------------------------------------------
+    def _advance(self, now: float) -> None:
+        dt = now - self._last
+        if dt > 0:
+            lb = self.stats.link_bytes
+            for f in self.active:
+                moved = f.rate * dt
+                f.remaining -= moved
+                np.add.at(lb, f.cls.links, f.cls.counts * moved)
+        self._last = now
+
+    def _rates(self) -> np.ndarray:
+        patterns = tuple(f.cls.pattern for f in self.active)
+        cacheable = None not in patterns
+        if cacheable:
+            cached = self._rate_cache.get(patterns)
+            if cached is not None:
+                self.stats.cache_hits += 1
+                return cached
+        self.stats.rerates += 1
+        flow_idx = np.concatenate(
+            [np.full(f.cls.links.size, i, dtype=np.int64) for i, f in enumerate(self.active)]
+        )
+        link_idx = np.concatenate([f.cls.links for f in self.active])
+        counts = np.concatenate([f.cls.counts for f in self.active])
+        rates = max_min_rates(flow_idx, link_idx, counts, len(self.active), self.links.capacity)
+        if cacheable:
+            self._rate_cache[patterns] = rates
+        return rates
+
+    def _rerate_and_schedule(self, now: float) -> None:
+        self._generation += 1
+        if not self.active:
+            return
+        rates = self._rates()
+        next_dt = np.inf
+        for f, r in zip(self.active, rates, strict=True):
+            f.rate = float(r)
+            next_dt = min(next_dt, f.remaining / f.rate)
+        gen = self._generation
+        event = self.env.timeout(max(next_dt, 0.0))
+        event.callbacks.append(lambda _ev: self._on_completion(gen))
+
+    def _on_completion(self, generation: int) -> None:
+        if generation != self._generation:
+            return  # superseded by a later re-rating
+        self.stats.events += 1
+        now = self.env.now
+        self._advance(now)
+        still = []
+        for f in self.active:
+            if f.remaining <= _EPS * f.cls.bytes_ + 1e-9 or f.remaining / f.rate <= _EPS * now:
+                f.batch.pending -= 1
+                f.batch.end = max(f.batch.end, now + f.cls.tail_s)
+                if f.batch.pending == 0:
+                    self._finish_batch(f.batch, now)
+            else:
+                still.append(f)
+        self.active = still
+        self._rerate_and_schedule(now)
+
+    def _finish_batch(self, batch: _Batch, now: float) -> None:
+        # Always through an event, never re-entrantly: on_done may submit the next phase.
+        self.env.timeout(max(batch.end - now, 0.0)).callbacks.append(lambda _ev: batch.on_done())

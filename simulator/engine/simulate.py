@@ -1,0 +1,67 @@
+"""Entry points: time one collective, or run a TaskGraph, on a network model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+import simpy
+
+from simulator.collectives import CollectivePlan, Locality
+from simulator.engine.collective import CollectiveRunner
+from simulator.engine.executor import Executor
+from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats
+from simulator.schedule.taskgraph import TaskGraph
+from simulator.trace import Trace
+
+
+@dataclass
+class NetworkModel:
+    """What the engine needs of a topology, prepared once and reused across runs.
+
+    ``router.path(src, dst, key)`` gives a flow's edges; ``host_of`` and ``nvls_switch`` say
+    where devices sit. Routed collective shapes are cached here.
+    """
+
+    graph: nx.DiGraph
+    router: object
+    host_of: dict[int, int]
+    nvls_switch: dict = field(default_factory=dict)
+    torus_shape: tuple[int, ...] | None = None
+    links: LinkTable = field(init=False)
+    geometry_cache: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.links = LinkTable(self.graph)
+
+    @property
+    def locality(self) -> Locality:
+        return Locality(self.host_of, self.nvls_switch, self.torus_shape)
+
+    def new_run(self) -> tuple[simpy.Environment, FlowNetwork, CollectiveRunner]:
+        env = simpy.Environment()
+        net = FlowNetwork(env, self.links)
+        runner = CollectiveRunner(
+            net, self.router, self.host_of, self.nvls_switch, self.geometry_cache
+        )
+        return env, net, runner
+
+
+def time_collective(
+    model: NetworkModel, plan: CollectivePlan, copies: Sequence[Sequence[int]] = ()
+) -> tuple[float, NetworkStats]:
+    """Seconds ``plan`` takes alone on the network (with its symmetric ``copies``)."""
+    env, net, runner = model.new_run()
+    runner.run(plan, lambda: None, copies)
+    env.run()
+    return env.now, net.stats
+
+
+def run_taskgraph(
+    model: NetworkModel, graph: TaskGraph, device_of: dict[int, int]
+) -> tuple[Trace, NetworkStats]:
+    """Simulate ``graph`` with ranks placed by ``device_of``; return its trace."""
+    env, net, runner = model.new_run()
+    trace = Executor(env, graph, runner, device_of, model.locality).run()
+    return trace, net.stats

@@ -1,0 +1,179 @@
+"""Fat-trees (folded Clos) of NVSwitch nodes, one NIC per GPU, 1 to 3 switch levels.
+
+Structure, bottom up:
+
+- each host is an NVSwitch domain of ``gpus_per_node`` GPUs; GPU ``i`` reaches NIC ``i`` of its
+  host over PCIe;
+- leaves: hosts are grouped ``nodes_per_leaf`` at a time. Rail-optimised, each group has one
+  leaf per GPU index (rail) joining NIC ``i`` of every host in the group; otherwise one leaf
+  (top of rack) joins every NIC of the group. ``D`` = a leaf's downlinks;
+- spines: a leaf's uplinks carry ``D x nic / oversubscription[0]``, spread over
+  ``S = min(ceil(D / oversubscription[0]), 32)`` spines (of its pod, with 3 levels);
+- cores (3 levels): pods of ``leaves_per_pod`` leaves; each spine's uplinks carry its
+  downlink total divided by ``oversubscription[1]``, spread over ``C`` cores shared by all pods.
+
+Routing is up-down with deterministic ECMP: a flow climbs only as high as its endpoints'
+lowest common switch level and hashes its choice of spine (and core).
+
+>>> topo = fat_tree_topology(nodes=4, gpus_per_node=8, nodes_per_leaf=2, nic_bandwidth=50e9)
+>>> [e[1] for e in topo.path(0, 8)]  # host 0 to host 1, same rail leaf
+['nic0', 'leaf0.0', 'nic8', 8]
+>>> len(topo.path(0, 16))  # another leaf group: up through a spine
+6
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+
+from simulator.topology.graph import Node, Path, Topology, add_link, ecmp_hash
+from simulator.topology.nvswitch import NVSwitchRouter, add_nvswitch_domain
+
+MAX_FANOUT = 32  # spines per pod and cores: enough ECMP width without millions of edges
+
+
+def fat_tree_topology(
+    nodes: int,
+    gpus_per_node: int = 8,
+    nvlink_bandwidth: float = 450e9,
+    nvlink_latency: float = 0.7e-6,
+    nvlink_efficiency: float = 1.0,
+    pcie_bandwidth: float = 64e9,
+    pcie_latency: float = 0.5e-6,
+    nic_bandwidth: float = 50e9,
+    nic_latency: float = 2e-6,
+    nic_efficiency: float = 1.0,
+    switch_latency: float = 0.5e-6,
+    levels: int = 2,
+    nodes_per_leaf: int = 16,
+    leaves_per_pod: int | None = None,
+    oversubscription: tuple[float, ...] = (1.0,),
+    rail_optimized: bool = True,
+    nvls: bool = False,
+    name: str = "",
+) -> Topology:
+    """Build a fat-tree of ``nodes`` hosts (see the module doc for the structure).
+
+    Bandwidths are B/s per direction, latencies seconds per link (``nic_latency`` is split
+    between the NIC-leaf link and its twin at the far end; ``switch_latency`` is paid per
+    switch-to-switch link).
+    """
+    g = nx.DiGraph(name=name or f"fat-tree {nodes}x{gpus_per_node}")
+    host_of: dict[int, int] = {}
+    nvls_switch: dict[int, Node] = {}
+    for h in range(nodes):
+        first = h * gpus_per_node
+        sw = add_nvswitch_domain(
+            g, h, first, gpus_per_node, nvlink_bandwidth, nvlink_latency, nvlink_efficiency
+        )
+        if nvls:
+            nvls_switch[h] = sw
+        for d in range(first, first + gpus_per_node):
+            host_of[d] = h
+            g.add_node(f"nic{d}", kind="nic", host=h)
+            add_link(g, d, f"nic{d}", pcie_bandwidth, pcie_latency, "pcie")
+
+    nodes_per_leaf = min(nodes_per_leaf, nodes)  # a small cluster fills one leaf group
+    groups = math.ceil(nodes / nodes_per_leaf)
+    rails = gpus_per_node if rail_optimized else 1
+    down = nodes_per_leaf * (1 if rail_optimized else gpus_per_node)
+    leaf_of: dict[int, str] = {}
+    leaves: list[str] = []
+    for grp in range(groups):
+        for rail in range(rails):
+            leaf = f"leaf{grp}.{rail}"
+            leaves.append(leaf)
+            g.add_node(leaf, kind="leaf", group=grp, rail=rail)
+        for h in range(grp * nodes_per_leaf, min(nodes, (grp + 1) * nodes_per_leaf)):
+            for i in range(gpus_per_node):
+                d = h * gpus_per_node + i
+                leaf = f"leaf{grp}.{i if rail_optimized else 0}"
+                leaf_of[d] = leaf
+                add_link(
+                    g, f"nic{d}", leaf, nic_bandwidth, nic_latency / 2, "network", nic_efficiency
+                )
+
+    over = list(oversubscription) + [1.0] * 3
+    pods: dict[str, int] = {}
+    spines: list[list[str]] = []
+    cores: list[str] = []
+    if levels >= 2 and len(leaves) > 1:
+        per_pod = leaves_per_pod if (levels >= 3 and leaves_per_pod) else len(leaves)
+        n_spines = min(MAX_FANOUT, max(1, math.ceil(down / over[0])))
+        uplink = down * nic_bandwidth / over[0] / n_spines
+        for p in range(math.ceil(len(leaves) / per_pod)):
+            pod_spines = [f"spine{p}.{s}" for s in range(n_spines)]
+            spines.append(pod_spines)
+            for sp in pod_spines:
+                g.add_node(sp, kind="spine", pod=p)
+            for leaf in leaves[p * per_pod : (p + 1) * per_pod]:
+                pods[leaf] = p
+                for sp in pod_spines:
+                    add_link(g, leaf, sp, uplink, switch_latency, "network", nic_efficiency)
+        if levels >= 3 and len(spines) > 1:
+            spine_down = per_pod * uplink
+            n_cores = min(MAX_FANOUT, max(1, math.ceil(spine_down / over[1] / nic_bandwidth)))
+            core_link = spine_down / over[1] / n_cores
+            cores = [f"core{c}" for c in range(n_cores)]
+            for c in cores:
+                g.add_node(c, kind="core")
+                for pod_spines in spines:
+                    for sp in pod_spines:
+                        add_link(g, sp, c, core_link, switch_latency, "network", nic_efficiency)
+    elif len(leaves) > 1:
+        raise ValueError("a one-level fat-tree must fit under one leaf: raise nodes_per_leaf")
+    else:
+        pods = dict.fromkeys(leaves, 0)
+
+    router = FatTreeRouter(host_of, leaf_of, pods, spines, cores)
+    return Topology(
+        graph=g,
+        devices=sorted(host_of),
+        host_of=host_of,
+        router=router,
+        nvls_switch=nvls_switch,
+        name=g.graph["name"],
+        meta={
+            "kind": "fat_tree",
+            "leaves": len(leaves),
+            "levels": levels,
+            "spines_per_pod": len(spines[0]) if spines else 0,
+            "pods": len(spines),
+            "cores": len(cores),
+            "leaf_downlinks": down,
+        },
+    )
+
+
+class FatTreeRouter:
+    """Up-down routing: NVLink inside a host, else NIC -> leaf [-> spine [-> core -> spine]]."""
+
+    def __init__(self, host_of, leaf_of, pod_of_leaf, spines, cores):
+        self.host_of = host_of
+        self.leaf_of = leaf_of
+        self.pod_of_leaf = pod_of_leaf
+        self.spines = spines
+        self.cores = cores
+        self._nvswitch = NVSwitchRouter(host_of)
+
+    def path(self, src: Node, dst: Node, key: int = 0) -> Path:
+        if src == dst:
+            return []
+        if isinstance(src, str) or isinstance(dst, str) or self.host_of[src] == self.host_of[dst]:
+            return self._nvswitch.path(src, dst, key)
+        a_nic, b_nic = f"nic{src}", f"nic{dst}"
+        a_leaf, b_leaf = self.leaf_of[src], self.leaf_of[dst]
+        up: Path = [(src, a_nic), (a_nic, a_leaf)]
+        down: Path = [(b_leaf, b_nic), (b_nic, dst)]
+        if a_leaf == b_leaf:
+            return up + down
+        h = ecmp_hash(src, dst, key)
+        pa, pb = self.pod_of_leaf[a_leaf], self.pod_of_leaf[b_leaf]
+        sa = self.spines[pa][h % len(self.spines[pa])]
+        if pa == pb:
+            return up + [(a_leaf, sa), (sa, b_leaf)] + down
+        core = self.cores[(h >> 8) % len(self.cores)]
+        sb = self.spines[pb][(h >> 16) % len(self.spines[pb])]
+        return up + [(a_leaf, sa), (sa, core), (core, sb), (sb, b_leaf)] + down

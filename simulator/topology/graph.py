@@ -1,0 +1,86 @@
+"""The Topology record shared by all builders, and the deterministic ECMP hash."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import networkx as nx
+
+Node = int | str
+Path = list[tuple[Node, Node]]
+
+
+class Router(Protocol):
+    """Chooses the path of a flow: a list of directed edges from ``src`` to ``dst``."""
+
+    def path(self, src: Node, dst: Node, key: int = 0) -> Path: ...
+
+
+def ecmp_hash(src: Node, dst: Node, key: int) -> int:
+    """A deterministic 32-bit mix of a flow's endpoints and key (process-independent).
+
+    Python's ``hash`` of strings changes per process, so ECMP would not be reproducible.
+    """
+    a = src if isinstance(src, int) else _str_id(src)
+    b = dst if isinstance(dst, int) else _str_id(dst)
+    x = (a * 0x9E3779B1 + b * 0x85EBCA77 + key * 0xC2B2AE3D + 0x27D4EB2F) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
+    x ^= x >> 12
+    x = (x * 0x297A2D39) & 0xFFFFFFFF
+    return x ^ (x >> 15)
+
+
+def _str_id(s: str) -> int:
+    h = 2166136261
+    for ch in s.encode():
+        h = ((h ^ ch) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def add_link(
+    g: nx.DiGraph,
+    u: Node,
+    v: Node,
+    bandwidth: float,
+    latency: float,
+    kind: str,
+    efficiency: float = 1.0,
+    both: bool = True,
+) -> None:
+    """Add the directed link u -> v (and v -> u when ``both``), one direction's line rate each."""
+    attrs = {"bandwidth": bandwidth, "latency": latency, "kind": kind, "efficiency": efficiency}
+    g.add_edge(u, v, **attrs)
+    if both:
+        g.add_edge(v, u, **attrs)
+
+
+@dataclass
+class Topology:
+    """A built topology: the graph, its devices, where each device lives, and its router.
+
+    Attributes
+    ----------
+    graph : the directed link graph.
+    devices : accelerator node ids, ``0 .. n-1``.
+    host_of : device -> scale-up domain (node) index; devices of one host talk over NVLink.
+    nvls_switch : host -> its NVSwitch node where in-switch reduction (NVLS) is available.
+    router : picks each flow's path.
+    name : human name.
+    """
+
+    graph: nx.DiGraph
+    devices: list[int]
+    host_of: dict[int, int]
+    router: Router
+    nvls_switch: dict[int, Node] = field(default_factory=dict)
+    name: str = ""
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    def path(self, src: Node, dst: Node, key: int = 0) -> Path:
+        return self.router.path(src, dst, key)

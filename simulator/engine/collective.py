@@ -3,7 +3,7 @@
 A collective issued by one representative group may stand for ``copies``: other groups doing
 the same collective at the same time (the 2,048 TP groups of a large job). Their transfers are
 routed too, and each representative transfer becomes a flow class whose per-link counts say
-how many copies cross each link (DESIGN.md, Scale), so contention between the copies stays real
+how many copies cross each link (fractions where load balancing spreads a connection) (DESIGN.md, Scale), so contention between the copies stays real
 while the simulation follows one group. Routing and counting are done once per
 (plan shape, copies) and reused for every size.
 """
@@ -58,6 +58,16 @@ class CollectiveRunner:
             return self.switch_of_host[self.host_of[first]]
         return mapping[node]
 
+    def _route(self, src: Node, dst: Node, key: int) -> tuple[np.ndarray, np.ndarray]:
+        """Link ids and the share of the connection's bytes on each (1.0 on a single path)."""
+        spread = getattr(self.router, "spread", None)
+        if spread is None:
+            ids = self.links.ids(self.router.path(src, dst, key))
+            return ids, np.ones(ids.size)
+        pairs = spread(src, dst, key)
+        ids = self.links.ids([e for e, _ in pairs])
+        return ids, np.fromiter((w for _, w in pairs), dtype=float, count=len(pairs))
+
     def geometry(
         self, plan: CollectivePlan, copies: Sequence[Sequence[int]] = ()
     ) -> list[_Geometry]:
@@ -79,14 +89,17 @@ class CollectiveRunner:
         for phase in plan.phases:
             links, counts, tails, factors = [], [], [], []
             for j, t in enumerate(phase.transfers):
-                all_ids = []
+                ids_parts, weight_parts = [], []
                 for g, m in zip(groups, mappings, strict=True):
-                    path = self.router.path(self._map(t.src, m, g[0]), self._map(t.dst, m, g[0]), j)
-                    all_ids.append(self.links.ids(path))
-                ids, cnt = np.unique(np.concatenate(all_ids), return_counts=True)
+                    src, dst = self._map(t.src, m, g[0]), self._map(t.dst, m, g[0])
+                    ids, weights = self._route(src, dst, j)
+                    ids_parts.append(ids)
+                    weight_parts.append(weights)
+                ids, inverse = np.unique(np.concatenate(ids_parts), return_inverse=True)
                 links.append(ids)
-                counts.append(cnt.astype(float))
-                tails.append(phase.latency_count * float(self.links.latency[all_ids[0]].sum()))
+                counts.append(np.bincount(inverse, weights=np.concatenate(weight_parts)))
+                path_ids = self.links.ids(self.router.path(t.src, t.dst, j))
+                tails.append(phase.latency_count * float(self.links.latency[path_ids].sum()))
                 factors.append(t.bytes_ * phase.steps / size)
             out.append(_Geometry(tuple(links), tuple(counts), tuple(tails), tuple(factors)))
         self._geometry[key] = out

@@ -25,4 +25,5 @@ __all__ = [
     "TrainingConfig",
     "load_scenario",
     "load_scenario_text",
+    "load_topology",
 ]

@@ -187,7 +187,9 @@ class FatTreeTopology(Frozen):
     VCRC headers (IBTA specification), 0.994. Rail-optimised fabrics give each GPU index its
     own leaf in a group of ``nodes_per_leaf`` nodes; otherwise a leaf (top-of-rack switch)
     serves every NIC of its ``nodes_per_leaf`` nodes. Three levels group ``leaves_per_pod``
-    leaves into pods.
+    leaves into pods. ``ecmp_flows`` splits each connection into that many sub-flows, each
+    hashed onto one of the equal-cost paths (Llama 3's enhanced ECMP: 16); 0 spreads traffic
+    evenly over all of them, as adaptive routing or packet spraying does.
     """
 
     kind: Literal["fat_tree"]
@@ -203,6 +205,7 @@ class FatTreeTopology(Frozen):
     leaves_per_pod: PosInt | None = None
     oversubscription: list[Annotated[float, Field(ge=1, le=1000)]] = [1.0]
     rail_optimized: bool = True
+    ecmp_flows: Annotated[int, Field(ge=0, le=1024)] = 0
 
 
 class TorusTopology(Frozen):

@@ -36,7 +36,7 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
         if topo.meta.get("kind") == "torus":
             pos = {n: _torus_pos(d["coords"]) for n, d in g.nodes(data=True)}
         else:
-            for n, d in g.nodes(data=True):
+            for _node, d in g.nodes(data=True):
                 d["layer"] = _LAYER[d["kind"]]
             pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
         colors = [_COLOR[d["kind"]] for _, d in g.nodes(data=True)]

@@ -12,8 +12,10 @@ Structure, bottom up:
 - cores (3 levels): pods of ``leaves_per_pod`` leaves; each spine's uplinks carry its
   downlink total divided by ``oversubscription[1]``, spread over ``C`` cores shared by all pods.
 
-Routing is up-down with deterministic ECMP: a flow climbs only as high as its endpoints'
-lowest common switch level and hashes its choice of spine (and core).
+Routing is up-down: a flow climbs only as high as its endpoints' lowest common switch level.
+Among the equal-cost spines (and cores) a connection is either spread evenly (``ecmp_flows``
+= 0: adaptive routing, packet spraying) or split into ``ecmp_flows`` sub-flows, each placed by
+a deterministic hash (static ECMP, whose collisions are real and visible).
 
 >>> topo = fat_tree_topology(nodes=4, gpus_per_node=8, nodes_per_leaf=2, nic_bandwidth=50e9)
 >>> [e[1] for e in topo.path(0, 8)]  # host 0 to host 1, same rail leaf
@@ -51,6 +53,7 @@ def fat_tree_topology(
     leaves_per_pod: int | None = None,
     oversubscription: tuple[float, ...] = (1.0,),
     rail_optimized: bool = True,
+    ecmp_flows: int = 0,
     nvls: bool = False,
     name: str = "",
 ) -> Topology:
@@ -127,7 +130,7 @@ def fat_tree_topology(
     else:
         pods = dict.fromkeys(leaves, 0)
 
-    router = FatTreeRouter(host_of, leaf_of, pods, spines, cores)
+    router = FatTreeRouter(host_of, leaf_of, pods, spines, cores, ecmp_flows)
     return Topology(
         graph=g,
         devices=sorted(host_of),
@@ -148,15 +151,57 @@ def fat_tree_topology(
 
 
 class FatTreeRouter:
-    """Up-down routing: NVLink inside a host, else NIC -> leaf [-> spine [-> core -> spine]]."""
+    """Up-down routing: NVLink inside a host, else NIC -> leaf [-> spine [-> core -> spine]].
 
-    def __init__(self, host_of, leaf_of, pod_of_leaf, spines, cores):
+    ``path`` gives one hashed path; ``spread`` gives each link's share of a connection's bytes
+    under the fabric's load balancing (see the module doc).
+    """
+
+    def __init__(self, host_of, leaf_of, pod_of_leaf, spines, cores, ecmp_flows: int = 0):
         self.host_of = host_of
         self.leaf_of = leaf_of
         self.pod_of_leaf = pod_of_leaf
         self.spines = spines
         self.cores = cores
+        self.ecmp_flows = ecmp_flows
         self._nvswitch = NVSwitchRouter(host_of)
+
+    def spread(self, src: Node, dst: Node, key: int = 0) -> list[tuple[tuple[Node, Node], float]]:
+        """(link, fraction of the connection's bytes) for every link it uses."""
+        if self.ecmp_flows:
+            share: dict[tuple[Node, Node], float] = {}
+            k = self.ecmp_flows
+            for i in range(k):
+                for e in self.path(src, dst, key * k + i):
+                    share[e] = share.get(e, 0.0) + 1.0 / k
+            return list(share.items())
+        if isinstance(src, str) or isinstance(dst, str) or self.host_of[src] == self.host_of[dst]:
+            return [(e, 1.0) for e in self._nvswitch.path(src, dst, key)]
+        a_leaf, b_leaf = self.leaf_of[src], self.leaf_of[dst]
+        ends = [
+            ((src, f"nic{src}"), 1.0),
+            ((f"nic{src}", a_leaf), 1.0),
+            ((b_leaf, f"nic{dst}"), 1.0),
+            ((f"nic{dst}", dst), 1.0),
+        ]
+        if a_leaf == b_leaf:
+            return ends
+        pa, pb = self.pod_of_leaf[a_leaf], self.pod_of_leaf[b_leaf]
+        up, down = self.spines[pa], self.spines[pb]
+        if pa == pb:
+            return (
+                ends
+                + [((a_leaf, s), 1 / len(up)) for s in up]
+                + [((s, b_leaf), 1 / len(up)) for s in up]
+            )
+        w = 1 / (len(up) * len(self.cores))
+        return (
+            ends
+            + [((a_leaf, s), 1 / len(up)) for s in up]
+            + [((s, c), w) for s in up for c in self.cores]
+            + [((c, s), 1 / (len(self.cores) * len(down))) for c in self.cores for s in down]
+            + [((s, b_leaf), 1 / len(down)) for s in down]
+        )
 
     def path(self, src: Node, dst: Node, key: int = 0) -> Path:
         if src == dst:

@@ -1,0 +1,147 @@
+"""Uncongested collectives against their closed forms, on a non-blocking NVSwitch domain.
+
+Each GPU has one link up to the switch and one down, of bandwidth B (line rate x efficiency)
+and latency l/2 each, so a GPU-to-GPU step pays latency l. Formulas from the algorithms'
+module doc; the engine must reproduce them to float precision (rel 1e-9).
+"""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.collectives import Locality, plan_collective
+from simulator.engine import NetworkModel, time_collective
+from simulator.topology.nvswitch import nvswitch_topology
+
+REL = 1e-9  # only float rounding separates the engine from the formula
+
+
+def _time(n, size, bw, lat, kind, algo, nvls=False):
+    topo = nvswitch_topology(n, bw, latency=lat, nvls=nvls)
+    model = NetworkModel(topo.graph, topo.router, topo.host_of, topo.nvls_switch)
+    plan = plan_collective(
+        kind, list(range(n)), size, algo, model.locality, protocol_efficiency=False
+    )
+    return time_collective(model, plan)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(2, 64),
+    size=st.floats(1.0, 1e10),
+    bw=st.floats(1e9, 1e12),
+    lat=st.floats(0.0, 1e-5),
+)
+def test_ring_all_reduce_exact(n, size, bw, lat):
+    expected = 2 * (n - 1) / n * size / bw + 2 * (n - 1) * lat
+    assert _time(n, size, bw, lat, "all_reduce", "ring") == pytest.approx(expected, rel=REL)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(2, 32),
+    size=st.floats(1.0, 1e10),
+    bw=st.floats(1e9, 1e12),
+    lat=st.floats(0.0, 1e-5),
+    kind=st.sampled_from(["reduce_scatter", "all_gather"]),
+)
+def test_ring_reduce_scatter_all_gather_exact(n, size, bw, lat, kind):
+    expected = (n - 1) / n * size / bw + (n - 1) * lat
+    assert _time(n, size, bw, lat, kind, "ring") == pytest.approx(expected, rel=REL)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 64])
+def test_halving_doubling_exact(n):
+    size, bw, lat = 3e8, 4e11, 2e-6
+    expected = 2 * (n - 1) / n * size / bw + 2 * math.log2(n) * lat
+    assert _time(n, size, bw, lat, "all_reduce", "halving_doubling") == pytest.approx(
+        expected, rel=REL
+    )
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 13])
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter", "all_to_all"])
+def test_direct_exact(n, kind):
+    size, bw, lat = 3e8, 4e11, 2e-6
+    expected = (n - 1) / n * size / bw + lat
+    assert _time(n, size, bw, lat, kind, "direct") == pytest.approx(expected, rel=REL)
+
+
+@pytest.mark.parametrize("n", [3, 4, 8, 9, 16, 33])
+def test_double_binary_tree_exact(n):
+    from simulator.collectives.algorithms import _depth, double_binary_trees
+
+    size, bw, lat = 3e8, 4e11, 2e-6
+    depth = max(_depth(t) for t in double_binary_trees(n))
+    expected = 2 * size / bw + 2 * depth * lat  # each rank sends and receives S per phase
+    assert _time(n, size, bw, lat, "all_reduce", "tree") == pytest.approx(expected, rel=REL)
+
+
+@pytest.mark.parametrize("n", [4, 8, 72])
+def test_nvls_exact(n):
+    size, bw, lat = 3e8, 4e11, 2e-6
+    # S (n+1)/n each way through the switch; two switch hops of l/2 each.
+    expected = (n + 1) / n * size / bw + lat
+    assert _time(n, size, bw, lat, "all_reduce", "nvls", nvls=True) == pytest.approx(
+        expected, rel=REL
+    )
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+def test_pipelined_chain(kind):
+    n, size, bw, lat = 8, 3e8, 4e11, 2e-6
+    expected = size / bw + (n - 1) * lat
+    assert _time(n, size, bw, lat, kind, "ring") == pytest.approx(expected, rel=REL)
+
+
+def test_torus_dimension_rings_exact():
+    from simulator.topology.torus import torus_topology
+
+    shape, size, bw, lat = (4, 4, 8), 1e9, 1e11, 1e-6
+    topo = torus_topology(shape, bw, latency=lat)
+    model = NetworkModel(topo.graph, topo.router, topo.host_of, torus_shape=shape)
+    plan = plan_collective("all_reduce", topo.devices, size, "torus", model.locality)
+    expected, chunk = 0.0, size
+    for d in shape:  # bidirectional ring: half the chunk each way, (d-1) steps, RS then AG
+        expected += 2 * ((d - 1) * chunk / d / 2 / bw + (d - 1) * lat)
+        chunk /= d
+    assert time_collective(model, plan)[0] == pytest.approx(expected, rel=REL)
+
+
+def test_hierarchical_exact():
+    from simulator.topology.fat_tree import fat_tree_topology
+
+    hosts, g, size = 4, 8, 1e9
+    topo = fat_tree_topology(
+        nodes=hosts,
+        nvlink_bandwidth=4e11,
+        nvlink_latency=1e-6,
+        nic_bandwidth=5e10,
+        nic_latency=2e-6,
+        pcie_bandwidth=6.4e10,
+        pcie_latency=5e-7,
+        nodes_per_leaf=4,
+    )
+    model = NetworkModel(topo.graph, topo.router, topo.host_of)
+    plan = plan_collective("all_reduce", topo.devices, size, "hierarchical", model.locality)
+    intra = (g - 1) / g * size / 4e11 + (g - 1) * 1e-6
+    # Inter-host rings of each rank's S/g slice run over PCIe (6.4e10) and the NIC (5e10):
+    # the NIC is the bottleneck; a hop pays 2 x PCIe + 2 x half NIC latency.
+    hop_latency = 2 * 5e-7 + 2e-6
+    inter = 2 * (hosts - 1) / hosts * (size / g) / 5e10 + 2 * (hosts - 1) * hop_latency
+    assert time_collective(model, plan)[0] == pytest.approx(2 * intra + inter, rel=REL)
+
+
+def test_bytes_per_rank_match_bus_factors():
+    # Each rank sends busbw-factor x S in total: 2(n-1)/n S for all-reduce, (n-1)/n S else.
+    n, size = 8, 1e9
+    for kind, factor in [
+        ("all_reduce", 2 * (n - 1) / n),
+        ("all_gather", (n - 1) / n),
+        ("reduce_scatter", (n - 1) / n),
+        ("all_to_all", (n - 1) / n),
+    ]:
+        plan = plan_collective(kind, list(range(n)), size, None, Locality())
+        assert plan.bytes_sent == pytest.approx(n * factor * size, rel=1e-12)

@@ -1,0 +1,118 @@
+"""Topology builders: structure, routes, bandwidth figures."""
+
+import pytest
+
+from simulator import api
+from simulator.topology.fat_tree import fat_tree_topology
+from simulator.topology.nvswitch import nvswitch_topology
+from simulator.topology.summary import bisection_bandwidth
+from simulator.topology.torus import torus_topology
+
+
+def _kinds(topo):
+    out = {}
+    for _, d in topo.graph.nodes(data=True):
+        out[d["kind"]] = out.get(d["kind"], 0) + 1
+    return out
+
+
+def test_nvswitch_node():
+    topo = nvswitch_topology(8, 450e9, latency=1e-6)
+    assert _kinds(topo) == {"gpu": 8, "nvswitch": 1}
+    path = topo.path(2, 7)
+    assert path == [(2, "nvswitch0"), ("nvswitch0", 7)]
+    assert sum(topo.graph.edges[e]["latency"] for e in path) == pytest.approx(1e-6)
+    assert bisection_bandwidth(topo) == 4 * 450e9
+
+
+@pytest.mark.parametrize(
+    "name,devices,kinds",
+    [
+        ("dgx-h100.yaml", 8, {"gpu": 8, "nvswitch": 1}),
+        ("nvl72.yaml", 72, {"gpu": 72, "nvswitch": 1}),
+        ("dgx-a100-superpod.yaml", 1120, None),
+        ("dgx-h100-superpod.yaml", 1024, None),
+        ("llama3-24k-cluster.yaml", 24576, None),
+        ("tpu-v5p-pod.yaml", 6144, {"tpu": 6144}),
+    ],
+)
+def test_shipped_topologies_build(root, name, devices, kinds):
+    topo = api.topology_from_file(root / "topologies" / name)
+    assert topo.num_devices == devices
+    if kinds:
+        assert _kinds(topo) == kinds
+    for u, v, d in list(topo.graph.edges(data=True))[:1000]:
+        assert d["bandwidth"] > 0 and d["latency"] >= 0 and topo.graph.has_edge(v, u)
+
+
+def test_llama3_cluster_oversubscription_and_bisection(root):
+    topo = api.topology_from_file(root / "topologies/llama3-24k-cluster.yaml")
+    # 8 pods of 3,072 GPUs at full bisection, 1:7 above: the cut across pods carries
+    # 24,576 x 50 GB/s / 7 / 2 per direction.
+    assert bisection_bandwidth(topo) == pytest.approx(24576 * 50e9 / 7 / 2, rel=1e-9)
+    assert topo.meta["pods"] == 8 and topo.meta["leaves"] == 1536
+    # A flow between pods climbs to a core switch: 8 links.
+    path = topo.path(0, 24575)
+    assert [topo.graph.nodes[v]["kind"] for _, v in path] == [
+        "nic",
+        "leaf",
+        "spine",
+        "core",
+        "spine",
+        "leaf",
+        "nic",
+        "gpu",
+    ]
+    # Within a pod it turns at a spine: 6 links.
+    assert len(topo.path(0, 3071)) == 6
+
+
+def test_rail_optimised_keeps_same_rail_traffic_under_one_leaf():
+    rail = fat_tree_topology(nodes=4, nodes_per_leaf=4, rail_optimized=True)
+    tor = fat_tree_topology(nodes=4, nodes_per_leaf=1, rail_optimized=False)
+    # GPU 0 of host 0 to GPU 0 of host 1: one leaf hop on rails, through a spine otherwise.
+    assert len(rail.path(0, 8)) == 4
+    assert len(tor.path(0, 8)) == 6
+    # Across rails the rail-optimised fabric needs the spine as well.
+    assert len(rail.path(0, 9)) == 6
+
+
+def test_ecmp_is_deterministic_and_spreads():
+    topo = fat_tree_topology(nodes=8, nodes_per_leaf=1, rail_optimized=False)
+    spines = {topo.path(0, 8 * h + 1, key)[2][1] for h in range(1, 8) for key in range(8)}
+    assert len(spines) > 1  # flows hash over several spines
+    again = fat_tree_topology(nodes=8, nodes_per_leaf=1, rail_optimized=False)
+    assert [topo.path(0, 9, k) for k in range(5)] == [again.path(0, 9, k) for k in range(5)]
+
+
+def test_oversubscription_sets_leaf_uplinks():
+    full = fat_tree_topology(nodes=4, nodes_per_leaf=1, rail_optimized=False)
+    thin = fat_tree_topology(nodes=4, nodes_per_leaf=1, rail_optimized=False, oversubscription=(4,))
+
+    def uplink(t):
+        return sum(
+            d["bandwidth"]
+            for u, v, d in t.graph.edges(data=True)
+            if u == "leaf0.0" and t.graph.nodes[v]["kind"] == "spine"
+        )
+
+    assert uplink(full) == pytest.approx(8 * 50e9)
+    assert uplink(thin) == pytest.approx(8 * 50e9 / 4)
+
+
+def test_torus_wraparound_and_dimension_order():
+    topo = torus_topology((4, 4, 4), 100e9)
+    assert topo.graph.number_of_edges() == 64 * 6
+    # (0,0,0) -> (3,0,0) is one wraparound hop; (0,0,0) -> (2,2,2) is 6 hops, x first.
+    assert len(topo.path(0, 3)) == 1
+    path = topo.path(0, 2 + 4 * 2 + 16 * 2)
+    assert len(path) == 6
+    assert [topo.graph.nodes[v]["coords"] for _, v in path][:2] in (
+        [(1, 0, 0), (2, 0, 0)],
+        [(3, 0, 0), (2, 0, 0)],
+    )
+    mesh = torus_topology((4, 4), 100e9, wraparound=False)
+    assert len(mesh.path(0, 3)) == 3
+    # Bisection of a 16 x 16 x 24 torus: cut the 24-long dimension, 2 x 256 links.
+    v5p = torus_topology((16, 16, 24), 100e9)
+    assert bisection_bandwidth(v5p) == 2 * 256 * 100e9

@@ -3,9 +3,10 @@
 A collective issued by one representative group may stand for ``copies``: other groups doing
 the same collective at the same time (the 2,048 TP groups of a large job). Their transfers are
 routed too, and each representative transfer becomes a flow class whose per-link counts say
-how many copies cross each link (fractions where load balancing spreads a connection) (DESIGN.md, Scale), so contention between the copies stays real
-while the simulation follows one group. Routing and counting are done once per
-(plan shape, copies) and reused for every size.
+how many copies cross each link (fractions where load balancing spreads a connection over
+several paths; DESIGN.md, Scale), so contention between the copies stays real while the
+simulation follows one group. Routing and counting are done once per (plan shape, copies)
+and reused for every size.
 """
 
 from __future__ import annotations

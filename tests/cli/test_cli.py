@@ -88,3 +88,70 @@ def test_catalog_commands():
     assert names["llama3-405b"]["params"] == 405_853_388_800
     result = runner.invoke(app, ["accelerators"])
     assert any(a["name"] == "H200-SXM" for a in json.loads(result.stdout))
+
+
+def test_topology_command(root, tmp_path):
+    png = tmp_path / "t.png"
+    result = runner.invoke(
+        app,
+        [
+            "topology",
+            str(root / "topologies/dgx-h100-superpod.yaml"),
+            "--set",
+            "nodes=4",
+            "--draw",
+            str(png),
+            "--format",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert info["devices"] == 32 and info["nics"] == 32
+    assert info["bisection_Bps"] == pytest.approx(32 * 50e9 / 2)
+    assert png.stat().st_size > 10_000  # a real picture
+
+
+def test_collective_command_nccl_table(root):
+    result = runner.invoke(
+        app,
+        [
+            "collective",
+            "--topology",
+            str(root / "topologies/dgx-h100.yaml"),
+            "--op",
+            "all_reduce",
+            "--ranks",
+            "8",
+            "--algo",
+            "ring",
+            "--sizes",
+            "1MiB:1GiB:32",
+            "--format",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["size_bytes"] for r in rows] == [2**20, 2**25, 2**30]
+    for r in rows:  # busbw = algbw x 2(n-1)/n (nccl-tests PERFORMANCE.md)
+        assert r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * 2 * 7 / 8, rel=1e-12)
+    assert rows[-1]["busbw_Bps"] < 450e9  # never above the NVLink line rate
+
+
+def test_collective_command_bad_input(root):
+    result = runner.invoke(
+        app,
+        [
+            "collective",
+            "--topology",
+            str(root / "topologies/dgx-h100.yaml"),
+            "--algo",
+            "halving_doubling",
+            "--ranks",
+            "6",
+        ],
+    )
+    assert result.exit_code == 2 and "power-of-two" in result.output
+    result = runner.invoke(app, ["collective", "--topology", str(root / "topologies/nope.yaml")])
+    assert result.exit_code == 2

@@ -6,7 +6,6 @@ NVLS applies NCCL's own nvlsEfficiency (0.85, Hopper); InfiniBand loses 26 heade
 4,096-byte packet.
 """
 
-
 from simulator import api
 from tests.conftest import published
 

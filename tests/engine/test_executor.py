@@ -1,0 +1,46 @@
+"""The TaskGraph executor on small graphs with known answers."""
+
+import pytest
+
+from simulator.engine import NetworkModel, run_taskgraph
+from simulator.engine.executor import DeadlockError
+from simulator.schedule import CommSpec, Task, TaskGraph
+from simulator.topology.nvswitch import nvswitch_topology
+
+
+def _model():
+    topo = nvswitch_topology(8, 100e9, latency=1e-6)
+    return NetworkModel(topo.graph, topo.router, topo.host_of)
+
+
+def test_compute_chain_and_streams():
+    g = TaskGraph()
+    a = g.add(Task(0, "compute", "compute", "a", 1.0))
+    g.add(Task(0, "compute", "compute", "b", 2.0))  # stream order: after a
+    g.add(Task(0, "side", "compute", "c", 0.5, deps=(a,)))  # other stream, after a
+    frame = run_taskgraph(_model(), g, {0: 0})[0].to_frame().set_index("name")
+    assert frame.loc["b", "start_s"] == 1.0 and frame.loc["b", "end_s"] == 3.0
+    assert frame.loc["c", "start_s"] == 1.0 and frame.loc["c", "end_s"] == 1.5
+
+
+def test_collective_waits_for_the_last_member():
+    g = TaskGraph()
+    spec = CommSpec("all_reduce", (0, 1), 1e9, instance=0)
+    w0 = g.add(Task(0, "compute", "compute", "w0", 1.0))
+    w1 = g.add(Task(1, "compute", "compute", "w1", 3.0))
+    g.add(Task(0, "comm", "comm", "ar", deps=(w0,), comm=spec))
+    g.add(Task(1, "comm", "comm", "ar", deps=(w1,), comm=spec))
+    frame = run_taskgraph(_model(), g, {0: 0, 1: 1})[0].to_frame()
+    ar = frame[frame["name"] == "ar"]
+    # Ring all-reduce of 2 ranks: 2(n-1)/n S/B + 2(n-1) l = 1e9/1e11 + 2e-6, from t = 3.
+    assert set(ar["start_s"]) == {3.0}
+    assert ar["end_s"].tolist() == pytest.approx([3.0 + 0.01 + 2e-6] * 2, rel=1e-12)
+
+
+def test_deadlock_is_reported():
+    # x waits for y, but y is behind x on the same stream.
+    g = TaskGraph()
+    x = g.add(Task(0, "s", "compute", "x", 1.0, deps=(1,)))
+    g.add(Task(0, "s", "compute", "y", 1.0, deps=(x,)))
+    with pytest.raises(DeadlockError):
+        run_taskgraph(_model(), g, {0: 0})

@@ -1,0 +1,166 @@
+"""Engine invariants on random task graphs and collectives (DESIGN.md, Standards):
+no overlap on a stream, causality, rendezvous, determinism, conservation, monotonicity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.collectives import plan_collective
+from simulator.engine import NetworkModel, run_taskgraph, time_collective
+from simulator.schedule import CommSpec, Task, TaskGraph
+from simulator.topology.fat_tree import fat_tree_topology
+
+TOPO = fat_tree_topology(
+    nodes=2, gpus_per_node=4, nodes_per_leaf=1, rail_optimized=False, oversubscription=(2,)
+)
+STREAMS = ["compute", "comm0", "comm1"]
+
+
+def _model(scale: float = 1.0) -> NetworkModel:
+    g = TOPO.graph.copy()
+    for _, _, d in g.edges(data=True):
+        d["bandwidth"] *= scale
+    return NetworkModel(g, TOPO.router, TOPO.host_of)
+
+
+@st.composite
+def task_graphs(draw):
+    ranks = draw(st.integers(2, 6))
+    g = TaskGraph()
+    instance = 0
+    for _ in range(draw(st.integers(1, 25))):
+        deps = (
+            tuple(sorted(set(draw(st.lists(st.integers(0, max(len(g.tasks) - 1, 0)), max_size=3)))))
+            if g.tasks
+            else ()
+        )
+        if draw(st.booleans()):
+            rank = draw(st.integers(0, ranks - 1))
+            g.add(
+                Task(
+                    rank,
+                    "compute",
+                    "compute",
+                    f"c{len(g.tasks)}",
+                    draw(st.floats(0.0, 1e-3)),
+                    deps=deps,
+                )
+            )
+        else:
+            members = draw(
+                st.lists(st.integers(0, ranks - 1), min_size=2, max_size=ranks, unique=True)
+            )
+            spec = CommSpec(
+                draw(st.sampled_from(["all_reduce", "all_gather", "all_to_all"])),
+                tuple(members),
+                draw(st.floats(1.0, 1e8)),
+                instance,
+            )
+            stream = draw(st.sampled_from(STREAMS[1:]))
+            for r in members:  # members added together; deps only on earlier tasks
+                g.add(Task(r, stream, "comm", f"x{instance}", deps=deps, comm=spec))
+            instance += 1
+    return g, ranks
+
+
+def _run(graph, ranks, scale=1.0):
+    placement = {r: r for r in range(ranks)}
+    return run_taskgraph(_model(scale), graph, placement)[0].to_frame()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task_graphs())
+def test_streams_causality_rendezvous(case):
+    graph, ranks = case
+    frame = _run(graph, ranks)
+    assert len(frame) == len(graph.tasks)  # everything ran
+    # No overlap on a stream (records sorted by start on each rank's stream).
+    for _, s in frame.sort_values(["start_s", "end_s"]).groupby(["rank", "stream"]):
+        assert np.all(s["start_s"].to_numpy()[1:] >= s["end_s"].to_numpy()[:-1] - 1e-15)
+    # Causality: a task starts after its dependencies end. Records are in end order, so map
+    # task index -> record through (rank, stream, name) which is unique per task here.
+    by_key = {(r.rank, r.stream, r.name): r for r in frame.itertuples()}
+    for t in graph.tasks:
+        mine = by_key[(t.rank, t.stream, t.name)]
+        for d in t.deps:
+            dep = graph.tasks[d]
+            assert mine.start_s >= by_key[(dep.rank, dep.stream, dep.name)].end_s - 1e-15
+    # Members of one collective start and end together.
+    comm = frame[frame["kind"] == "comm"]
+    for _, s in comm.groupby("name"):
+        assert s["start_s"].nunique() == 1 and s["end_s"].nunique() == 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task_graphs())
+def test_deterministic(case):
+    graph, ranks = case
+    a, b = _run(graph, ranks), _run(graph, ranks)
+    assert a.equals(b)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task_graphs(), st.floats(1.0, 8.0))
+def test_uniformly_more_bandwidth_never_slows_a_graph(case, scale):
+    graph, ranks = case
+    base = _run(graph, ranks)["end_s"].max()
+    faster = _run(graph, ranks, scale)["end_s"].max()
+    assert faster <= base * (1 + 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["ring", "direct", "tree"]),
+    st.integers(2, 8),
+    st.lists(st.integers(0, 200), min_size=1, max_size=30),
+    st.floats(1.0, 16.0),
+)
+def test_faster_links_never_slow_a_collective(algo, n, boosted, factor):
+    group = list(range(n))
+    plan = plan_collective("all_reduce", group, 1e8, algo)
+    base = time_collective(_model(), plan)[0]
+    g = TOPO.graph.copy()
+    edges = list(g.edges)
+    for i in boosted:
+        g.edges[edges[i % len(edges)]]["bandwidth"] *= factor
+    boosted_t = time_collective(NetworkModel(g, TOPO.router, TOPO.host_of), plan)[0]
+    assert boosted_t <= base * (1 + 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["ring", "direct", "halving_doubling"]),
+    st.sampled_from(["all_reduce", "all_gather", "reduce_scatter"]),
+    st.sampled_from([2, 4, 8]),
+    st.floats(1.0, 1e9),
+)
+def test_bytes_sent_equal_bytes_received(algo, kind, n, size):
+    model = _model()
+    plan = plan_collective(kind, list(range(n)), size, algo, protocol_efficiency=False)
+    _, stats = time_collective(model, plan)
+    # Every byte crosses each link of its path once: the link counters add up to each
+    # transfer's bytes x its path's links (spread fractions included), and what leaves the
+    # senders' first links equals what enters the receivers' last links.
+    expected = np.zeros(len(model.links))
+    first = last = 0.0
+    for phase in plan.phases:
+        for j, t in enumerate(phase.transfers):
+            for e, w in TOPO.router.spread(t.src, t.dst, j):
+                expected[model.links.index[e]] += t.bytes_ * phase.steps * w
+            first += t.bytes_ * phase.steps
+            last += t.bytes_ * phase.steps
+    assert np.allclose(stats.link_bytes, expected, rtol=1e-9, atol=1e-6)
+    sent = sum(
+        stats.link_bytes[model.links.index[(d, nb)]]
+        for d in range(n)
+        for nb in TOPO.graph.successors(d)
+    )
+    received = sum(
+        stats.link_bytes[model.links.index[(nb, d)]]
+        for d in range(n)
+        for nb in TOPO.graph.predecessors(d)
+    )
+    assert sent == pytest.approx(first, rel=1e-9) and received == pytest.approx(last, rel=1e-9)

@@ -125,7 +125,8 @@ def attention_core_op(
     f = 2.0 * b * heads * s_q * s_k * (d_qk + d_v) * causal
     e = act_bytes
     io = e * b * (s_q * heads * (d_qk + d_v) + s_k * kv * (d_qk + d_v))
-    ops = [Op("attention", "attention", f, 2.0 * f, 0.0, io, 2.5 * io, 0.0)]
+    shape = (b * heads * s_q, s_k, d_qk)  # the fused kernel's inner GEMM
+    ops = [Op("attention", "attention", f, 2.0 * f, 0.0, io, 2.5 * io, 0.0, shape)]
     if not flash:  # the score matrix is materialised, masked and soft-maxed in HBM
         scores = b * heads * s_q * s_k
         ops[0] = Op(
@@ -137,6 +138,7 @@ def attention_core_op(
             io + 2 * e * scores,
             2.5 * io + 4 * e * scores,
             0.0,
+            shape,
         )
         ops.append(_elementwise("softmax", scores, scores, e, flops_per_elem=5.0))
         if m.dropout:

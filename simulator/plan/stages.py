@@ -8,8 +8,10 @@ In-flight micro-batches (those whose activations a stage holds at its peak), for
 ``p`` with ``m`` micro-batches per step:
 
 - GPipe: all ``m`` forwards run before the backwards: ``m``;
-- 1F1B and ZB-H1: ``min(p - r, m)`` (ZB-H1 keeps 1F1B's peak memory, Qi et al. 2024 sec. 3);
-- ZB-H2: ``min(2 (p - r) - 1, m)``, the extra warm-up forwards that fill the tail bubble;
+- 1F1B: ``min(p - r, m)``;
+- ZB-H1: ``min(p, m)`` on every stage: 1F1B's peak on the first stage (Qi et al. 2024), and
+  later stages hold the micro-batches whose postponed weight-gradient is still due;
+- ZB-H2: ``min(2p - 1, m)``, the extra warm-up forwards (and postponed W's) of its ramp;
 - interleaved 1F1B, counted in chunks as Megatron-LM's warm-up does:
   ``min(2 (p - r - 1) + (v - 1) p + 1, m v)`` chunk-micro-batches, each ``1/v`` of the
   stage's layers. On stage 0 this is ``L (1 + (p - 1)/(p v))`` layers' worth, Korthikanti et
@@ -76,8 +78,10 @@ def in_flight_micro_batches(
     p, r, m = pp, stage, micro_batches
     if schedule == "gpipe":
         return float(m)
+    if schedule == "zb-h1":
+        return float(min(p, m))
     if schedule == "zb-h2":
-        return float(min(2 * (p - r) - 1, m))
+        return float(min(2 * p - 1, m))
     if schedule == "interleaved" and virtual > 1:
         chunks = min(2 * (p - r - 1) + (virtual - 1) * p + 1, m * virtual)
         return chunks / virtual

@@ -42,6 +42,8 @@ class MoEConfig(Frozen):
 
     ``every`` = 2 puts an MoE layer at every second layer (GShard); ``first_dense_layers``
     keeps the first layers dense (DeepSeek-V3: 3). ``capacity_factor`` None is dropless.
+    ``load_imbalance`` is the busiest expert-parallel rank's token count over the mean (1 =
+    perfectly balanced routing); the busiest rank sets the pace of each all-to-all.
     """
 
     experts: PosInt
@@ -51,6 +53,7 @@ class MoEConfig(Frozen):
     every: PosInt = 1
     first_dense_layers: Annotated[int, Field(ge=0)] = 0
     capacity_factor: Annotated[float, Field(gt=0, le=1000)] | None = None
+    load_imbalance: Annotated[float, Field(ge=1, le=1000)] = 1.0
 
     @model_validator(mode="after")
     def top_k_within_experts(self):
@@ -305,7 +308,8 @@ class ParallelismConfig(Frozen):
     product ``dp x tp x pp x cp = gpus``. ``expert_tp`` (default ``tp``) is the tensor-parallel
     degree inside experts. ``zero`` 0-3, or ``fsdp`` for 3. ``bucket_size`` (B) is the gradient
     bucket of DDP / ZeRO-2; ZeRO-3 gathers ``fsdp_unit_layers`` layers at a time and prefetches
-    ``fsdp_prefetch`` units ahead.
+    ``fsdp_prefetch`` units ahead. ``order`` lays the rank grid out innermost first (Llama 3:
+    tp, cp, pp, dp): consecutive ranks, hence GPUs of one node, share the innermost groups.
     """
 
     dp: PosInt | None = None
@@ -321,6 +325,13 @@ class ParallelismConfig(Frozen):
     bucket_size: Bytes = 25e6
     fsdp_unit_layers: PosInt = 1
     fsdp_prefetch: Annotated[int, Field(ge=0, le=64)] = 1
+    order: list[Literal["tp", "cp", "pp", "dp"]] = ["tp", "cp", "pp", "dp"]
+
+    @model_validator(mode="after")
+    def order_is_a_permutation(self):
+        if sorted(self.order) != ["cp", "dp", "pp", "tp"]:
+            raise ValueError("order must list tp, cp, pp and dp once each")
+        return self
 
     @property
     def etp(self) -> int:
@@ -410,6 +421,13 @@ class PrecisionConfig(Frozen):
 # ----------------------------------------------------------------------------- scenario
 
 
+class SimulationConfig(Frozen):
+    """How to simulate: ``symmetric`` follows one rank per pipeline stage and lets symmetric
+    copies load the network; ``full`` simulates every rank (up to about 1,024 GPUs)."""
+
+    mode: Literal["symmetric", "full"] = "symmetric"
+
+
 class Scenario(Frozen):
     """One training run. ``failures`` and ``sweep`` are reserved for later sections."""
 
@@ -421,6 +439,7 @@ class Scenario(Frozen):
     parallelism: ParallelismConfig = ParallelismConfig()
     training: TrainingConfig
     precision: PrecisionConfig = PrecisionConfig()
+    simulation: SimulationConfig = SimulationConfig()
     failures: dict[str, Any] | None = None
     sweep: dict[str, Any] | None = None
 

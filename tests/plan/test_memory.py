@@ -119,7 +119,9 @@ def test_1f1b_first_stage_holds_p_micro_batches_gpipe_m():
     assert [r.in_flight_micro_batches for r in one_f_one_b] == [4, 3, 2, 1]
     assert all(r.in_flight_micro_batches == m for r in gpipe)
     zb1 = memory_ledger(_pipeline("zb-h1", p, m))
-    assert [r.in_flight_micro_batches for r in zb1] == [4, 3, 2, 1]  # ZB-H1 = 1F1B memory
+    assert [r.in_flight_micro_batches for r in zb1] == [4, 4, 4, 4]  # first stage as 1F1B
+    zb2 = memory_ledger(_pipeline("zb-h2", p, m))
+    assert zb2[0].in_flight_micro_batches == 2 * p - 1  # Qi et al. Table 2: (2p - 1) M_B
 
 
 def test_korthikanti_eq5_first_stage_total():

@@ -1,0 +1,56 @@
+"""How long an op takes on an accelerator: a roofline with calibrated efficiencies.
+
+    t = max(FLOPs / (peak x e_gemm(shape)), bytes / (HBM B/s x e_mem)) + launch overhead
+
+``e_gemm`` and ``e_mem`` come from :mod:`simulator.model.calibration` (fitted once to the H200
+microbenchmarks); other GPUs keep the same efficiencies against their own peaks. The attention
+core runs as a fused kernel (flash attention) whose efficiency is that of a GEMM of its inner
+shape (rows ``b x heads x s_q``, columns ``s_k``, depth ``d``). Elementwise ops are
+memory-bound. ``launch_s`` (2 us) is the CPU cost of enqueueing a kernel when the GPU queue
+runs ahead: an assumption, not a measurement (isolated-kernel timings include ~37 us of
+launch-and-event latency that training hides).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.hardware import Accelerator
+from simulator.model.calibration import GemmFit, MemFit, device_fits
+from simulator.model.ops import Op
+
+LAUNCH_S = 2e-6
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Op durations (s) on one accelerator."""
+
+    peak_flops: float
+    hbm_Bps: float
+    gemm: GemmFit
+    mem: MemFit
+    launch_s: float = LAUNCH_S
+
+    @classmethod
+    def for_accelerator(cls, acc: Accelerator, dtype: str = "bf16") -> ComputeModel:
+        gemm, mem = device_fits("h200")
+        return cls(acc.peak(dtype), acc.hbm_bandwidth_Bps, gemm, mem)
+
+    def op_seconds(self, op: Op, phase: str) -> float:
+        """Seconds of ``op`` in ``phase`` ("f", "b" or "w"); 0 when it has no work there."""
+        flops = {"f": op.f_flops, "b": op.b_flops, "w": op.w_flops}[phase]
+        moved = {"f": op.f_bytes, "b": op.b_bytes, "w": op.w_bytes}[phase]
+        if flops <= 0 and moved <= 0:
+            return 0.0
+        t_mem = moved / (self.hbm_Bps * self.mem.e_mem)
+        if op.kind in ("gemm", "attention") and op.gemm_mnk is not None:
+            m, n, k = op.gemm_mnk
+            t_flops = flops / (self.peak_flops * self.gemm.efficiency(m, n, k))
+        else:
+            t_flops = 0.0  # elementwise FLOPs hide under their memory traffic
+        return max(t_flops, t_mem) + self.launch_s
+
+    def seconds(self, ops: list[Op], phase: str) -> float:
+        """Total seconds of ``ops`` run back to back in ``phase``."""
+        return sum(self.op_seconds(op, phase) for op in ops)

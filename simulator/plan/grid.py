@@ -1,0 +1,87 @@
+"""The rank grid DP x PP x CP x TP, its process groups, and placement on devices.
+
+Ranks are laid out in ``order``, innermost first (default tp, cp, pp, dp as Llama 3 does):
+``rank = tp + TP (cp + CP (pp + PP dp))``. Devices are numbered host by host, so with TP
+innermost a tensor-parallel group fills one NVLink domain. Expert parallelism is carved out of
+DP x CP (Megatron-LM): an EP group is ``ep`` consecutive data-parallel indices with the same
+tp and pp coordinates; the expert-data-parallel group links the EP groups' equals.
+
+>>> g = RankGrid(dp=2, pp=2, cp=1, tp=4)
+>>> g.rank(tp=1, cp=0, pp=1, dp=1), g.group(5, "tp"), g.group(5, "dp")
+(13, (4, 5, 6, 7), (5, 13))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DIMS = ("tp", "cp", "pp", "dp")
+
+
+@dataclass(frozen=True)
+class RankGrid:
+    """Degrees of each dimension, ``ep`` within ``dp x cp``, and the layout ``order``."""
+
+    dp: int
+    pp: int
+    cp: int
+    tp: int
+    ep: int = 1
+    order: tuple[str, ...] = DIMS
+
+    @property
+    def size(self) -> int:
+        return self.dp * self.pp * self.cp * self.tp
+
+    def _degree(self, dim: str) -> int:
+        return getattr(self, dim)
+
+    def coords(self, rank: int) -> dict[str, int]:
+        out = {}
+        for dim in self.order:
+            d = self._degree(dim)
+            out[dim] = rank % d
+            rank //= d
+        return out
+
+    def rank(self, **coords: int) -> int:
+        r, mul = 0, 1
+        for dim in self.order:
+            r += coords[dim] * mul
+            mul *= self._degree(dim)
+        return r
+
+    def group(self, rank: int, *dims: str) -> tuple[int, ...]:
+        """Ranks that differ from ``rank`` only in ``dims`` (first dim varying fastest)."""
+        base = self.coords(rank)
+        ranks = [base]
+        for dim in dims:
+            ranks = [{**c, dim: i} for i in range(self._degree(dim)) for c in ranks]
+        return tuple(sorted(self.rank(**c) for c in ranks))
+
+    def groups(self, *dims: str) -> list[tuple[int, ...]]:
+        """Every group over ``dims``, each once, ordered by its first rank."""
+        seen: dict[int, tuple[int, ...]] = {}
+        for r in range(self.size):
+            g = self.group(r, *dims)
+            seen.setdefault(g[0], g)
+        return [seen[k] for k in sorted(seen)]
+
+    def ep_group(self, rank: int) -> tuple[int, ...]:
+        """The expert-parallel group: ``ep`` consecutive (dp, cp) positions, same tp and pp."""
+        c = self.coords(rank)
+        flat = c["dp"] * self.cp + c["cp"]
+        start = flat - flat % self.ep
+        out = []
+        for f in range(start, start + self.ep):
+            out.append(self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp))
+        return tuple(out)
+
+    def expert_dp_group(self, rank: int) -> tuple[int, ...]:
+        """Ranks holding the same experts: the same place in every EP group of the DP x CP."""
+        c = self.coords(rank)
+        flat = c["dp"] * self.cp + c["cp"]
+        out = []
+        for f in range(flat % self.ep, self.dp * self.cp, self.ep):
+            out.append(self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp))
+        return tuple(out)

@@ -70,15 +70,17 @@ class CollectiveRunner:
         return ids, np.fromiter((w for _, w in pairs), dtype=float, count=len(pairs))
 
     def geometry(
-        self, plan: CollectivePlan, copies: Sequence[Sequence[int]] = ()
+        self, plan: CollectivePlan, copies: Sequence[Sequence[int]] = (), copies_key=None
     ) -> list[_Geometry]:
-        """Route ``plan`` for its group and every copy; cached by shape."""
+        """Route ``plan`` for its group and every copy; cached by shape (and by
+        ``copies_key`` when given, which must name the set of copies uniquely)."""
+        copies_id = copies_key if copies_key is not None else tuple(map(tuple, copies))
         key = (
             plan.kind,
             plan.algorithm,
             plan.group,
-            tuple(map(tuple, copies)),
-            tuple((len(p.transfers), p.steps) for p in plan.phases),
+            copies_id,
+            tuple((len(p.transfers), p.steps, p.latency_hops) for p in plan.phases),
         )
         cached = self._geometry.get(key)
         if cached is not None:
@@ -111,9 +113,10 @@ class CollectiveRunner:
         plan: CollectivePlan,
         on_done: Callable[[], None],
         copies: Sequence[Sequence[int]] = (),
+        copies_key=None,
     ) -> None:
         """Run the phases of ``plan`` one after another, then call ``on_done``."""
-        geometry = self.geometry(plan, copies)
+        geometry = self.geometry(plan, copies, copies_key)
         scale = plan.size_bytes / plan.efficiency
         shape_id = id(geometry)
 

@@ -4,6 +4,7 @@ rendezvous on the flow network. Callbacks only: no SimPy process per task or str
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 import simpy
@@ -12,6 +13,9 @@ from simulator.collectives import Locality, plan_collective
 from simulator.engine.collective import CollectiveRunner
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace, TraceRecord
+
+
+_RUNS = itertools.count()
 
 
 class DeadlockError(RuntimeError):
@@ -55,6 +59,9 @@ class Executor:
         self.arrived: dict[int, list[tuple[int, float]]] = defaultdict(list)
         self.done = [False] * len(tasks)
         self._plans: dict[tuple, object] = {}
+        self._copy_devices: dict[int, list[list[int]]] = {}
+        self._token = next(_RUNS)  # names this graph's copy sets in shared geometry caches
+        self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
 
     def run(self) -> Trace:
         for key in list(self.queue):
@@ -74,6 +81,8 @@ class Executor:
         self.busy[key] = True
         task = self.graph.tasks[i]
         now = self.env.now
+        if task.mem_alloc:
+            self.memory.append((task.rank, now, task.mem_alloc))
         if task.kind == "compute":
             self.env.timeout(task.duration_s).callbacks.append(lambda _ev: self._finish(i, now))
             return
@@ -93,17 +102,29 @@ class Executor:
                 spec.collective, devices, spec.size_bytes, spec.algorithm, self.locality
             )
             self._plans[key] = plan
-        copies = [[self.device_of[r] for r in g] for g in spec.copies]
+        copies = self._copies(spec.copies)
 
         def finished() -> None:
             for i in members:
                 self._finish(i, start)
 
-        self.runner.run(plan, finished, copies)
+        key = None if spec.copies < 0 else (self._token, spec.copies)
+        self.runner.run(plan, finished, copies, copies_key=key)
+
+    def _copies(self, index: int) -> list[list[int]]:
+        if index < 0:
+            return []
+        cached = self._copy_devices.get(index)
+        if cached is None:
+            cached = [[self.device_of[r] for r in g] for g in self.graph.copy_sets[index]]
+            self._copy_devices[index] = cached
+        return cached
 
     def _finish(self, i: int, start: float) -> None:
         t = self.graph.tasks[i]
         self.done[i] = True
+        if t.mem_free:
+            self.memory.append((t.rank, self.env.now, -t.mem_free))
         self.trace.add(
             TraceRecord(
                 t.rank,

@@ -19,8 +19,9 @@ class CommSpec:
     """One rank's part of a collective.
 
     ``group``: member ranks in collective order; ``size_bytes``: the buffer S (DESIGN.md);
-    ``instance``: tasks with equal instance form one call; ``copies``: groups of ranks that run
-    the same collective at the same time without being simulated (symmetry).
+    ``instance``: tasks with equal instance form one call; ``copies``: index into
+    ``TaskGraph.copy_sets`` of the groups of ranks that run the same collective at the same
+    time without being simulated (symmetry), -1 for none.
     """
 
     collective: str
@@ -28,12 +29,16 @@ class CommSpec:
     size_bytes: float
     instance: int
     algorithm: str | None = None
-    copies: tuple[tuple[int, ...], ...] = ()
+    copies: int = -1
 
 
 @dataclass(frozen=True)
 class Task:
-    """A unit of work on ``rank``'s ``stream``; ``deps`` index tasks of the same graph."""
+    """A unit of work on ``rank``'s ``stream``; ``deps`` index tasks of the same graph.
+
+    ``mem_alloc`` bytes are allocated when the task starts and ``mem_free`` bytes released when
+    it ends (activations, gathered parameters), giving the memory timeline.
+    """
 
     rank: int
     stream: str
@@ -47,6 +52,8 @@ class Task:
     microbatch: int = -1
     flops: float = 0.0
     bytes_: float = 0.0
+    mem_alloc: float = 0.0
+    mem_free: float = 0.0
 
 
 @dataclass
@@ -54,10 +61,16 @@ class TaskGraph:
     """Tasks of the simulated ranks. Stream order is the order of ``tasks``."""
 
     tasks: list[Task] = field(default_factory=list)
+    copy_sets: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
 
     def add(self, task: Task) -> int:
         self.tasks.append(task)
         return len(self.tasks) - 1
+
+    def add_copies(self, groups: tuple[tuple[int, ...], ...]) -> int:
+        """Register a set of symmetric groups; returns its index for ``CommSpec.copies``."""
+        self.copy_sets.append(groups)
+        return len(self.copy_sets) - 1
 
     @property
     def ranks(self) -> list[int]:

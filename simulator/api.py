@@ -16,7 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from simulator.collectives import bus_bandwidth, plan_collective
-from simulator.engine import NetworkModel, time_collective
+from simulator import metrics
+from simulator.engine import NetworkModel, run_taskgraph_with_memory, time_collective
+from simulator.model.compute import ComputeModel
+from simulator.schedule.step import build_step
 from simulator.hardware import get_accelerator
 from simulator.model.params import count_params
 from simulator.plan.memory import (
@@ -32,6 +35,9 @@ from simulator.topology.summary import link_levels, summary
 from simulator.units import parse_quantity
 
 __all__ = [
+    "RunResult",
+    "run",
+    "write_run",
     "MemoryReport",
     "collective_table",
     "load_scenario",
@@ -178,3 +184,87 @@ def collective_table(
 def topology_report(topo: Topology) -> tuple[dict, pd.DataFrame]:
     """Headline numbers and the per-level link table of ``topo``."""
     return summary(topo), link_levels(topo)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One simulated step: headline metrics, the trace, the memory timeline (DataFrames)."""
+
+    summary: dict
+    trace: pd.DataFrame
+    memory: pd.DataFrame
+
+
+def run(scenario: Scenario, topo: Topology | None = None) -> RunResult:
+    """Simulate one steady-state training step of ``scenario`` (metrics: simulator.metrics)."""
+    topo = topo or build_topology(scenario.cluster)
+    acc = scenario.cluster.accelerator
+    cm = ComputeModel.for_accelerator(acc, scenario.precision.compute_dtype)
+    step = build_step(scenario, cm)
+    if step.grid.size > topo.num_devices:
+        raise ValueError(f"{step.grid.size} ranks but the topology has {topo.num_devices} devices")
+    device_of = {r: topo.devices[r] for r in range(step.grid.size)}
+    trace, stats, mem_events = run_taskgraph_with_memory(network_model(topo), step.graph,
+                                                         device_of)
+    frame = trace.to_frame()
+    return RunResult(_summarise(scenario, step, frame, stats, mem_events), frame,
+                     metrics.memory_timeline(mem_events, step.static_memory))
+
+
+def _summarise(scenario, step, frame, stats, mem_events) -> dict:
+    acc = scenario.cluster.accelerator
+    peak = acc.peak(scenario.precision.compute_dtype)
+    zb_h2 = scenario.parallelism.pipeline.schedule == "zb-h2"
+    spans = None
+    if zb_h2:  # steps overlap by the ramp: each stage's own span is the period
+        spans = {r: (f["start_s"].min(), f["end_s"].max()) for r, f in frame.groupby("rank")}
+        step_time = max(e - s for s, e in spans.values())
+        spans = {r: (s, s + step_time) for r, (s, _) in spans.items()}
+    else:
+        step_time = float(frame["end_s"].max())
+    parts = metrics.rank_breakdown(frame, spans)
+    timeline = metrics.memory_timeline(mem_events, step.static_memory)
+    peaks = metrics.peak_memory(timeline, step.static_memory)
+    n = scenario.num_gpus
+    tokens = scenario.training.global_batch * scenario.training.seq_len
+    comm = parts["comm_s"].sum()
+    return {
+        "scenario": scenario.name,
+        "num_gpus": n,
+        "simulated_ranks": len(step.ranks),
+        "step_time_s": step_time,
+        "tokens_per_s": tokens / step_time,
+        "mfu": step.model_flops_per_step / (step_time * n * peak),
+        "hfu": float((parts["flops"] / (step_time * peak)).mean()),
+        "model_tflops_per_gpu": step.model_flops_per_step / (step_time * n) / 1e12,
+        "bubble_fraction": float((parts["idle_s"] / step_time).mean()),
+        "exposed_comm_fraction": float((parts["exposed_comm_s"] / step_time).mean()),
+        "overlap_fraction": float(parts["overlap_s"].sum() / comm) if comm > 0 else 0.0,
+        "peak_memory_bytes": max(peaks.values()),
+        "memory_capacity_bytes": acc.hbm_bytes,
+        "oom": max(peaks.values()) > acc.hbm_bytes,
+        "peak_memory_by_rank": {str(k): v for k, v in sorted(peaks.items())},
+        "utilisation": metrics.stream_utilisation(frame, step_time),
+        "tasks": len(frame),
+        "network_rerates": stats.rerates,
+    }
+
+
+def write_run(result: RunResult, out: str | Path) -> list[Path]:
+    """Write ``summary.json``, ``trace.parquet`` (``trace.csv`` without pyarrow) and
+    ``memory.csv`` into ``out``; returns the paths."""
+    import json
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "summary.json"]
+    paths[0].write_text(json.dumps(result.summary, indent=2, default=float))
+    try:
+        result.trace.to_parquet(out / "trace.parquet", index=False)
+        paths.append(out / "trace.parquet")
+    except ImportError:
+        result.trace.to_csv(out / "trace.csv", index=False)
+        paths.append(out / "trace.csv")
+    result.memory.to_csv(out / "memory.csv", index=False)
+    paths.append(out / "memory.csv")
+    return paths

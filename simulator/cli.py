@@ -224,6 +224,49 @@ def _human_bytes(n: float) -> str:
 
 
 @app.command()
+def run(scenario: ScenarioArg, set_: SetOpt = None, format: FormatOpt = Format.table,
+        out: Annotated[Path | None, typer.Option(
+            "--out", help="Write summary.json, the trace table and the memory timeline here."
+        )] = None) -> None:
+    """Simulate one steady-state training step: step time, MFU, bubble, overlap, memory."""
+    s = _load(scenario, set_)
+    log.info("simulating %s on %d GPUs (%s mode)", s.name or scenario.name, s.num_gpus,
+             s.simulation.mode)
+    try:
+        result = api.run(s)
+    except ValueError as exc:
+        typer.echo(f"error: {scenario}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if out is not None:
+        written = api.write_run(result, out)
+        log.info("wrote %s", ", ".join(str(p) for p in written))
+    summary = result.summary
+    if format is Format.json:
+        typer.echo(json.dumps(summary, indent=2, default=float))
+        return
+    gb = 1e9
+    lines = [
+        ("step time", f"{summary['step_time_s']:.3f} s"),
+        ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
+        ("MFU / HFU", f"{summary['mfu']:.1%} / {summary['hfu']:.1%}"),
+        ("model TFLOP/s per GPU", f"{summary['model_tflops_per_gpu']:.1f}"),
+        ("pipeline bubble", f"{summary['bubble_fraction']:.1%} of the step"),
+        ("exposed communication", f"{summary['exposed_comm_fraction']:.1%} of the step"),
+        ("communication overlapped", f"{summary['overlap_fraction']:.1%}"),
+        ("peak memory", f"{summary['peak_memory_bytes'] / gb:.1f} GB of "
+                        f"{summary['memory_capacity_bytes'] / gb:.0f} GB"
+                        + ("  OUT OF MEMORY" if summary["oom"] else "")),
+        ("simulated", f"{summary['simulated_ranks']} ranks of {summary['num_gpus']:,}, "
+                      f"{summary['tasks']:,} tasks"),
+    ]
+    typer.echo(f"{s.name or scenario.name}")
+    for name, value in lines:
+        typer.echo(f"  {name:<26} {value}")
+    util = ", ".join(f"{k} {v:.0%}" for k, v in sorted(summary["utilisation"].items()))
+    typer.echo(f"  {'stream utilisation':<26} {util}")
+
+
+@app.command()
 def check(scenario: ScenarioArg, set_: SetOpt = None) -> None:
     """Validate a scenario and print it with every default filled in, as JSON."""
     s = _load(scenario, set_)

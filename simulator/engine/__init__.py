@@ -3,6 +3,11 @@ flows, and an executor for TaskGraphs. Knows nothing of transformers or topology
 it takes a graph and a router from the caller.
 """
 
-from simulator.engine.simulate import NetworkModel, run_taskgraph, time_collective
+from simulator.engine.simulate import (
+    NetworkModel,
+    run_taskgraph,
+    run_taskgraph_with_memory,
+    time_collective,
+)
 
-__all__ = ["NetworkModel", "run_taskgraph", "time_collective"]
+__all__ = ["NetworkModel", "run_taskgraph", "run_taskgraph_with_memory", "time_collective"]

@@ -120,21 +120,22 @@ class FlowNetwork:
     def _advance(self, now: float) -> None:
         dt = now - self._last
         if dt > 0:
-            lb = self.stats.link_bytes
             for f in self.active:
-                moved = f.rate * dt
-                f.remaining -= moved
-                np.add.at(lb, f.cls.links, f.cls.counts * moved)
+                f.remaining -= f.rate * dt
         self._last = now
 
-    def _rates(self) -> np.ndarray:
-        patterns = tuple(f.cls.pattern for f in self.active)
-        cacheable = None not in patterns
-        if cacheable:
-            cached = self._rate_cache.get(patterns)
-            if cached is not None:
-                self.stats.cache_hits += 1
-                return cached
+    def _rates(self) -> list[float]:
+        patterns = [f.cls.pattern for f in self.active]
+        key = None
+        if None not in patterns:
+            key = frozenset(patterns)
+            if len(key) == len(patterns):  # a pattern twice at once: rate it afresh
+                cached = self._rate_cache.get(key)
+                if cached is not None:
+                    self.stats.cache_hits += 1
+                    return [cached[p] for p in patterns]
+            else:
+                key = None
         self.stats.rerates += 1
         flow_idx = np.concatenate(
             [np.full(f.cls.links.size, i, dtype=np.int64) for i, f in enumerate(self.active)]
@@ -142,9 +143,9 @@ class FlowNetwork:
         link_idx = np.concatenate([f.cls.links for f in self.active])
         counts = np.concatenate([f.cls.counts for f in self.active])
         rates = max_min_rates(flow_idx, link_idx, counts, len(self.active), self.links.capacity)
-        if cacheable:
-            self._rate_cache[patterns] = rates
-        return rates
+        if key is not None:
+            self._rate_cache[key] = dict(zip(patterns, rates.tolist(), strict=True))
+        return rates.tolist()
 
     def _rerate_and_schedule(self, now: float) -> None:
         self._generation += 1
@@ -153,7 +154,7 @@ class FlowNetwork:
         rates = self._rates()
         next_dt = np.inf
         for f, r in zip(self.active, rates, strict=True):
-            f.rate = float(r)
+            f.rate = r
             next_dt = min(next_dt, f.remaining / f.rate)
         gen = self._generation
         event = self.env.timeout(max(next_dt, 0.0))
@@ -168,6 +169,7 @@ class FlowNetwork:
         still = []
         for f in self.active:
             if f.remaining <= _EPS * f.cls.bytes_ + 1e-9 or f.remaining / f.rate <= _EPS * now:
+                np.add.at(self.stats.link_bytes, f.cls.links, f.cls.counts * f.cls.bytes_)
                 f.batch.pending -= 1
                 f.batch.end = max(f.batch.end, now + f.cls.tail_s)
                 if f.batch.pending == 0:

@@ -62,6 +62,15 @@ def run_taskgraph(
     model: NetworkModel, graph: TaskGraph, device_of: dict[int, int]
 ) -> tuple[Trace, NetworkStats]:
     """Simulate ``graph`` with ranks placed by ``device_of``; return its trace."""
+    trace, stats, _ = run_taskgraph_with_memory(model, graph, device_of)
+    return trace, stats
+
+
+def run_taskgraph_with_memory(
+    model: NetworkModel, graph: TaskGraph, device_of: dict[int, int]
+) -> tuple[Trace, NetworkStats, list[tuple[int, float, float]]]:
+    """As :func:`run_taskgraph`, plus the memory events (rank, time s, bytes delta)."""
     env, net, runner = model.new_run()
-    trace = Executor(env, graph, runner, device_of, model.locality).run()
-    return trace, net.stats
+    executor = Executor(env, graph, runner, device_of, model.locality)
+    trace = executor.run()
+    return trace, net.stats, executor.memory

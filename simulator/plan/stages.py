@@ -109,3 +109,13 @@ def pipeline_layout(
         )
         for r in range(pp)
     ]
+
+
+def chunk_layers(num_layers: int, pp: int, virtual: int, stage: int, chunk: int,
+                 first: int | None = None, last: int | None = None) -> tuple[int, ...]:
+    """Layer indices of model chunk ``chunk`` on ``stage`` (chunk 0 only when ``virtual`` = 1)."""
+    if virtual == 1:
+        return stage_layers(num_layers, pp, 1, stage, first, last)
+    per_chunk = num_layers // (pp * virtual)
+    start = (chunk * pp + stage) * per_chunk
+    return tuple(range(start, start + per_chunk))

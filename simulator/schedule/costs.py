@@ -1,0 +1,104 @@
+"""Durations (s), FLOPs and bytes of the compute blocks a step is made of, per layer kind.
+
+A layer splits where communication cuts into it: the attention block (norm, projections, the
+attention core, output projection), and the feed-forward block (dense MLP, or router + shared
+experts, then the routed experts between the two all-to-alls). With context parallelism the
+attention core splits into the local block (computed while K/V travel) and the remote ones.
+Each block has forward (f), input-gradient (b) and weight-gradient (w) durations from the
+compute model, and the FLOPs the trace records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from simulator.model.activations import MicroBatch, layer_activation_bytes
+from simulator.model.compute import ComputeModel
+from simulator.model.ops import Op, Sharding, embedding_ops, head_ops, layer_ops
+from simulator.scenario.schema import ModelConfig
+
+
+@dataclass(frozen=True)
+class Block:
+    """One compute task's worth of ops: seconds and FLOPs per phase."""
+
+    f: float = 0.0
+    b: float = 0.0
+    w: float = 0.0
+    flops_f: float = 0.0
+    flops_b: float = 0.0
+    flops_w: float = 0.0
+
+    @staticmethod
+    def of(ops: list[Op], cm: ComputeModel, scale: float = 1.0) -> Block:
+        return Block(
+            scale * cm.seconds(ops, "f"), scale * cm.seconds(ops, "b"),
+            scale * cm.seconds(ops, "w"), scale * sum(o.f_flops for o in ops),
+            scale * sum(o.b_flops for o in ops), scale * sum(o.w_flops for o in ops))
+
+    def __add__(self, other: Block) -> Block:
+        return Block(self.f + other.f, self.b + other.b, self.w + other.w,
+                     self.flops_f + other.flops_f, self.flops_b + other.flops_b,
+                     self.flops_w + other.flops_w)
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """A layer's blocks and memory (bytes) for one micro-batch on one rank."""
+
+    attn_local: Block  # norm, projections, local attention block
+    attn_remote: Block  # remote attention blocks (context parallel) and output projection
+    core: Block  # the attention core alone (what selective recompute repeats)
+    ffn: Block  # dense MLP, or router + shared experts (+ residuals)
+    experts: Block | None  # routed experts between the all-to-alls (MoE layers)
+    act_kept: float  # activations kept for backward under the recompute policy
+    act_full: float  # activations without recompute (live while a layer is recomputed)
+
+
+def _split(ops: list[Op]) -> tuple[list[Op], list[Op], list[Op], list[Op], list[Op]]:
+    """(attention before core, core, attention after core, ffn, routed experts)."""
+    core_at = next(i for i, o in enumerate(ops) if o.kind == "attention")
+    res_at = next(i for i, o in enumerate(ops) if o.name == "attention_residual")
+    pre, post = ops[:core_at], ops[res_at - 1:res_at + 1]
+    core = ops[core_at:res_at - 1]
+    rest = ops[res_at + 1:]
+    experts = [o for o in rest if o.name.startswith("expert_")]
+    ffn = [o for o in rest if not o.name.startswith("expert_")]
+    return pre, core, post, ffn, experts
+
+
+@lru_cache(maxsize=4096)
+def layer_cost(m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding, recompute: str,
+               cm: ComputeModel) -> LayerCost:
+    """Blocks and activation bytes of ``layer`` for micro-batch shape ``mb`` under ``sh``."""
+    ops = layer_ops(m, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash)
+    pre, core, post, ffn, experts = _split(ops)
+    core_block = Block.of(core, cm)
+    local = 1.0 / sh.cp
+    imbalance = m.moe.load_imbalance if (m.moe and m.is_moe_layer(layer)) else 1.0
+    return LayerCost(
+        attn_local=Block.of(pre, cm) + Block.of(core, cm, local),
+        attn_remote=Block.of(core, cm, 1.0 - local) + Block.of(post, cm),
+        core=core_block,
+        ffn=Block.of(ffn, cm),
+        experts=Block.of(experts, cm, imbalance) if experts else None,
+        act_kept=layer_activation_bytes(m, layer, mb, sh, recompute),
+        act_full=layer_activation_bytes(m, layer, mb, sh, "none"),
+    )
+
+
+def embedding_block(m: ModelConfig, mb: MicroBatch, sh: Sharding, cm: ComputeModel) -> Block:
+    return Block.of(embedding_ops(m, mb.b, mb.s, sh, mb.act_bytes), cm)
+
+
+def head_block(m: ModelConfig, mb: MicroBatch, sh: Sharding, cm: ComputeModel) -> Block:
+    return Block.of(head_ops(m, mb.b, mb.s, sh, mb.act_bytes), cm)
+
+
+def optimizer_seconds(params: float, grad_bytes: float, param_bytes: float,
+                      state_bytes_per_param: float, cm: ComputeModel) -> float:
+    """A fused optimizer step over ``params`` parameters: memory-bound. It reads the gradient
+    and the optimizer state and writes the state back and the low-precision parameters."""
+    moved = params * (grad_bytes + 2 * state_bytes_per_param + param_bytes)
+    return moved / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s

@@ -195,20 +195,27 @@ class RunResult:
     memory: pd.DataFrame
 
 
-def run(scenario: Scenario, topo: Topology | None = None) -> RunResult:
-    """Simulate one steady-state training step of ``scenario`` (metrics: simulator.metrics)."""
+def run(
+    scenario: Scenario, topo: Topology | None = None, compute_model: ComputeModel | None = None
+) -> RunResult:
+    """Simulate one steady-state training step of ``scenario`` (metrics: simulator.metrics).
+
+    ``topo`` and ``compute_model`` default to the scenario's; tests pass idealised ones.
+    """
     topo = topo or build_topology(scenario.cluster)
     acc = scenario.cluster.accelerator
-    cm = ComputeModel.for_accelerator(acc, scenario.precision.compute_dtype)
+    cm = compute_model or ComputeModel.for_accelerator(acc, scenario.precision.compute_dtype)
     step = build_step(scenario, cm)
     if step.grid.size > topo.num_devices:
         raise ValueError(f"{step.grid.size} ranks but the topology has {topo.num_devices} devices")
     device_of = {r: topo.devices[r] for r in range(step.grid.size)}
-    trace, stats, mem_events = run_taskgraph_with_memory(network_model(topo), step.graph,
-                                                         device_of)
+    trace, stats, mem_events = run_taskgraph_with_memory(network_model(topo), step.graph, device_of)
     frame = trace.to_frame()
-    return RunResult(_summarise(scenario, step, frame, stats, mem_events), frame,
-                     metrics.memory_timeline(mem_events, step.static_memory))
+    return RunResult(
+        _summarise(scenario, step, frame, stats, mem_events),
+        frame,
+        metrics.memory_timeline(mem_events, step.static_memory),
+    )
 
 
 def _summarise(scenario, step, frame, stats, mem_events) -> dict:

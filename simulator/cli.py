@@ -224,14 +224,22 @@ def _human_bytes(n: float) -> str:
 
 
 @app.command()
-def run(scenario: ScenarioArg, set_: SetOpt = None, format: FormatOpt = Format.table,
-        out: Annotated[Path | None, typer.Option(
+def run(
+    scenario: ScenarioArg,
+    set_: SetOpt = None,
+    format: FormatOpt = Format.table,
+    out: Annotated[
+        Path | None,
+        typer.Option(
             "--out", help="Write summary.json, the trace table and the memory timeline here."
-        )] = None) -> None:
+        ),
+    ] = None,
+) -> None:
     """Simulate one steady-state training step: step time, MFU, bubble, overlap, memory."""
     s = _load(scenario, set_)
-    log.info("simulating %s on %d GPUs (%s mode)", s.name or scenario.name, s.num_gpus,
-             s.simulation.mode)
+    log.info(
+        "simulating %s on %d GPUs (%s mode)", s.name or scenario.name, s.num_gpus, s.simulation.mode
+    )
     try:
         result = api.run(s)
     except ValueError as exc:
@@ -253,11 +261,17 @@ def run(scenario: ScenarioArg, set_: SetOpt = None, format: FormatOpt = Format.t
         ("pipeline bubble", f"{summary['bubble_fraction']:.1%} of the step"),
         ("exposed communication", f"{summary['exposed_comm_fraction']:.1%} of the step"),
         ("communication overlapped", f"{summary['overlap_fraction']:.1%}"),
-        ("peak memory", f"{summary['peak_memory_bytes'] / gb:.1f} GB of "
-                        f"{summary['memory_capacity_bytes'] / gb:.0f} GB"
-                        + ("  OUT OF MEMORY" if summary["oom"] else "")),
-        ("simulated", f"{summary['simulated_ranks']} ranks of {summary['num_gpus']:,}, "
-                      f"{summary['tasks']:,} tasks"),
+        (
+            "peak memory",
+            f"{summary['peak_memory_bytes'] / gb:.1f} GB of "
+            f"{summary['memory_capacity_bytes'] / gb:.0f} GB"
+            + ("  OUT OF MEMORY" if summary["oom"] else ""),
+        ),
+        (
+            "simulated",
+            f"{summary['simulated_ranks']} ranks of {summary['num_gpus']:,}, "
+            f"{summary['tasks']:,} tasks",
+        ),
     ]
     typer.echo(f"{s.name or scenario.name}")
     for name, value in lines:

@@ -36,12 +36,16 @@ def union_length(intervals: np.ndarray) -> float:
 
 def intersection_length(a: np.ndarray, b: np.ndarray) -> float:
     """Length covered by both interval sets."""
-    return union_length(a) + union_length(b) - union_length(np.vstack([a, b])) \
-        if len(a) and len(b) else 0.0
+    return (
+        union_length(a) + union_length(b) - union_length(np.vstack([a, b]))
+        if len(a) and len(b)
+        else 0.0
+    )
 
 
-def rank_breakdown(frame: pd.DataFrame, span: dict[int, tuple[float, float]] | None = None
-                   ) -> pd.DataFrame:
+def rank_breakdown(
+    frame: pd.DataFrame, span: dict[int, tuple[float, float]] | None = None
+) -> pd.DataFrame:
     """Per rank: window, compute, communication, overlap, exposed comm and idle (seconds)."""
     rows = []
     for rank, f in frame.groupby("rank"):
@@ -53,10 +57,18 @@ def rank_breakdown(frame: pd.DataFrame, span: dict[int, tuple[float, float]] | N
         t_comp, t_comm = union_length(c), union_length(m)
         both = intersection_length(c, m)
         window = end - start
-        rows.append({"rank": rank, "window_s": window, "compute_s": t_comp, "comm_s": t_comm,
-                     "overlap_s": both, "exposed_comm_s": t_comm - both,
-                     "idle_s": max(window - (t_comp + t_comm - both), 0.0),
-                     "flops": f["flops"].sum()})
+        rows.append(
+            {
+                "rank": rank,
+                "window_s": window,
+                "compute_s": t_comp,
+                "comm_s": t_comm,
+                "overlap_s": both,
+                "exposed_comm_s": t_comm - both,
+                "idle_s": max(window - (t_comp + t_comm - both), 0.0),
+                "flops": f["flops"].sum(),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -70,12 +82,12 @@ def stream_utilisation(frame: pd.DataFrame, step_time: float) -> dict[str, float
     return out
 
 
-def memory_timeline(events: list[tuple[int, float, float]], static: dict[int, float]
-                    ) -> pd.DataFrame:
+def memory_timeline(
+    events: list[tuple[int, float, float]], static: dict[int, float]
+) -> pd.DataFrame:
     """Memory in use per rank over time (bytes): static state plus allocations so far."""
     if not events:
-        return pd.DataFrame({"rank": list(static), "time_s": 0.0,
-                             "bytes": list(static.values())})
+        return pd.DataFrame({"rank": list(static), "time_s": 0.0, "bytes": list(static.values())})
     ev = pd.DataFrame(events, columns=["rank", "time_s", "delta"])
     # At equal times, frees before allocations: a buffer released as the next is taken.
     ev = ev.sort_values(["rank", "time_s", "delta"], kind="stable")

@@ -8,6 +8,7 @@ and per-step latency ``a`` on a non-blocking switch, the phases below take:
 algorithm          all-reduce                                   reduce-scatter / all-gather
 ================== ============================================ ==================================
 ring               2(n-1)/n S/B + 2(n-1) a                      (n-1)/n S/B + (n-1) a
+                   (across hosts: one ring per local GPU, each leaving on its own NIC)
 halving_doubling   2(n-1)/n S/B + 2 log2(n) a                   (n-1)/n S/B + log2(n) a
 direct             2(n-1)/n S/B + 2 a                           (n-1)/n S/B + a
 tree (double bin.) 2 S/B + 2 depth a                            -
@@ -43,12 +44,35 @@ def _ring(group: Sequence[int], bytes_: float, steps: int) -> Phase:
     return Phase(tuple(Transfer(group[i], group[(i + 1) % n], bytes_) for i in range(n)), steps)
 
 
+def ring_channels(group: Sequence[int], loc: Locality) -> list[list[int]]:
+    """NCCL-style rings: when the group spans hosts with ``g`` members each, ``g`` rings
+    (channels) each visit every host's members rotated by one more place, so each ring
+    leaves a host from a different GPU and crosses the network on a different NIC (rail).
+    One ring otherwise."""
+    by_host: dict[int, list[int]] = {}
+    for d in group:
+        by_host.setdefault(loc.host_of.get(d, d), []).append(d)
+    sizes = {len(v) for v in by_host.values()}
+    if len(by_host) < 2 or len(sizes) != 1 or sizes == {1}:
+        return [list(group)]
+    g = sizes.pop()
+    hosts = list(by_host.values())
+    return [[h[(c + i) % g] for h in hosts for i in range(g)] for c in range(g)]
+
+
+def _rings(rings: list[list[int]], bytes_: float, steps: int) -> Phase:
+    share = bytes_ / len(rings)
+    return Phase(tuple(t for r in rings for t in _ring(r, share, steps).transfers), steps)
+
+
 def ring(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
+    """Ring all-reduce / reduce-scatter / all-gather over NCCL-style channels (each carries an
+    equal share of the buffer), and pipelined chains for broadcast and reduce."""
     n = len(group)
     if kind == "all_reduce":
-        return [_ring(group, size / n, 2 * (n - 1))]
+        return [_rings(ring_channels(group, loc), size / n, 2 * (n - 1))]
     if kind in ("reduce_scatter", "all_gather"):
-        return [_ring(group, size / n, n - 1)]
+        return [_rings(ring_channels(group, loc), size / n, n - 1)]
     if kind in ("broadcast", "reduce"):
         chain = list(group) if kind == "broadcast" else list(reversed(group))
         return [

@@ -111,8 +111,15 @@ def pipeline_layout(
     ]
 
 
-def chunk_layers(num_layers: int, pp: int, virtual: int, stage: int, chunk: int,
-                 first: int | None = None, last: int | None = None) -> tuple[int, ...]:
+def chunk_layers(
+    num_layers: int,
+    pp: int,
+    virtual: int,
+    stage: int,
+    chunk: int,
+    first: int | None = None,
+    last: int | None = None,
+) -> tuple[int, ...]:
     """Layer indices of model chunk ``chunk`` on ``stage`` (chunk 0 only when ``virtual`` = 1)."""
     if virtual == 1:
         return stage_layers(num_layers, pp, 1, stage, first, last)

@@ -33,14 +33,23 @@ class Block:
     @staticmethod
     def of(ops: list[Op], cm: ComputeModel, scale: float = 1.0) -> Block:
         return Block(
-            scale * cm.seconds(ops, "f"), scale * cm.seconds(ops, "b"),
-            scale * cm.seconds(ops, "w"), scale * sum(o.f_flops for o in ops),
-            scale * sum(o.b_flops for o in ops), scale * sum(o.w_flops for o in ops))
+            scale * cm.seconds(ops, "f"),
+            scale * cm.seconds(ops, "b"),
+            scale * cm.seconds(ops, "w"),
+            scale * sum(o.f_flops for o in ops),
+            scale * sum(o.b_flops for o in ops),
+            scale * sum(o.w_flops for o in ops),
+        )
 
     def __add__(self, other: Block) -> Block:
-        return Block(self.f + other.f, self.b + other.b, self.w + other.w,
-                     self.flops_f + other.flops_f, self.flops_b + other.flops_b,
-                     self.flops_w + other.flops_w)
+        return Block(
+            self.f + other.f,
+            self.b + other.b,
+            self.w + other.w,
+            self.flops_f + other.flops_f,
+            self.flops_b + other.flops_b,
+            self.flops_w + other.flops_w,
+        )
 
 
 @dataclass(frozen=True)
@@ -60,17 +69,18 @@ def _split(ops: list[Op]) -> tuple[list[Op], list[Op], list[Op], list[Op], list[
     """(attention before core, core, attention after core, ffn, routed experts)."""
     core_at = next(i for i, o in enumerate(ops) if o.kind == "attention")
     res_at = next(i for i, o in enumerate(ops) if o.name == "attention_residual")
-    pre, post = ops[:core_at], ops[res_at - 1:res_at + 1]
-    core = ops[core_at:res_at - 1]
-    rest = ops[res_at + 1:]
+    pre, post = ops[:core_at], ops[res_at - 1 : res_at + 1]
+    core = ops[core_at : res_at - 1]
+    rest = ops[res_at + 1 :]
     experts = [o for o in rest if o.name.startswith("expert_")]
     ffn = [o for o in rest if not o.name.startswith("expert_")]
     return pre, core, post, ffn, experts
 
 
 @lru_cache(maxsize=4096)
-def layer_cost(m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding, recompute: str,
-               cm: ComputeModel) -> LayerCost:
+def layer_cost(
+    m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding, recompute: str, cm: ComputeModel
+) -> LayerCost:
     """Blocks and activation bytes of ``layer`` for micro-batch shape ``mb`` under ``sh``."""
     ops = layer_ops(m, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash)
     pre, core, post, ffn, experts = _split(ops)
@@ -96,8 +106,13 @@ def head_block(m: ModelConfig, mb: MicroBatch, sh: Sharding, cm: ComputeModel) -
     return Block.of(head_ops(m, mb.b, mb.s, sh, mb.act_bytes), cm)
 
 
-def optimizer_seconds(params: float, grad_bytes: float, param_bytes: float,
-                      state_bytes_per_param: float, cm: ComputeModel) -> float:
+def optimizer_seconds(
+    params: float,
+    grad_bytes: float,
+    param_bytes: float,
+    state_bytes_per_param: float,
+    cm: ComputeModel,
+) -> float:
     """A fused optimizer step over ``params`` parameters: memory-bound. It reads the gradient
     and the optimizer state and writes the state back and the low-precision parameters."""
     moved = params * (grad_bytes + 2 * state_bytes_per_param + param_bytes)

@@ -414,18 +414,26 @@ class _Builder:
         return self.layer_params(key)
 
     def buckets(self, keys_backward: list) -> list[tuple]:
-        """Gradient buckets in backward order: (keys, dense params, expert params), a key
-        being a layer index or "head"/"emb"."""
-        out, cur, dense, expert = [], [], 0.0, 0.0
+        """Gradient buckets in backward order: (keys, dense params, expert params), a key being
+        a layer index or "head"/"emb". Like PyTorch DDP, a bucket closes when it holds
+        ``bucket_size`` bytes of gradient, so a layer larger than a bucket spans several."""
+        cap = max(self.par.bucket_size / self.gb, 1.0)  # parameters per bucket
+        out, keys, dense, expert = [], [], 0.0, 0.0
         for key in keys_backward:
             d, e = self.param_units(key)
-            cur.append(key)
-            dense, expert = dense + d, expert + e
-            if (dense + expert) * self.gb >= self.par.bucket_size:
-                out.append((tuple(cur), dense, expert))
-                cur, dense, expert = [], 0.0, 0.0
-        if cur:
-            out.append((tuple(cur), dense, expert))
+            total = d + e
+            left = total
+            while left > 0:
+                take = min(left, cap - dense - expert)
+                frac = take / total
+                keys.append(key)
+                dense, expert = dense + d * frac, expert + e * frac
+                left -= take
+                if dense + expert >= cap * (1 - 1e-12):
+                    out.append((tuple(dict.fromkeys(keys)), dense, expert))
+                    keys, dense, expert = [], 0.0, 0.0
+        if keys:
+            out.append((tuple(dict.fromkeys(keys)), dense, expert))
         return out
 
     def grad_sync(self, rank, bucket, deps, tag):
@@ -468,8 +476,11 @@ class _Builder:
             )
         return [t for t in out if t is not None]
 
-    def fsdp_gather(self, rank, layer, j, why, deps):
-        d, e = self.layer_params(layer)
+    def fsdp_gather(self, rank, key, j, why, deps):
+        """ZeRO-3: all-gather unit ``key`` (a layer, "emb" or "head") before it computes."""
+        if self.par.zero != 3:
+            return None
+        d, e = self.param_units(key)
         grp, cps = self.group(rank, "dp")
         return self.comm(
             rank,
@@ -478,14 +489,42 @@ class _Builder:
             "all_gather",
             grp,
             (d + e) * self.pb,
-            ("ag", layer, j, why),
+            ("ag", key, j, why),
             deps,
             cps,
             phase="fsdp",
-            layer=layer,
+            layer=key if isinstance(key, int) else -1,
             microbatch=j,
             mem_alloc=(d + e) * self.pb,
         )
+
+    def gathered_bytes(self, key) -> float:
+        return sum(self.param_units(key)) * self.pb if self.par.zero == 3 else 0.0
+
+    def fsdp_reduce(self, rank, key, j, deps, dp_tasks, free: float = 0.0):
+        """ZeRO-3: reduce-scatter unit ``key``'s gradient after its backward, then release
+        ``free`` bytes of parameters gathered for it."""
+        if self.par.zero != 3:
+            return
+        d, e = self.param_units(key)
+        grp, cps = self.group(rank, "dp")
+        rs = self.comm(
+            rank,
+            "dp",
+            "fsdp_reduce_scatter",
+            "reduce_scatter",
+            grp,
+            (d + e) * self.gb,
+            ("rs", key, j),
+            deps,
+            cps,
+            phase="grad_sync",
+            layer=key if isinstance(key, int) else -1,
+            microbatch=j,
+            mem_free=free,
+        )
+        if rs is not None:
+            dp_tasks.append(rs)
 
     # -- a stage -------------------------------------------------------------------------
     def build_rank(self, rank: int, order) -> None:
@@ -504,7 +543,7 @@ class _Builder:
         param_ag: dict[int, int] = {}
         if zero in (1, 2):
             for c in range(v):
-                for bucket in reversed(self.bucket_plan[(r, c)]):
+                for bi, bucket in reversed(list(enumerate(self.bucket_plan[(r, c)]))):
                     layers, dense, expert = bucket
                     grp, cps = self.group(rank, "dp")
                     t = self.comm(
@@ -514,7 +553,7 @@ class _Builder:
                         "all_gather",
                         grp,
                         (dense + expert) * self.pb,
-                        ("pag", r, c, layers),
+                        ("pag", r, c, bi),
                         (),
                         cps,
                         phase="param_gather",
@@ -523,6 +562,7 @@ class _Builder:
                         if isinstance(layer, int):
                             param_ag[layer] = t
         dp_tasks: list[int] = []
+        self.zero3_tasks = dp_tasks
         self.w_task: dict[tuple, int] = {}  # (layer | "head" | "emb", micro-batch) -> W task
         for kind, c, j in order:
             layers = chunks[c]
@@ -538,24 +578,24 @@ class _Builder:
                 last = deps
                 if first_chunk:
                     eb = embedding_block(self.m, self.mb, self.sh, self.cm)
+                    gather = self.fsdp_gather(rank, "emb", j, "F", ())
                     last = [
                         self.task(
                             rank,
                             "compute",
                             "embedding",
                             eb.f,
-                            last,
+                            last + [gather],
                             phase="forward",
                             microbatch=j,
                             flops=eb.flops_f,
                             mem_alloc=embedding_activation_bytes(self.m, self.mb, self.sh),
+                            mem_free=self.gathered_bytes("emb"),
                         )
                     ]
                 for layer in layers:
-                    extra = []
-                    if zero == 3:
-                        extra.append(self.fsdp_gather(rank, layer, j, "F", ()))
-                    elif layer in param_ag and j == 0:
+                    extra = [self.fsdp_gather(rank, layer, j, "F", ())]
+                    if layer in param_ag and j == 0:
                         extra.append(param_ag[layer])
                     last = [self.layer_forward(rank, layer, j, last + extra, (layer,) + tag)]
                     if zero == 3:
@@ -566,22 +606,24 @@ class _Builder:
                                 "fsdp_free",
                                 0.0,
                                 last,
-                                mem_free=sum(self.layer_params(layer)) * self.pb,
+                                mem_free=self.gathered_bytes(layer),
                             )
                         ]
                 if head_stage and c == v - 1:
                     hb = head_block(self.m, self.mb, self.sh, self.cm)
+                    gather = self.fsdp_gather(rank, "head", j, "F", ())
                     last = [
                         self.task(
                             rank,
                             "compute",
                             "loss",
                             hb.f,
-                            last,
+                            last + [gather],
                             phase="forward",
                             microbatch=j,
                             flops=hb.flops_f,
                             mem_alloc=head_activation_bytes(self.m, self.mb, self.sh),
+                            mem_free=self.gathered_bytes("head"),
                         )
                     ]
                 if not (head_stage and c == v - 1):
@@ -616,13 +658,14 @@ class _Builder:
                 last = deps
                 if last_chunk:
                     hb = head_block(self.m, self.mb, self.sh, self.cm)
+                    gather = self.fsdp_gather(rank, "head", j, "B", ())
                     last = [
                         self.task(
                             rank,
                             "compute",
                             "loss",
                             hb.b + hb.w,
-                            last,
+                            last + [gather],
                             phase="input_grad",
                             microbatch=j,
                             flops=hb.flops_b + hb.flops_w,
@@ -630,8 +673,9 @@ class _Builder:
                         )
                     ]
                     self.w_task[("head", j)] = last[0]
+                    self.fsdp_reduce(rank, "head", j, last, dp_tasks, self.gathered_bytes("head"))
                 for layer in reversed(layers):
-                    extra = [self.fsdp_gather(rank, layer, j, "B", ())] if zero == 3 else []
+                    extra = [self.fsdp_gather(rank, layer, j, "B", ())]
                     last = [self.layer_backward(rank, layer, j, last + extra, (layer,) + tag)]
                     if not zb:
                         last = [self.after_weight_grad(rank, layer, j, last, dp_tasks)]
@@ -646,50 +690,35 @@ class _Builder:
                     if emb_stage and c == 0:
                         last = [self.embedding_grad(rank, j, last)]
                 if j == self.n_mb - 1 and zero in (0, 1, 2):
-                    for bucket in self.bucket_plan[(r, c)]:
+                    for bi, bucket in enumerate(self.bucket_plan[(r, c)]):
                         ready = [self.w_task[(k, j)] for k in bucket[0]]
-                        dp_tasks += self.grad_sync(rank, bucket, ready, ("g", r, c, bucket[0]))
+                        dp_tasks += self.grad_sync(rank, bucket, ready, ("g", r, c, bi))
         self.optimizer(rank, r, dp_tasks)
 
     def after_weight_grad(self, rank, layer, j, deps, dp_tasks):
         w = self.layer_weight_grad(rank, layer, j, deps)
         self.w_task[(layer, j)] = w
-        if self.par.zero == 3:
-            d, e = self.layer_params(layer)
-            grp, cps = self.group(rank, "dp")
-            rs = self.comm(
-                rank,
-                "dp",
-                "fsdp_reduce_scatter",
-                "reduce_scatter",
-                grp,
-                (d + e) * self.gb,
-                ("rs", layer, j),
-                [w],
-                cps,
-                phase="grad_sync",
-                layer=layer,
-                microbatch=j,
-                mem_free=(d + e) * self.pb,
-            )
-            if rs is not None:
-                dp_tasks.append(rs)
+        self.fsdp_reduce(rank, layer, j, [w], dp_tasks, self.gathered_bytes(layer))
         return w
 
     def embedding_grad(self, rank, j, deps):
+        """The embedding's gradient (a scatter-add). FSDP's pre-backward hook gathers the
+        unit's parameters even though the scatter-add does not read them."""
         eb = embedding_block(self.m, self.mb, self.sh, self.cm)
+        gather = self.fsdp_gather(rank, "emb", j, "B", ())
         t = self.task(
             rank,
             "compute",
             "embedding",
             eb.w,
-            deps,
+            list(deps) + [gather],
             phase="weight_grad",
             microbatch=j,
             flops=eb.flops_w,
             mem_free=embedding_activation_bytes(self.m, self.mb, self.sh),
         )
         self.w_task[("emb", j)] = t
+        self.fsdp_reduce(rank, "emb", j, [t], self.zero3_tasks, self.gathered_bytes("emb"))
         return t
 
     def send_grad(self, rank, r, c, j, last):

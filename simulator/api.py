@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.collectives import bus_bandwidth, plan_collective
 from simulator import metrics
+from simulator.collectives import bus_bandwidth, plan_collective
 from simulator.engine import NetworkModel, run_taskgraph_with_memory, time_collective
-from simulator.model.compute import ComputeModel
-from simulator.schedule.step import build_step
 from simulator.hardware import get_accelerator
+from simulator.model.compute import ComputeModel
 from simulator.model.params import count_params
 from simulator.plan.memory import (
     RankMemory,
@@ -30,6 +29,7 @@ from simulator.plan.memory import (
 )
 from simulator.scenario import Scenario, load_scenario, load_topology
 from simulator.scenario.schema import ClusterConfig
+from simulator.schedule.step import build_step
 from simulator.topology import Topology, build_topology
 from simulator.topology.summary import link_levels, summary
 from simulator.units import parse_quantity

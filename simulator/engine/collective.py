@@ -7,10 +7,16 @@ how many copies cross each link (fractions where load balancing spreads a connec
 several paths; DESIGN.md, Scale), so contention between the copies stays real while the
 simulation follows one group. Routing and counting are done once per (plan shape, copies)
 and reused for every size.
+
+A phase of more than 256 transfers (an all-to-all over 64 ranks has 4,032) becomes one flow
+class per kind of transfer - same path length (inside a host, under a leaf, through a spine,
+through a core) and same bytes - whose counts add the transfers' link use: the transfers of
+a symmetric pattern get equal max-min rates anyway, and the water-filling stays small.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -20,14 +26,17 @@ from simulator.collectives.plan import CollectivePlan, Node
 from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
 
 
+_SHAPES = itertools.count()  # unique pattern ids for rate reuse
+MERGE_ABOVE = 256  # transfers in a phase beyond which equal ones share a flow class
+
+
 @dataclass(frozen=True)
 class _Geometry:
-    """A routed phase: per transfer its links, copy counts, latency tail and byte share."""
+    """A routed phase: one flow class per transfer (or per merged kind of transfer), whose
+    ``bytes_`` is its share of the collective's size (bytes x steps / size); the run scales
+    it by the size."""
 
-    links: tuple[np.ndarray, ...]
-    counts: tuple[np.ndarray, ...]
-    tails: tuple[float, ...]
-    byte_factors: tuple[float, ...]  # transfer bytes x steps / collective size
+    classes: list[FlowClass]
 
 
 class CollectiveRunner:
@@ -90,21 +99,27 @@ class CollectiveRunner:
         out = []
         size = plan.size_bytes or 1.0
         for phase in plan.phases:
-            links, counts, tails, factors = [], [], [], []
+            merge = len(phase.transfers) > MERGE_ABOVE
+            classes: dict[tuple, list] = {}  # class key -> [ids parts, weight parts, tail, f]
             for j, t in enumerate(phase.transfers):
-                ids_parts, weight_parts = [], []
+                path_ids = self.links.ids(self.router.path(t.src, t.dst, j))
+                tail = phase.latency_count * float(self.links.latency[path_ids].sum())
+                factor = t.bytes_ * phase.steps / size
+                cls = classes.setdefault(
+                    (path_ids.size, factor) if merge else (j,), [[], [], tail, factor]
+                )
                 for g, m in zip(groups, mappings, strict=True):
                     src, dst = self._map(t.src, m, g[0]), self._map(t.dst, m, g[0])
                     ids, weights = self._route(src, dst, j)
-                    ids_parts.append(ids)
-                    weight_parts.append(weights)
+                    cls[0].append(ids)
+                    cls[1].append(weights)
+                cls[2] = max(cls[2], tail)
+            flows = []
+            for ids_parts, weight_parts, tail, factor in classes.values():
                 ids, inverse = np.unique(np.concatenate(ids_parts), return_inverse=True)
-                links.append(ids)
-                counts.append(np.bincount(inverse, weights=np.concatenate(weight_parts)))
-                path_ids = self.links.ids(self.router.path(t.src, t.dst, j))
-                tails.append(phase.latency_count * float(self.links.latency[path_ids].sum()))
-                factors.append(t.bytes_ * phase.steps / size)
-            out.append(_Geometry(tuple(links), tuple(counts), tuple(tails), tuple(factors)))
+                counts = np.bincount(inverse, weights=np.concatenate(weight_parts))
+                flows.append(FlowClass(ids, counts, factor, tail, (next(_SHAPES), len(flows))))
+            out.append(_Geometry(flows))
         self._geometry[key] = out
         return out
 
@@ -118,23 +133,11 @@ class CollectiveRunner:
         """Run the phases of ``plan`` one after another, then call ``on_done``."""
         geometry = self.geometry(plan, copies, copies_key)
         scale = plan.size_bytes / plan.efficiency
-        shape_id = id(geometry)
 
         def start(i: int) -> None:
             if i == len(geometry):
                 on_done()
                 return
-            geo = geometry[i]
-            classes = [
-                FlowClass(
-                    geo.links[j],
-                    geo.counts[j],
-                    geo.byte_factors[j] * scale,
-                    geo.tails[j],
-                    (shape_id, i, j),
-                )
-                for j in range(len(geo.links))
-            ]
-            self.network.submit(classes, lambda: start(i + 1))
+            self.network.submit(geometry[i].classes, lambda: start(i + 1), scale)
 
         start(0)

@@ -14,7 +14,6 @@ from simulator.engine.collective import CollectiveRunner
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace, TraceRecord
 
-
 _RUNS = itertools.count()
 
 

@@ -74,6 +74,7 @@ class _Active:
     cls: FlowClass
     batch: _Batch
     remaining: float
+    total: float
     rate: float = 0.0
 
 
@@ -90,8 +91,9 @@ class NetworkStats:
 class FlowNetwork:
     """Flows over a :class:`LinkTable` in ``env``; ``submit`` a batch, get a callback."""
 
-    def __init__(self, env: simpy.Environment, links: LinkTable):
+    def __init__(self, env: simpy.Environment, links: LinkTable, track_links: bool = False):
         self.env = env
+        self.track_links = track_links  # count bytes per link (tests, utilisation)
         self.links = links
         self.active: list[_Active] = []
         self._last = env.now
@@ -100,18 +102,21 @@ class FlowNetwork:
         self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
 
     # -- public -------------------------------------------------------------------------
-    def submit(self, classes: list[FlowClass], on_done: Callable[[], None]) -> None:
-        """Start ``classes`` now; call ``on_done`` when every copy has moved its bytes and
-        paid its tail."""
+    def submit(
+        self, classes: list[FlowClass], on_done: Callable[[], None], scale: float = 1.0
+    ) -> None:
+        """Start ``classes`` now, each moving ``bytes_ x scale``; call ``on_done`` when every
+        copy has moved its bytes and paid its tail."""
         now = self.env.now
         batch = _Batch(on_done, len(classes), now)
         self._advance(now)
         for cls in classes:
-            if cls.bytes_ <= 0 or cls.links.size == 0:
+            size = cls.bytes_ * scale
+            if size <= 0 or cls.links.size == 0:
                 batch.pending -= 1
                 batch.end = max(batch.end, now + cls.tail_s)
             else:
-                self.active.append(_Active(cls, batch, cls.bytes_))
+                self.active.append(_Active(cls, batch, size, size))
         if batch.pending == 0:
             self._finish_batch(batch, now)
         self._rerate_and_schedule(now)
@@ -168,8 +173,9 @@ class FlowNetwork:
         self._advance(now)
         still = []
         for f in self.active:
-            if f.remaining <= _EPS * f.cls.bytes_ + 1e-9 or f.remaining / f.rate <= _EPS * now:
-                np.add.at(self.stats.link_bytes, f.cls.links, f.cls.counts * f.cls.bytes_)
+            if f.remaining <= _EPS * f.total + 1e-9 or f.remaining / f.rate <= _EPS * now:
+                if self.track_links:
+                    np.add.at(self.stats.link_bytes, f.cls.links, f.cls.counts * f.total)
                 f.batch.pending -= 1
                 f.batch.end = max(f.batch.end, now + f.cls.tail_s)
                 if f.batch.pending == 0:

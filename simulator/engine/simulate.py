@@ -39,9 +39,11 @@ class NetworkModel:
     def locality(self) -> Locality:
         return Locality(self.host_of, self.nvls_switch, self.torus_shape)
 
-    def new_run(self) -> tuple[simpy.Environment, FlowNetwork, CollectiveRunner]:
+    def new_run(
+        self, track_links: bool = False
+    ) -> tuple[simpy.Environment, FlowNetwork, CollectiveRunner]:
         env = simpy.Environment()
-        net = FlowNetwork(env, self.links)
+        net = FlowNetwork(env, self.links, track_links)
         runner = CollectiveRunner(
             net, self.router, self.host_of, self.nvls_switch, self.geometry_cache
         )
@@ -52,7 +54,7 @@ def time_collective(
     model: NetworkModel, plan: CollectivePlan, copies: Sequence[Sequence[int]] = ()
 ) -> tuple[float, NetworkStats]:
     """Seconds ``plan`` takes alone on the network (with its symmetric ``copies``)."""
-    env, net, runner = model.new_run()
+    env, net, runner = model.new_run(track_links=True)
     runner.run(plan, lambda: None, copies)
     env.run()
     return env.now, net.stats

@@ -36,28 +36,31 @@ class RankGrid:
     def _degree(self, dim: str) -> int:
         return getattr(self, dim)
 
-    def coords(self, rank: int) -> dict[str, int]:
-        out = {}
+    @property
+    def _strides(self) -> dict[str, int]:
+        out, mul = {}, 1
         for dim in self.order:
-            d = self._degree(dim)
-            out[dim] = rank % d
-            rank //= d
+            out[dim] = mul
+            mul *= self._degree(dim)
         return out
 
+    def coords(self, rank: int) -> dict[str, int]:
+        st = self._strides
+        return {dim: (rank // st[dim]) % self._degree(dim) for dim in self.order}
+
     def rank(self, **coords: int) -> int:
-        r, mul = 0, 1
-        for dim in self.order:
-            r += coords[dim] * mul
-            mul *= self._degree(dim)
-        return r
+        st = self._strides
+        return sum(coords[dim] * st[dim] for dim in self.order)
 
     def group(self, rank: int, *dims: str) -> tuple[int, ...]:
-        """Ranks that differ from ``rank`` only in ``dims`` (first dim varying fastest)."""
-        base = self.coords(rank)
-        ranks = [base]
-        for dim in dims:
-            ranks = [{**c, dim: i} for i in range(self._degree(dim)) for c in ranks]
-        return tuple(sorted(self.rank(**c) for c in ranks))
+        """Ranks that differ from ``rank`` only in ``dims``, ascending."""
+        st = self._strides
+        c = self.coords(rank)
+        base = rank - sum(c[d] * st[d] for d in dims)
+        offsets = [0]
+        for d in dims:
+            offsets = [o + i * st[d] for o in offsets for i in range(self._degree(d))]
+        return tuple(sorted(base + o for o in offsets))
 
     def groups(self, *dims: str) -> list[tuple[int, ...]]:
         """Every group over ``dims``, each once, ordered by its first rank."""

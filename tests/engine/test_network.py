@@ -12,7 +12,7 @@ def _net():
     topo = nvswitch_topology(4, 100.0, latency=0.0)
     links = LinkTable(topo.graph)
     env = simpy.Environment()
-    return env, FlowNetwork(env, links), links, topo
+    return env, FlowNetwork(env, links, track_links=True), links, topo
 
 
 def _cls(links, topo, src, dst, size, pattern=None):

@@ -85,14 +85,18 @@ def stream_utilisation(frame: pd.DataFrame, step_time: float) -> dict[str, float
 def memory_timeline(
     events: list[tuple[int, float, float]], static: dict[int, float]
 ) -> pd.DataFrame:
-    """Memory in use per rank over time (bytes): static state plus allocations so far."""
-    if not events:
-        return pd.DataFrame({"rank": list(static), "time_s": 0.0, "bytes": list(static.values())})
-    ev = pd.DataFrame(events, columns=["rank", "time_s", "delta"])
-    # At equal times, frees before allocations: a buffer released as the next is taken.
+    """Memory in use per rank over time (bytes): the static state (parameters, gradients,
+    optimizer) from time 0, then every allocation and release. Columns: rank, time_s, bytes,
+    static_bytes."""
+    start = pd.DataFrame({"rank": list(static), "time_s": 0.0, "delta": 0.0})
+    ev = pd.concat(
+        [start, pd.DataFrame(events, columns=["rank", "time_s", "delta"])], ignore_index=True
+    )
+    # At equal times, releases before allocations: a buffer freed as the next is taken.
     ev = ev.sort_values(["rank", "time_s", "delta"], kind="stable")
-    ev["bytes"] = ev.groupby("rank")["delta"].cumsum() + ev["rank"].map(static)
-    return ev[["rank", "time_s", "bytes"]].reset_index(drop=True)
+    ev["static_bytes"] = ev["rank"].map(static)
+    ev["bytes"] = ev.groupby("rank")["delta"].cumsum() + ev["static_bytes"]
+    return ev[["rank", "time_s", "bytes", "static_bytes"]].reset_index(drop=True)
 
 
 def peak_memory(timeline: pd.DataFrame, static: dict[int, float]) -> dict[int, float]:

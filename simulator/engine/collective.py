@@ -25,7 +25,6 @@ import numpy as np
 from simulator.collectives.plan import CollectivePlan, Node
 from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
 
-
 _SHAPES = itertools.count()  # unique pattern ids for rate reuse
 MERGE_ABOVE = 256  # transfers in a phase beyond which equal ones share a flow class
 

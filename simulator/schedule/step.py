@@ -204,14 +204,31 @@ class _Builder:
         grp, cps = self.group(rank, "tp")
         return self.comm(rank, "tp", name, collective, grp, self.act_msg, tag, deps, cps, **kw)
 
-    def layer_forward(self, rank, layer, j, deps, tag, phase="forward", alloc=True):
-        """Tasks of ``layer``'s forward (or its recompute); returns the last task."""
+    @staticmethod
+    def then(last: list, new) -> list:
+        """The dependency list after ``new`` (a task, or None when it was not needed)."""
+        return [new] if new is not None else last
+
+    def local_kv_bytes(self) -> float:
+        """K and V of this rank's tokens and heads (bytes), what context parallelism passes."""
+        m = self.m
+        if m.attention == "mha":
+            d, heads = m.d_head, m.n_kv_heads
+        else:
+            d, heads = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.heads
+        return self.mb.act_bytes * self.tokens * heads / self.par.tp * 2 * d
+
+    def layer_forward(self, rank, layer, j, deps, tag, phase="forward", alloc=True) -> list:
+        """Tasks of ``layer``'s forward (or its recompute); returns the dependency list."""
         cost = layer_cost(self.m, layer, self.mb, self.sh, self.par.recompute, self.cm)
         sp = self.par.sequence_parallel
+        close = "reduce_scatter" if sp else "all_reduce"
         kw = {"phase": phase, "layer": layer, "microbatch": j}
-        last = deps
+        last = list(deps)
         if sp:
-            last = [self.tp_comm(rank, "tp_all_gather", "all_gather", tag + ("ag1",), last, **kw)]
+            last = self.then(
+                last, self.tp_comm(rank, "tp_all_gather", "all_gather", tag + ("ag1",), last, **kw)
+            )
         alloc_bytes = cost.act_kept if alloc else cost.act_full - cost.act_kept
         local = self.task(
             rank,
@@ -224,14 +241,7 @@ class _Builder:
             **kw,
         )
         kv = None
-        if self.par.cp > 1:
-            d_qk = (
-                self.m.d_head
-                if self.m.attention == "mha"
-                else (self.m.mla.qk_nope_head_dim + self.m.mla.qk_rope_head_dim)
-            )
-            kv_heads = self.m.n_kv_heads if self.m.attention == "mha" else self.m.heads
-            local_kv = self.mb.act_bytes * self.tokens * kv_heads / self.par.tp * 2 * d_qk
+        if self.par.cp > 1:  # K/V go round the ring while the local block computes
             grp, cps = self.group(rank, "cp")
             kv = self.comm(
                 rank,
@@ -239,7 +249,7 @@ class _Builder:
                 "cp_kv_all_gather",
                 "all_gather",
                 grp,
-                local_kv * self.par.cp,
+                self.local_kv_bytes() * self.par.cp,
                 tag + ("kv",),
                 last,
                 cps,
@@ -254,19 +264,20 @@ class _Builder:
             flops=cost.attn_remote.flops_f,
             **kw,
         )
-        last = [remote]
-        coll = "reduce_scatter" if sp else "all_reduce"
-        last = [self.tp_comm(rank, f"tp_{coll}", coll, tag + ("a",), last, **kw) or remote]
+        last = self.then(
+            [remote], self.tp_comm(rank, f"tp_{close}", close, tag + ("a",), [remote], **kw)
+        )
         if sp:
-            last = [self.tp_comm(rank, "tp_all_gather", "all_gather", tag + ("ag2",), last, **kw)]
-        ffn = self.task(rank, "compute", "mlp", cost.ffn.f, last, flops=cost.ffn.flops_f, **kw)
-        last = [ffn]
+            last = self.then(
+                last, self.tp_comm(rank, "tp_all_gather", "all_gather", tag + ("ag2",), last, **kw)
+            )
+        last = [self.task(rank, "compute", "mlp", cost.ffn.f, last, flops=cost.ffn.flops_f, **kw)]
         if cost.experts is not None:
             last = [self.experts(rank, cost.experts, "f", last, tag, kw)]
-        end = self.tp_comm(rank, f"tp_{coll}", coll, tag + ("m",), last, **kw)
-        return end if end is not None else last[0]
+        return self.then(last, self.tp_comm(rank, f"tp_{close}", close, tag + ("m",), last, **kw))
 
     def experts(self, rank, block: Block, phase: str, deps, tag, kw):
+        """Dispatch all-to-all, the routed experts' ``phase`` pass, combine all-to-all."""
         moe = self.m.moe
         size = (
             self.mb.act_bytes
@@ -276,31 +287,39 @@ class _Builder:
             * self.m.hidden
         )
         grp, cps = self.group(rank, "ep")
-        last = self.comm(
-            rank, "ep", "ep_dispatch", "all_to_all", grp, size, tag + (phase, "d"), deps, cps, **kw
+        last = self.then(
+            list(deps),
+            self.comm(
+                rank,
+                "ep",
+                "ep_dispatch",
+                "all_to_all",
+                grp,
+                size,
+                tag + (phase, "d"),
+                deps,
+                cps,
+                **kw,
+            ),
         )
         seconds = {"f": block.f, "b": block.b, "w": block.w}[phase]
         flops = {"f": block.flops_f, "b": block.flops_b, "w": block.flops_w}[phase]
-        ex = self.task(
-            rank, "compute", "experts", seconds, [last] if last else deps, flops=flops, **kw
-        )
+        ex = self.task(rank, "compute", "experts", seconds, last, flops=flops, **kw)
         out = self.comm(
             rank, "ep", "ep_combine", "all_to_all", grp, size, tag + (phase, "c"), [ex], cps, **kw
         )
         return out if out is not None else ex
 
-    def layer_backward(self, rank, layer, j, deps, tag):
-        """Input-gradient tasks of ``layer`` (recomputing first if asked); returns last."""
+    def layer_backward(self, rank, layer, j, deps, tag) -> list:
+        """Input-gradient tasks of ``layer``, recomputing first if asked; each forward
+        collective has its mirror (all-reduce for all-reduce, reduce-scatter for all-gather)."""
         cost = layer_cost(self.m, layer, self.mb, self.sh, self.par.recompute, self.cm)
         kw = {"phase": "input_grad", "layer": layer, "microbatch": j}
-        last = deps
+        last = list(deps)
         rc = self.par.recompute
-        transient = 0.0
+        transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
         if rc == "full":
-            last = [
-                self.layer_forward(rank, layer, j, last, tag + ("rc",), "recompute", alloc=False)
-            ]
-            transient = cost.act_full - cost.act_kept
+            last = self.layer_forward(rank, layer, j, last, tag + ("rc",), "recompute", alloc=False)
         elif rc == "selective":
             last = [
                 self.task(
@@ -313,36 +332,23 @@ class _Builder:
                     phase="recompute",
                     layer=layer,
                     microbatch=j,
-                    mem_alloc=cost.act_full - cost.act_kept,
+                    mem_alloc=transient,
                 )
             ]
-            transient = cost.act_full - cost.act_kept
         sp = self.par.sequence_parallel
-        coll = "reduce_scatter" if sp else "all_reduce"
-        # the backward of a reduce-scatter is an all-gather and vice versa
-        back = "all_gather" if sp else "all_reduce"
-        last = [self.tp_comm(rank, f"tp_{back}", back, tag + ("bm",), last, **kw) or last[-1]]
+        back = "all_gather" if sp else "all_reduce"  # mirror of the closing RS / AR
+        last = self.then(last, self.tp_comm(rank, f"tp_{back}", back, tag + ("bm",), last, **kw))
         if cost.experts is not None:
             last = [self.experts(rank, cost.experts, "b", last, tag, kw)]
-        ffn = self.task(rank, "compute", "mlp", cost.ffn.b, last, flops=cost.ffn.flops_b, **kw)
-        last = [ffn]
+        last = [self.task(rank, "compute", "mlp", cost.ffn.b, last, flops=cost.ffn.flops_b, **kw)]
         if sp:
-            last = [
+            last = self.then(
+                last,
                 self.tp_comm(
                     rank, "tp_reduce_scatter", "reduce_scatter", tag + ("bg2",), last, **kw
-                )
-            ]
-        last = [self.tp_comm(rank, f"tp_{back}", back, tag + ("ba",), last, **kw) or last[-1]]
-        kv = None
-        if self.par.cp > 1:
-            d_qk = (
-                self.m.d_head
-                if self.m.attention == "mha"
-                else (self.m.mla.qk_nope_head_dim + self.m.mla.qk_rope_head_dim)
+                ),
             )
-            kv_heads = self.m.n_kv_heads if self.m.attention == "mha" else self.m.heads
-            local_kv = self.mb.act_bytes * self.tokens * kv_heads / self.par.tp * 2 * d_qk
-            grp, cps = self.group(rank, "cp")
+        last = self.then(last, self.tp_comm(rank, f"tp_{back}", back, tag + ("ba",), last, **kw))
         remote = self.task(
             rank,
             "compute",
@@ -352,14 +358,16 @@ class _Builder:
             flops=cost.attn_remote.flops_b,
             **kw,
         )
-        if self.par.cp > 1:
+        kv = None
+        if self.par.cp > 1:  # dK, dV go back round the ring
+            grp, cps = self.group(rank, "cp")
             kv = self.comm(
                 rank,
                 "cp",
                 "cp_dkv_reduce_scatter",
                 "reduce_scatter",
                 grp,
-                local_kv * self.par.cp,
+                self.local_kv_bytes() * self.par.cp,
                 tag + ("dkv",),
                 [remote],
                 cps,
@@ -375,14 +383,15 @@ class _Builder:
             mem_free=transient,
             **kw,
         )
-        last = [local, kv]
+        last = [local] if kv is None else [local, kv]
         if sp:
-            end = self.tp_comm(
-                rank, "tp_reduce_scatter", "reduce_scatter", tag + ("bg1",), last, **kw
+            last = self.then(
+                last,
+                self.tp_comm(
+                    rank, "tp_reduce_scatter", "reduce_scatter", tag + ("bg1",), last, **kw
+                ),
             )
-            return end if end is not None else local
-        del coll
-        return local if kv is None else self.task(rank, "compute", "cp_wait", 0.0, last, **kw)
+        return last
 
     def layer_weight_grad(self, rank, layer, j, deps):
         cost = layer_cost(self.m, layer, self.mb, self.sh, self.par.recompute, self.cm)
@@ -597,7 +606,7 @@ class _Builder:
                     extra = [self.fsdp_gather(rank, layer, j, "F", ())]
                     if layer in param_ag and j == 0:
                         extra.append(param_ag[layer])
-                    last = [self.layer_forward(rank, layer, j, last + extra, (layer,) + tag)]
+                    last = self.layer_forward(rank, layer, j, last + extra, (layer,) + tag)
                     if zero == 3:
                         last = [
                             self.task(
@@ -676,7 +685,7 @@ class _Builder:
                     self.fsdp_reduce(rank, "head", j, last, dp_tasks, self.gathered_bytes("head"))
                 for layer in reversed(layers):
                     extra = [self.fsdp_gather(rank, layer, j, "B", ())]
-                    last = [self.layer_backward(rank, layer, j, last + extra, (layer,) + tag)]
+                    last = self.layer_backward(rank, layer, j, last + extra, (layer,) + tag)
                     if not zb:
                         last = [self.after_weight_grad(rank, layer, j, last, dp_tasks)]
                 if emb_stage and c == 0 and not zb:

@@ -155,3 +155,100 @@ def test_collective_command_bad_input(root):
     assert result.exit_code == 2 and "power-of-two" in result.output
     result = runner.invoke(app, ["collective", "--topology", str(root / "topologies/nope.yaml")])
     assert result.exit_code == 2
+
+
+RUN_KEYS = (
+    "step_time_s",
+    "tokens_per_s",
+    "mfu",
+    "hfu",
+    "model_tflops_per_gpu",
+    "bubble_fraction",
+    "exposed_comm_fraction",
+    "overlap_fraction",
+    "peak_memory_bytes",
+    "oom",
+    "utilisation",
+)
+
+
+def test_run_json_and_out_dir(root, tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            str(root / "scenarios/examples/pipeline-1f1b.yaml"),
+            "--format",
+            "json",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    for key in RUN_KEYS:
+        assert key in summary
+    assert 0 < summary["mfu"] < summary["hfu"] + 1e-12 <= 1
+    assert 0 < summary["bubble_fraction"] < 0.5
+    assert json.loads((out / "summary.json").read_text())["step_time_s"] == summary["step_time_s"]
+    import pandas as pd
+
+    trace_file = out / "trace.parquet" if (out / "trace.parquet").exists() else out / "trace.csv"
+    trace = (pd.read_parquet if trace_file.suffix == ".parquet" else pd.read_csv)(trace_file)
+    assert list(trace.columns) == [
+        "rank",
+        "stream",
+        "kind",
+        "phase",
+        "name",
+        "layer",
+        "microbatch",
+        "start_s",
+        "end_s",
+        "flops",
+        "bytes",
+    ]
+    assert trace["end_s"].max() == pytest.approx(summary["step_time_s"])
+    assert (out / "memory.csv").exists()
+
+
+SMALL_EXAMPLES = [
+    "ddp-megatron-1.7b",
+    "zero1-llama3-8b",
+    "llama3-8b-fsdp",
+    "pipeline-gpipe",
+    "pipeline-interleaved",
+    "pipeline-zb-h1",
+    "pipeline-zb-h2",
+    "tp-sp-llama3-70b",
+    "cp-llama3-8b-128k",
+    "mixtral-8x22b",
+]
+
+
+@pytest.mark.parametrize("name", SMALL_EXAMPLES)
+def test_run_small_examples(root, name):
+    result = runner.invoke(
+        app, ["run", str(root / f"scenarios/examples/{name}.yaml"), "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert not summary["oom"] and 0.1 < summary["mfu"] < 0.8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama3-405b-16k", "gpt3-175b-dgx-a100", "deepseek-v3-like"])
+def test_run_large_examples(root, name):
+    result = runner.invoke(
+        app, ["run", str(root / f"scenarios/examples/{name}.yaml"), "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+
+
+def test_run_bad_input_exits_2(root):
+    result = runner.invoke(
+        app,
+        ["run", str(root / "scenarios/examples/pipeline-1f1b.yaml"), "--set", "parallelism.pp=3"],
+    )
+    assert result.exit_code == 2 and "parallelism" in result.output

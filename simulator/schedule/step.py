@@ -420,6 +420,9 @@ class _Builder:
             return head_params_per_rank(self.m, p.tp, p.pp), 0.0
         if key == "emb":
             return embedding_params_per_rank(self.m, p.tp), 0.0
+        if isinstance(key, tuple):  # an FSDP unit of several layers
+            parts = [self.layer_params(layer) for layer in key]
+            return sum(d for d, _ in parts), sum(e for _, e in parts)
         return self.layer_params(key)
 
     def buckets(self, keys_backward: list) -> list[tuple]:
@@ -502,7 +505,7 @@ class _Builder:
             deps,
             cps,
             phase="fsdp",
-            layer=key if isinstance(key, int) else -1,
+            layer=key[0] if isinstance(key, tuple) else -1,
             microbatch=j,
             mem_alloc=(d + e) * self.pb,
         )
@@ -528,7 +531,7 @@ class _Builder:
             deps,
             cps,
             phase="grad_sync",
-            layer=key if isinstance(key, int) else -1,
+            layer=key[0] if isinstance(key, tuple) else -1,
             microbatch=j,
             mem_free=free,
         )
@@ -602,12 +605,18 @@ class _Builder:
                             mem_free=self.gathered_bytes("emb"),
                         )
                     ]
+                unit_ends: list = []  # per FSDP unit done in this pass, its release task
                 for layer in layers:
-                    extra = [self.fsdp_gather(rank, layer, j, "F", ())]
+                    unit = self.unit_of[layer]
+                    extra = []
+                    if layer == unit[0]:
+                        extra.append(
+                            self.fsdp_gather(rank, unit, j, "F", self.prefetch_gate(unit_ends))
+                        )
                     if layer in param_ag and j == 0:
                         extra.append(param_ag[layer])
                     last = self.layer_forward(rank, layer, j, last + extra, (layer,) + tag)
-                    if zero == 3:
+                    if zero == 3 and layer == unit[-1]:
                         last = [
                             self.task(
                                 rank,
@@ -615,9 +624,10 @@ class _Builder:
                                 "fsdp_free",
                                 0.0,
                                 last,
-                                mem_free=self.gathered_bytes(layer),
+                                mem_free=self.gathered_bytes(unit),
                             )
                         ]
+                        unit_ends.append(last[0])
                 if head_stage and c == v - 1:
                     hb = head_block(self.m, self.mb, self.sh, self.cm)
                     gather = self.fsdp_gather(rank, "head", j, "F", ())
@@ -683,11 +693,19 @@ class _Builder:
                     ]
                     self.w_task[("head", j)] = last[0]
                     self.fsdp_reduce(rank, "head", j, last, dp_tasks, self.gathered_bytes("head"))
+                unit_ends = []
                 for layer in reversed(layers):
-                    extra = [self.fsdp_gather(rank, layer, j, "B", ())]
+                    unit = self.unit_of[layer]
+                    extra = []
+                    if layer == unit[-1]:
+                        extra.append(
+                            self.fsdp_gather(rank, unit, j, "B", self.prefetch_gate(unit_ends))
+                        )
                     last = self.layer_backward(rank, layer, j, last + extra, (layer,) + tag)
                     if not zb:
                         last = [self.after_weight_grad(rank, layer, j, last, dp_tasks)]
+                    if layer == unit[0]:
+                        unit_ends.append(last[0])
                 if emb_stage and c == 0 and not zb:
                     last = [self.embedding_grad(rank, j, last)]
                 self.send_grad(rank, r, c, j, last)
@@ -707,8 +725,17 @@ class _Builder:
     def after_weight_grad(self, rank, layer, j, deps, dp_tasks):
         w = self.layer_weight_grad(rank, layer, j, deps)
         self.w_task[(layer, j)] = w
-        self.fsdp_reduce(rank, layer, j, [w], dp_tasks, self.gathered_bytes(layer))
+        unit = self.unit_of[layer]
+        if layer == unit[0]:  # the unit's last weight gradient in backward order
+            self.fsdp_reduce(rank, unit, j, [w], dp_tasks, self.gathered_bytes(unit))
         return w
+
+    def prefetch_gate(self, unit_ends: list) -> list:
+        """ZeRO-3 prefetch: a unit's all-gather waits until the unit ``fsdp_prefetch + 1``
+        places back has released its parameters, so at most ``1 + fsdp_prefetch`` units are
+        gathered at once."""
+        k = self.par.fsdp_prefetch + 1
+        return [unit_ends[-k]] if len(unit_ends) >= k else []
 
     def embedding_grad(self, rank, j, deps):
         """The embedding's gradient (a scatter-add). FSDP's pre-backward hook gathers the
@@ -771,6 +798,7 @@ class _Builder:
         p, v = self.par.pp, self.par.pipeline.virtual_stages
         pl = self.par.pipeline
         self.bucket_plan: dict[tuple[int, int], list[tuple]] = {}
+        self.unit_of: dict[int, tuple[int, ...]] = {}  # layer -> its FSDP wrap unit
         self.stage_params: dict[int, tuple[float, float]] = {}
         for r in range(p):
             dense = expert = 0.0
@@ -784,6 +812,11 @@ class _Builder:
                     + (["emb"] if r == 0 and c == 0 else [])
                 )
                 self.bucket_plan[(r, c)] = self.buckets(keys)
+                size = self.par.fsdp_unit_layers
+                for start in range(0, len(layers), size):
+                    unit = tuple(layers[start : start + size])
+                    for layer in unit:
+                        self.unit_of[layer] = unit
                 for k in keys:
                     d, e = self.param_units(k)
                     dense, expert = dense + d, expert + e

@@ -15,34 +15,25 @@ import statistics
 import subprocess
 import sys
 
+GPT_7B_ON_1024 = [
+    "model.name=megatron-7.5b",
+    "model.layers=32",
+    "parallelism.tp=8",
+    "parallelism.pp=4",
+    "parallelism.pipeline.schedule=1f1b",
+    "parallelism.pipeline.virtual_stages=1",
+    "training.global_batch=256",
+    "parallelism.recompute=none",
+]
 CASES = {
     "llama3-405b-16k (symmetric)": ("scenarios/examples/llama3-405b-16k.yaml", []),
     "gpt 7.5B on 1,024 GPUs (symmetric)": (
         "scenarios/examples/gpt3-175b-dgx-a100.yaml",
-        [
-            "model.name=megatron-7.5b",
-            "model.layers=32",
-            "parallelism.tp=8",
-            "parallelism.pp=4",
-            "parallelism.pipeline.schedule=1f1b",
-            "parallelism.pipeline.virtual_stages=1",
-            "training.global_batch=256",
-            "parallelism.recompute=none",
-        ],
+        GPT_7B_ON_1024,
     ),
     "gpt 7.5B on 1,024 GPUs (full)": (
         "scenarios/examples/gpt3-175b-dgx-a100.yaml",
-        [
-            "model.name=megatron-7.5b",
-            "model.layers=32",
-            "parallelism.tp=8",
-            "parallelism.pp=4",
-            "parallelism.pipeline.schedule=1f1b",
-            "parallelism.pipeline.virtual_stages=1",
-            "training.global_batch=256",
-            "parallelism.recompute=none",
-            "simulation.mode=full",
-        ],
+        [*GPT_7B_ON_1024, "simulation.mode=full"],
     ),
 }
 

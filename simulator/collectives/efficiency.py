@@ -6,7 +6,8 @@ model (src/graph/tuning.cc, NCCL 2.19-2.23):
 
 - ring, Simple protocol: no further loss (1.0);
 - tree, Simple protocol: bus bandwidth x 0.92 (tuning.cc: ``busBw *= .92`` for trees);
-- NVLS (NVLink SHARP): ``nvlsEfficiency`` 0.85 on Hopper, 0.74 on Blackwell;
+- NVLS (NVLink SHARP): ``nvlsEfficiency`` 0.85 on Hopper (NCCL gives Blackwell 0.74; the
+  simulator applies Hopper's, as collectives do not know the accelerator generation);
 - direct and halving-doubling: point-to-point puts, taken as 1.0 (no NCCL figure);
 """
 
@@ -21,4 +22,3 @@ ALGORITHM_EFFICIENCY = {
     "torus": 1.0,
     "nvls": 0.85,
 }
-NVLS_EFFICIENCY_BY_GENERATION = {"hopper": 0.85, "blackwell": 0.74}

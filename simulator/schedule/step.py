@@ -37,6 +37,7 @@ from simulator.model.activations import (
     head_activation_bytes,
 )
 from simulator.model.compute import ComputeModel
+from simulator.model.ops import model_flops_per_sequence
 from simulator.model.params import (
     embedding_params_per_rank,
     head_params_per_rank,
@@ -854,8 +855,6 @@ def build_step(s: Scenario, cm: ComputeModel) -> StepGraph:
             raise RuntimeError(f"unresolved dependency {key}")
         t = b.g.tasks[task_index]
         b.g.tasks[task_index] = Task(**{**t.__dict__, "deps": t.deps + (b.keys[key],)})
-    from simulator.model.ops import model_flops_per_sequence
-
     flops = model_flops_per_sequence(s.model, s.training.seq_len) * s.training.global_batch
     return StepGraph(
         b.g, b.grid, ranks, {rk: b.static_memory(stage_of[rk]) for rk in ranks}, flops, stage_of

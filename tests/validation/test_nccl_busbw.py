@@ -65,10 +65,13 @@ def test_ndr_nic_point_to_point(root):
 
 
 def test_multi_node_dgx_a100_all_reduce(root):
-    [published_bw] = [float(v) for v in MEASURED[MEASURED["system"].str.startswith(
-        "DGX-A100, 8x 200 Gb/s")]["busbw_GBps"]]
-    topo = api.topology_from_file(root / "topologies/dgx-a100-superpod.yaml", "A100-80GB",
-                                  ["nodes=4"])
+    [published_bw] = [
+        float(v)
+        for v in MEASURED[MEASURED["system"].str.startswith("DGX-A100, 8x 200 Gb/s")]["busbw_GBps"]
+    ]
+    topo = api.topology_from_file(
+        root / "topologies/dgx-a100-superpod.yaml", "A100-80GB", ["nodes=4"]
+    )
     ours = api.collective_table(topo, "all_reduce", 32, "ring", BIG)["busbw_Bps"].iloc[0] / 1e9
     # Eight rings, one per NIC (NCCL channels): 8 x 25 GB/s per node x IB payload efficiency,
     # 198 GB/s against the published 192; NCCL's own ~3% overhead is not modelled: 5%.

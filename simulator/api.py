@@ -193,14 +193,19 @@ class RunResult:
     summary: dict
     trace: pd.DataFrame
     memory: pd.DataFrame
+    links: pd.DataFrame | None = None  # utilisation over time of the busiest links
 
 
 def run(
-    scenario: Scenario, topo: Topology | None = None, compute_model: ComputeModel | None = None
+    scenario: Scenario,
+    topo: Topology | None = None,
+    compute_model: ComputeModel | None = None,
+    track_links: bool = False,
 ) -> RunResult:
     """Simulate one steady-state training step of ``scenario`` (metrics: simulator.metrics).
 
     ``topo`` and ``compute_model`` default to the scenario's; tests pass idealised ones.
+    ``track_links`` records every link's load over time (for the run report).
     """
     topo = topo or build_topology(scenario.cluster)
     acc = scenario.cluster.accelerator
@@ -209,13 +214,23 @@ def run(
     if step.grid.size > topo.num_devices:
         raise ValueError(f"{step.grid.size} ranks but the topology has {topo.num_devices} devices")
     device_of = {r: topo.devices[r] for r in range(step.grid.size)}
-    trace, stats, mem_events = run_taskgraph_with_memory(network_model(topo), step.graph, device_of)
+    model = network_model(topo)
+    trace, stats, mem_events = run_taskgraph_with_memory(model, step.graph, device_of, track_links)
     frame = trace.to_frame()
-    return RunResult(
-        _summarise(scenario, step, frame, stats, mem_events),
-        frame,
-        metrics.memory_timeline(mem_events, step.static_memory),
-    )
+    summary = _summarise(scenario, step, frame, stats, mem_events)
+    links = None
+    if track_links:
+        names = [f"{u}->{v}" for u, v in model.links.edges]
+        links = metrics.link_utilisation(
+            stats.link_samples, model.links.capacity, names, summary["step_time_s"]
+        )
+        summary["busiest_links"] = {
+            name: float(
+                ((f["end_s"] - f["start_s"]) * f["utilisation"]).sum() / summary["step_time_s"]
+            )
+            for name, f in links.groupby("link", sort=False)
+        }
+    return RunResult(summary, frame, metrics.memory_timeline(mem_events, step.static_memory), links)
 
 
 def _summarise(scenario, step, frame, stats, mem_events) -> dict:
@@ -252,26 +267,16 @@ def _summarise(scenario, step, frame, stats, mem_events) -> dict:
         "oom": max(peaks.values()) > acc.hbm_bytes,
         "peak_memory_by_rank": {str(k): v for k, v in sorted(peaks.items())},
         "utilisation": metrics.stream_utilisation(frame, step_time),
+        "stage_of_rank": {str(r): st for r, st in sorted(step.stage_of.items())},
         "tasks": len(frame),
         "network_rerates": stats.rerates,
     }
 
 
-def write_run(result: RunResult, out: str | Path) -> list[Path]:
-    """Write ``summary.json``, ``trace.parquet`` (``trace.csv`` without pyarrow) and
-    ``memory.csv`` into ``out``; returns the paths."""
-    import json
+def write_run(result: RunResult, out: str | Path, title: str = "") -> list[Path]:
+    """Write the run report into ``out``: summary.json, summary.md, the trace table
+    (trace.parquet, or trace.csv without pyarrow), trace.json (Perfetto), hta/rank-N.json,
+    memory.csv and memory.png, gantt.png and gantt.svg, links.csv and links.png."""
+    from simulator.report.run_report import write_report
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "summary.json"]
-    paths[0].write_text(json.dumps(result.summary, indent=2, default=float))
-    try:
-        result.trace.to_parquet(out / "trace.parquet", index=False)
-        paths.append(out / "trace.parquet")
-    except ImportError:
-        result.trace.to_csv(out / "trace.csv", index=False)
-        paths.append(out / "trace.csv")
-    result.memory.to_csv(out / "memory.csv", index=False)
-    paths.append(out / "memory.csv")
-    return paths
+    return write_report(result.summary, result.trace, result.memory, result.links, out, title)

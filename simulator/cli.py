@@ -241,7 +241,7 @@ def run(
         "simulating %s on %d GPUs (%s mode)", s.name or scenario.name, s.num_gpus, s.simulation.mode
     )
     try:
-        result = api.run(s)
+        result = api.run(s, track_links=out is not None)
     except ValueError as exc:
         typer.echo(f"error: {scenario}: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -278,6 +278,66 @@ def run(
         typer.echo(f"  {name:<26} {value}")
     util = ", ".join(f"{k} {v:.0%}" for k, v in sorted(summary["utilisation"].items()))
     typer.echo(f"  {'stream utilisation':<26} {util}")
+
+
+@app.command()
+def gantt(
+    run_dir: Annotated[Path, typer.Argument(help="A folder written by run --out.")],
+    ranks: Annotated[
+        str | None,
+        typer.Option("--ranks", help="Comma-separated ranks to show (default: one per stage)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Image to write (default RUN_DIR/gantt.png).")
+    ] = None,
+) -> None:
+    """Redraw the Gantt chart of a saved run."""
+    from simulator.report.gantt import draw_gantt
+    from simulator.report.run_report import load_run
+
+    try:
+        summary, trace, _ = load_run(run_dir)
+        shown = [int(r) for r in ranks.split(",")] if ranks else None
+    except (OSError, ValueError) as exc:
+        typer.echo(f"error: {run_dir}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    path = out or run_dir / "gantt.png"
+    draw_gantt(
+        trace,
+        [path],
+        shown,
+        summary.get("stage_of_rank"),
+        str(summary.get("scenario") or run_dir.name),
+    )
+    typer.echo(str(path))
+
+
+@app.command()
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Folders written by run --out.")],
+    out: Annotated[Path, typer.Option("--out", help="Image to write.")] = Path("compare.png"),
+    format: FormatOpt = Format.table,
+) -> None:
+    """Compare saved runs: Gantt charts on one time axis, and step time, MFU and exposed
+    communication side by side."""
+    from simulator.report.compare import comparison_frame, draw_comparison
+    from simulator.report.run_report import load_run
+
+    runs = []
+    try:
+        for d in run_dirs:
+            summary, trace, _ = load_run(d)
+            runs.append((d.name, summary, trace))
+    except (OSError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    draw_comparison(runs, out)
+    log.info("wrote %s", out)
+    table = comparison_frame([(n, s) for n, s, _ in runs])
+    if format is Format.json:
+        typer.echo(table.to_json(orient="records", indent=2))
+    else:
+        typer.echo(table.to_string(index=False))
 
 
 @app.command()

@@ -104,3 +104,28 @@ def peak_memory(timeline: pd.DataFrame, static: dict[int, float]) -> dict[int, f
     for rank, f in timeline.groupby("rank"):
         peaks[rank] = max(peaks.get(rank, 0.0), float(f["bytes"].max()))
     return peaks
+
+
+def link_utilisation(
+    samples: list, capacity: np.ndarray, names: list[str], end_s: float, top: int = 8
+) -> pd.DataFrame:
+    """Load / capacity over time of the ``top`` busiest links (by bytes carried).
+
+    ``samples`` are (time s, link ids, load B/s) taken at each re-rating; the load holds until
+    the next sample. Returns columns link, start_s, end_s, utilisation.
+    """
+    if not samples:
+        return pd.DataFrame(columns=["link", "start_s", "end_s", "utilisation"])
+    times = [t for t, _, _ in samples] + [end_s]
+    carried = np.zeros(capacity.size)
+    for (t, ids, load), t_next in zip(samples, times[1:], strict=True):
+        carried[ids] += load * (t_next - t)
+    busiest = [i for i in np.argsort(-carried)[:top] if carried[i] > 0]
+    rows = []
+    for (t, ids, load), t_next in zip(samples, times[1:], strict=True):
+        if t_next <= t:
+            continue
+        here = dict(zip(ids.tolist(), load.tolist(), strict=True))
+        for i in busiest:
+            rows.append((names[i], t, t_next, here.get(i, 0.0) / capacity[i]))
+    return pd.DataFrame(rows, columns=["link", "start_s", "end_s", "utilisation"])

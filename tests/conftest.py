@@ -16,6 +16,6 @@ def published(name: str) -> pd.DataFrame:
     return pd.read_csv(PUBLISHED / name)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

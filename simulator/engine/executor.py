@@ -59,13 +59,29 @@ class Executor:
         self.done = [False] * len(tasks)
         self._plans: dict[tuple, object] = {}
         self._copy_devices: dict[int, list[list[int]]] = {}
-        self._token = next(_RUNS)  # names this graph's copy sets in shared geometry caches
+        self._token = next(_RUNS)
+        self._bar = None
+        self._finished = 0  # names this graph's copy sets in shared geometry caches
         self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
 
-    def run(self) -> Trace:
+    def run(self, progress: bool = False) -> Trace:
+        """Run to the end. ``progress`` shows a bar of finished tasks on stderr (when it is a
+        terminal)."""
+        if progress and len(self.graph.tasks) > 20_000:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=len(self.graph.tasks),
+                unit="task",
+                desc="simulating",
+                disable=None,
+                leave=False,
+            )
         for key in list(self.queue):
             self._try_start(key)
         self.env.run()
+        if self._bar is not None:
+            self._bar.close()
         if not all(self.done):
             stuck = [self.graph.tasks[i].name for i, d in enumerate(self.done) if not d][:5]
             raise DeadlockError(f"tasks never ran (first: {stuck})")
@@ -122,6 +138,10 @@ class Executor:
     def _finish(self, i: int, start: float) -> None:
         t = self.graph.tasks[i]
         self.done[i] = True
+        if self._bar is not None:
+            self._finished += 1
+            if self._finished % 2000 == 0:
+                self._bar.update(2000)
         if t.mem_free:
             self.memory.append((t.rank, self.env.now, -t.mem_free))
         self.trace.add(

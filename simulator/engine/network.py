@@ -23,6 +23,8 @@ import simpy
 from simulator.engine.maxmin import max_min_rates
 
 _EPS = 1e-12
+_NO_LINKS = np.zeros(0, dtype=np.int64)
+_NO_LOAD = np.zeros(0)
 
 
 class LinkTable:
@@ -86,6 +88,8 @@ class NetworkStats:
     cache_hits: int = 0
     events: int = 0
     link_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # (time s, link ids, load B/s) from each re-rating on, while links are tracked
+    link_samples: list = field(default_factory=list)
 
 
 class FlowNetwork:
@@ -93,7 +97,7 @@ class FlowNetwork:
 
     def __init__(self, env: simpy.Environment, links: LinkTable, track_links: bool = False):
         self.env = env
-        self.track_links = track_links  # count bytes per link (tests, utilisation)
+        self.track_links = track_links  # bytes per link, load over time (tests, reports)
         self.links = links
         self.active: list[_Active] = []
         self._last = env.now
@@ -155,12 +159,19 @@ class FlowNetwork:
     def _rerate_and_schedule(self, now: float) -> None:
         self._generation += 1
         if not self.active:
+            if self.track_links:
+                self.stats.link_samples.append((now, _NO_LINKS, _NO_LOAD))
             return
         rates = self._rates()
         next_dt = np.inf
         for f, r in zip(self.active, rates, strict=True):
             f.rate = r
             next_dt = min(next_dt, f.remaining / f.rate)
+        if self.track_links:
+            ids = np.concatenate([f.cls.links for f in self.active])
+            load = np.concatenate([f.cls.counts * f.rate for f in self.active])
+            used, inverse = np.unique(ids, return_inverse=True)
+            self.stats.link_samples.append((now, used, np.bincount(inverse, weights=load)))
         gen = self._generation
         event = self.env.timeout(max(next_dt, 0.0))
         event.callbacks.append(lambda _ev: self._on_completion(gen))

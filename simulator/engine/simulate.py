@@ -69,10 +69,11 @@ def run_taskgraph(
 
 
 def run_taskgraph_with_memory(
-    model: NetworkModel, graph: TaskGraph, device_of: dict[int, int]
+    model: NetworkModel, graph: TaskGraph, device_of: dict[int, int], track_links: bool = False
 ) -> tuple[Trace, NetworkStats, list[tuple[int, float, float]]]:
-    """As :func:`run_taskgraph`, plus the memory events (rank, time s, bytes delta)."""
-    env, net, runner = model.new_run()
+    """As :func:`run_taskgraph`, plus the memory events (rank, time s, bytes delta); with
+    ``track_links`` the stats also hold each link's load over time."""
+    env, net, runner = model.new_run(track_links)
     executor = Executor(env, graph, runner, device_of, model.locality)
-    trace = executor.run()
+    trace = executor.run(progress=True)
     return trace, net.stats, executor.memory

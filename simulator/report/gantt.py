@@ -1,0 +1,132 @@
+"""Gantt charts of a step: one row per (rank, stream), compute coloured by phase and
+communication by purpose, idle time as gaps, micro-batch numbers on bars wide enough to hold
+them, time in milliseconds.
+
+A 16-stage pipeline stays readable because the default shows one rank per pipeline stage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from simulator.report.style import (  # noqa: E402
+    PHASE_COLOURS,
+    PHASE_LABELS,
+    STREAM_COLOURS,
+    STREAM_LABELS,
+    colour_of,
+    stream_rank,
+)
+
+MIN_LABEL_FRACTION = 0.012  # a bar narrower than this share of the axis gets no number
+
+
+def default_ranks(frame: pd.DataFrame, stage_of_rank: dict | None) -> list[int]:
+    """One rank per pipeline stage (the lowest rank of each), or every rank if unknown."""
+    ranks = sorted(frame["rank"].unique())
+    if not stage_of_rank:
+        return ranks[:16]
+    first: dict[int, int] = {}
+    for r in ranks:
+        first.setdefault(int(stage_of_rank.get(str(r), stage_of_rank.get(r, r))), r)
+    return [first[s] for s in sorted(first)]
+
+
+def merged_blocks(f: pd.DataFrame) -> pd.DataFrame:
+    """Consecutive compute records of one micro-batch's forward (or of its backward: input-
+    and weight-gradient interleave layer by layer) joined into one labelled block."""
+    f = f.sort_values("start_s")
+    family = f["phase"].map(lambda p: "f" if p in ("forward", "recompute") else "b")
+    key = (family != family.shift()) | (f["microbatch"] != f["microbatch"].shift())
+    group = key.cumsum()
+    return f.groupby(group).agg(
+        start_s=("start_s", "min"),
+        end_s=("end_s", "max"),
+        phase=("phase", "first"),
+        microbatch=("microbatch", "first"),
+    )
+
+
+def draw_rows(
+    ax, frame: pd.DataFrame, ranks: list[int], t_max: float, stage_of_rank: dict | None = None
+) -> None:
+    """Draw the rows of ``ranks`` on ``ax`` (top to bottom), time in ms up to ``t_max`` s."""
+    rows = []
+    for r in ranks:
+        streams = sorted(frame.loc[frame["rank"] == r, "stream"].unique(), key=stream_rank)
+        rows += [(r, s) for s in streams]
+    labels = []
+    for i, (r, stream) in enumerate(rows):
+        y = len(rows) - 1 - i
+        f = frame[(frame["rank"] == r) & (frame["stream"] == stream)]
+        f = f[f["end_s"] > f["start_s"]]
+        height = 0.8 if stream == "compute" else 0.55
+        for colour, g in f.groupby(
+            f.apply(lambda x: colour_of(x["kind"], x["stream"], x["phase"]), axis=1)
+            if len(f)
+            else []
+        ):
+            spans = list(zip(g["start_s"] * 1e3, (g["end_s"] - g["start_s"]) * 1e3, strict=True))
+            ax.broken_barh(spans, (y - height / 2, height), facecolors=colour, edgecolor="none")
+        if stream == "compute" and len(f):
+            for b in merged_blocks(f[f["microbatch"] >= 0]).itertuples():
+                if (b.end_s - b.start_s) / t_max >= MIN_LABEL_FRACTION:
+                    ax.text(
+                        (b.start_s + b.end_s) / 2 * 1e3,
+                        y,
+                        str(int(b.microbatch)),
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="white",
+                    )
+        stage = ""
+        if stage_of_rank is not None:
+            stage = f" (stage {stage_of_rank.get(str(r), stage_of_rank.get(r, '?'))})"
+        labels.append(f"rank {r}{stage} {stream}" if stream == "compute" else stream)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(list(reversed(labels)), fontsize=7)
+    ax.set_xlim(0, t_max * 1e3)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def legend_handles(frame: pd.DataFrame) -> list:
+    phases = [p for p in PHASE_COLOURS if p in set(frame["phase"][frame["kind"] == "compute"])]
+    streams = [s for s in STREAM_COLOURS if s in set(frame["stream"])]
+    return [Patch(color=PHASE_COLOURS[p], label=PHASE_LABELS[p]) for p in phases] + [
+        Patch(color=STREAM_COLOURS[s], label=STREAM_LABELS[s]) for s in streams
+    ]
+
+
+def draw_gantt(
+    frame: pd.DataFrame,
+    paths: list[str | Path],
+    ranks: list[int] | None = None,
+    stage_of_rank: dict | None = None,
+    title: str = "",
+) -> list[Path]:
+    """Write the Gantt chart of ``frame`` to each of ``paths`` (PNG, SVG, by suffix)."""
+    ranks = ranks or default_ranks(frame, stage_of_rank)
+    t_max = float(frame["end_s"].max())
+    n_rows = sum(frame.loc[frame["rank"] == r, "stream"].nunique() for r in ranks)
+    height = max(2.8, 1.6 + 0.32 * n_rows)
+    fig, ax = plt.subplots(figsize=(14, height))
+    draw_rows(ax, frame, ranks, t_max, stage_of_rank)
+    ax.set_xlabel("time (ms)")
+    ax.set_title(title or "one training step")
+    fig.legend(handles=legend_handles(frame), loc="lower center", ncol=6, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.5 / height, 1, 1))  # room for the legend under the axis
+    out = []
+    for p in paths:
+        fig.savefig(p, dpi=130)
+        out.append(Path(p))
+    plt.close(fig)
+    return out

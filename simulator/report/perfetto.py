@@ -1,0 +1,201 @@
+"""Chrome / Perfetto JSON of a step, and per-rank traces shaped like PyTorch profiler output.
+
+Chrome JSON: a process per rank, a thread per stream (named and ordered), complete ("X")
+events in microseconds, and flow arrows ("s"/"f") from each pipeline send to the stage that
+receives it and from each communication to the compute that follows it on the same rank.
+A stream runs one task at a time, so complete events on one thread never overlap (the
+viewer's nesting would break otherwise).
+
+Per-rank files follow what Holistic Trace Analysis reads: ``distributedInfo.rank``, events
+with ``cat: "kernel"``, communication kernels named ``ncclDevKernel_...`` (HTA matches
+``^nccl.*Kernel``), ``args.stream``; written with
+the default JSON separators because HTA finds the rank with the pattern ``"rank":\\s+(\\d+)``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from simulator.report.style import stream_rank
+
+US = 1e6  # trace timestamps are microseconds
+
+
+def _stage(stage_of_rank: dict | None, rank: int):
+    if not stage_of_rank:
+        return None
+    return stage_of_rank.get(str(rank), stage_of_rank.get(rank))
+
+
+def chrome_trace(frame: pd.DataFrame, stage_of_rank: dict | None = None) -> dict:
+    """The Chrome/Perfetto JSON object of a trace DataFrame."""
+    events: list[dict] = []
+    tids: dict[tuple[int, str], int] = {}
+    for rank in sorted(frame["rank"].unique()):
+        rank = int(rank)
+        stage = _stage(stage_of_rank, rank)
+        label = f"rank {rank}" + (f" (stage {stage})" if stage is not None else "")
+        events.append(
+            {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": label}}
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": rank,
+                "tid": 0,
+                "args": {"sort_index": rank},
+            }
+        )
+        streams = sorted(frame.loc[frame["rank"] == rank, "stream"].unique(), key=stream_rank)
+        for i, stream in enumerate(streams):
+            tids[(rank, stream)] = i
+            events.append(
+                {"ph": "M", "name": "thread_name", "pid": rank, "tid": i, "args": {"name": stream}}
+            )
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": rank,
+                    "tid": i,
+                    "args": {"sort_index": i},
+                }
+            )
+    ordered = frame.sort_values(["rank", "start_s", "end_s"], kind="stable")
+    for row in ordered.itertuples(index=False):
+        events.append(
+            {
+                "ph": "X",
+                "name": row.name,
+                "cat": row.kind,
+                "pid": int(row.rank),
+                "tid": tids[(int(row.rank), row.stream)],
+                "ts": row.start_s * US,
+                "dur": (row.end_s - row.start_s) * US,
+                "args": {
+                    "phase": row.phase,
+                    "layer": int(row.layer),
+                    "microbatch": int(row.microbatch),
+                    "flops": row.flops,
+                    "bytes": row.bytes,
+                },
+            }
+        )
+    events += _flows(ordered, tids, stage_of_rank)
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _flows(frame: pd.DataFrame, tids, stage_of_rank) -> list[dict]:
+    """Arrows: pipeline send -> the neighbour's first compute of that micro-batch after it;
+    a communication -> the compute on its rank that starts when it ends."""
+    out: list[dict] = []
+    flow_id = 0
+    compute = frame[frame["kind"] == "compute"]
+    by_rank = {r: f for r, f in compute.groupby("rank")}
+    rank_of_stage = {}
+    if stage_of_rank:
+        for r, st in stage_of_rank.items():
+            rank_of_stage.setdefault(int(st), int(r))
+    n_stages = len(rank_of_stage)
+
+    def arrow(src_rank, src_stream, t_src, dst_rank, dst_stream, t_dst):
+        nonlocal flow_id
+        flow_id += 1
+        out.append(
+            {
+                "ph": "s",
+                "id": flow_id,
+                "name": "dependency",
+                "cat": "flow",
+                "pid": src_rank,
+                "tid": tids[(src_rank, src_stream)],
+                "ts": t_src * US,
+            }
+        )
+        out.append(
+            {
+                "ph": "f",
+                "bp": "e",
+                "id": flow_id,
+                "name": "dependency",
+                "cat": "flow",
+                "pid": dst_rank,
+                "tid": tids[(dst_rank, dst_stream)],
+                "ts": t_dst * US,
+            }
+        )
+
+    comm = frame[frame["kind"] == "comm"]
+    for row in comm.itertuples(index=False):
+        rank = int(row.rank)
+        if row.stream in ("pp_fwd", "pp_bwd") and n_stages > 1:
+            stage = int(_stage(stage_of_rank, rank))
+            step = 1 if row.stream == "pp_fwd" else -1
+            target = rank_of_stage.get((stage + step) % n_stages)
+            f = by_rank.get(target)
+            if f is None:
+                continue
+            nxt = f[(f["microbatch"] == row.microbatch) & (f["start_s"] >= row.end_s - 1e-12)]
+            if len(nxt):
+                arrow(rank, row.stream, row.end_s, target, "compute", nxt["start_s"].min())
+        else:
+            f = by_rank.get(rank)
+            if f is None:
+                continue
+            nxt = f[(f["start_s"] - row.end_s).abs() <= 1e-12]
+            if len(nxt) and row.end_s > row.start_s:
+                arrow(rank, row.stream, row.end_s, rank, "compute", row.end_s)
+    return out
+
+
+def write_chrome_trace(
+    frame: pd.DataFrame, path: str | Path, stage_of_rank: dict | None = None
+) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(chrome_trace(frame, stage_of_rank)))
+    return path
+
+
+def write_rank_traces(frame: pd.DataFrame, folder: str | Path, world_size: int) -> list[Path]:
+    """One ``rank-N.json`` per simulated rank, in the shape PyTorch's profiler writes."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank, f in frame.groupby("rank"):
+        streams = sorted(f["stream"].unique(), key=stream_rank)
+        stream_id = {s: 7 + i for i, s in enumerate(streams)}  # CUDA stream ids, 7 = default
+        events = []
+        for row in f.sort_values("start_s").itertuples(index=False):
+            # HTA counts a kernel as communication when its name matches ^nccl.*Kernel
+            name = row.name if row.kind == "compute" else f"ncclDevKernel_{row.name}"
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": name,
+                    "pid": 0,
+                    "tid": stream_id[row.stream],
+                    "ts": row.start_s * US,
+                    "dur": (row.end_s - row.start_s) * US,
+                    "args": {
+                        "stream": stream_id[row.stream],
+                        "device": 0,
+                        "correlation": len(events),
+                        "phase": row.phase,
+                    },
+                }
+            )
+        trace = {
+            "schemaVersion": 1,
+            "distributedInfo": {"backend": "nccl", "rank": int(rank), "world_size": world_size},
+            "deviceProperties": [{"id": 0, "name": "simulated"}],
+            "traceEvents": events,
+        }
+        path = folder / f"rank-{int(rank)}.json"
+        path.write_text(json.dumps(trace))  # default separators: '"rank": 0' (HTA's regex)
+        paths.append(path)
+    return paths

@@ -222,7 +222,11 @@ def run(
     if track_links:
         names = [f"{u}->{v}" for u, v in model.links.edges]
         links = metrics.link_utilisation(
-            stats.link_samples, model.links.capacity, names, summary["step_time_s"]
+            stats.link_samples,
+            stats.link_bytes,
+            model.links.capacity,
+            names,
+            summary["step_time_s"],
         )
         summary["busiest_links"] = {
             name: float(

@@ -107,25 +107,43 @@ def peak_memory(timeline: pd.DataFrame, static: dict[int, float]) -> dict[int, f
 
 
 def link_utilisation(
-    samples: list, capacity: np.ndarray, names: list[str], end_s: float, top: int = 8
+    samples: list,
+    link_bytes: np.ndarray,
+    capacity: np.ndarray,
+    names: list[str],
+    end_s: float,
+    top: int = 8,
 ) -> pd.DataFrame:
-    """Load / capacity over time of the ``top`` busiest links (by bytes carried).
+    """Load / capacity over time of the ``top`` links that carried the most bytes.
 
-    ``samples`` are (time s, link ids, load B/s) taken at each re-rating; the load holds until
-    the next sample. Returns columns link, start_s, end_s, utilisation.
+    ``samples`` are (time s, [(flow class, rate B/s), ...]) taken at each re-rating; loads hold
+    until the next sample. Returns columns link, start_s, end_s, utilisation.
     """
-    if not samples:
+    busiest = [int(i) for i in np.argsort(-link_bytes)[:top] if link_bytes[i] > 0]
+    if not samples or not busiest:
         return pd.DataFrame(columns=["link", "start_s", "end_s", "utilisation"])
-    times = [t for t, _, _ in samples] + [end_s]
-    carried = np.zeros(capacity.size)
-    for (t, ids, load), t_next in zip(samples, times[1:], strict=True):
-        carried[ids] += load * (t_next - t)
-    busiest = [i for i in np.argsort(-carried)[:top] if carried[i] > 0]
+    weights: dict[int, np.ndarray] = {}  # per class: its copies on each busy link
+
+    def on_busiest(cls) -> np.ndarray:
+        w = weights.get(id(cls))
+        if w is None:
+            w = np.zeros(len(busiest))
+            for k, link in enumerate(busiest):
+                hit = np.nonzero(cls.links == link)[0]
+                if hit.size:
+                    w[k] = cls.counts[hit[0]]
+            weights[id(cls)] = w
+        return w
+
+    times = [t for t, _ in samples] + [end_s]
     rows = []
-    for (t, ids, load), t_next in zip(samples, times[1:], strict=True):
+    for (t, active), t_next in zip(samples, times[1:], strict=True):
         if t_next <= t:
             continue
-        here = dict(zip(ids.tolist(), load.tolist(), strict=True))
-        for i in busiest:
-            rows.append((names[i], t, t_next, here.get(i, 0.0) / capacity[i]))
+        load = np.zeros(len(busiest))
+        for cls, rate in active:
+            load += on_busiest(cls) * rate
+        rows += [
+            (names[link], t, t_next, load[k] / capacity[link]) for k, link in enumerate(busiest)
+        ]
     return pd.DataFrame(rows, columns=["link", "start_s", "end_s", "utilisation"])

@@ -23,8 +23,6 @@ import simpy
 from simulator.engine.maxmin import max_min_rates
 
 _EPS = 1e-12
-_NO_LINKS = np.zeros(0, dtype=np.int64)
-_NO_LOAD = np.zeros(0)
 
 
 class LinkTable:
@@ -88,7 +86,7 @@ class NetworkStats:
     cache_hits: int = 0
     events: int = 0
     link_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    # (time s, link ids, load B/s) from each re-rating on, while links are tracked
+    # (time s, [(flow class, rate B/s), ...]) from each re-rating on, while links are tracked
     link_samples: list = field(default_factory=list)
 
 
@@ -160,18 +158,15 @@ class FlowNetwork:
         self._generation += 1
         if not self.active:
             if self.track_links:
-                self.stats.link_samples.append((now, _NO_LINKS, _NO_LOAD))
+                self.stats.link_samples.append((now, []))
             return
         rates = self._rates()
         next_dt = np.inf
         for f, r in zip(self.active, rates, strict=True):
             f.rate = r
             next_dt = min(next_dt, f.remaining / f.rate)
-        if self.track_links:
-            ids = np.concatenate([f.cls.links for f in self.active])
-            load = np.concatenate([f.cls.counts * f.rate for f in self.active])
-            used, inverse = np.unique(ids, return_inverse=True)
-            self.stats.link_samples.append((now, used, np.bincount(inverse, weights=load)))
+        if self.track_links:  # class references and rates: link loads are derived later
+            self.stats.link_samples.append((now, [(f.cls, f.rate) for f in self.active]))
         gen = self._generation
         event = self.env.timeout(max(next_dt, 0.0))
         event.callbacks.append(lambda _ev: self._on_completion(gen))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from simulator.report.style import stream_rank
@@ -93,22 +94,28 @@ def _flows(frame: pd.DataFrame, tids, stage_of_rank) -> list[dict]:
     """Arrows: pipeline send -> the neighbour's first compute of that micro-batch after it;
     a communication -> the compute on its rank that starts when it ends."""
     out: list[dict] = []
-    flow_id = 0
     compute = frame[frame["kind"] == "compute"]
-    by_rank = {r: f for r, f in compute.groupby("rank")}
-    rank_of_stage = {}
-    if stage_of_rank:
-        for r, st in stage_of_rank.items():
-            rank_of_stage.setdefault(int(st), int(r))
+    starts = {
+        key: np.sort(g["start_s"].to_numpy()) for key, g in compute.groupby(["rank", "microbatch"])
+    }
+    begins = set(
+        zip(
+            compute["rank"].astype(int),
+            np.round(compute["start_s"] * 1e12).astype(np.int64),
+            strict=True,
+        )
+    )
+    rank_of_stage: dict[int, int] = {}
+    for r, st in (stage_of_rank or {}).items():
+        rank_of_stage.setdefault(int(st), int(r))
     n_stages = len(rank_of_stage)
 
-    def arrow(src_rank, src_stream, t_src, dst_rank, dst_stream, t_dst):
-        nonlocal flow_id
-        flow_id += 1
+    def arrow(src_rank, src_stream, t_src, dst_rank, t_dst):
+        fid = len(out) // 2 + 1
         out.append(
             {
                 "ph": "s",
-                "id": flow_id,
+                "id": fid,
                 "name": "dependency",
                 "cat": "flow",
                 "pid": src_rank,
@@ -120,35 +127,29 @@ def _flows(frame: pd.DataFrame, tids, stage_of_rank) -> list[dict]:
             {
                 "ph": "f",
                 "bp": "e",
-                "id": flow_id,
+                "id": fid,
                 "name": "dependency",
                 "cat": "flow",
                 "pid": dst_rank,
-                "tid": tids[(dst_rank, dst_stream)],
+                "tid": tids[(dst_rank, "compute")],
                 "ts": t_dst * US,
             }
         )
 
-    comm = frame[frame["kind"] == "comm"]
+    comm = frame[(frame["kind"] == "comm") & (frame["end_s"] > frame["start_s"])]
     for row in comm.itertuples(index=False):
         rank = int(row.rank)
         if row.stream in ("pp_fwd", "pp_bwd") and n_stages > 1:
-            stage = int(_stage(stage_of_rank, rank))
             step = 1 if row.stream == "pp_fwd" else -1
-            target = rank_of_stage.get((stage + step) % n_stages)
-            f = by_rank.get(target)
-            if f is None:
+            target = rank_of_stage.get((int(_stage(stage_of_rank, rank)) + step) % n_stages)
+            later = starts.get((target, row.microbatch))
+            if later is None:
                 continue
-            nxt = f[(f["microbatch"] == row.microbatch) & (f["start_s"] >= row.end_s - 1e-12)]
-            if len(nxt):
-                arrow(rank, row.stream, row.end_s, target, "compute", nxt["start_s"].min())
-        else:
-            f = by_rank.get(rank)
-            if f is None:
-                continue
-            nxt = f[(f["start_s"] - row.end_s).abs() <= 1e-12]
-            if len(nxt) and row.end_s > row.start_s:
-                arrow(rank, row.stream, row.end_s, rank, "compute", row.end_s)
+            k = np.searchsorted(later, row.end_s - 1e-12)
+            if k < len(later):
+                arrow(rank, row.stream, row.end_s, target, later[k])
+        elif (rank, round(row.end_s * 1e12)) in begins:
+            arrow(rank, row.stream, row.end_s, rank, row.end_s)
     return out
 
 

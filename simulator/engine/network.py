@@ -73,9 +73,6 @@ class _Batch:
 class _Active:
     cls: FlowClass
     batch: _Batch
-    remaining: float
-    total: float
-    rate: float = 0.0
 
 
 @dataclass
@@ -98,9 +95,13 @@ class FlowNetwork:
         self.track_links = track_links  # bytes per link, load over time (tests, reports)
         self.links = links
         self.active: list[_Active] = []
+        # per active flow, aligned with ``active``: bytes left, total bytes, rate (B/s)
+        self._rem = np.zeros(0)
+        self._tot = np.zeros(0)
+        self._rate = np.zeros(0)
         self._last = env.now
         self._generation = 0
-        self._rate_cache: dict[tuple, np.ndarray] = {}
+        self._rate_cache: dict[frozenset, dict] = {}
         self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
 
     # -- public -------------------------------------------------------------------------
@@ -112,13 +113,18 @@ class FlowNetwork:
         now = self.env.now
         batch = _Batch(on_done, len(classes), now)
         self._advance(now)
+        sizes = []
         for cls in classes:
             size = cls.bytes_ * scale
             if size <= 0 or cls.links.size == 0:
                 batch.pending -= 1
                 batch.end = max(batch.end, now + cls.tail_s)
             else:
-                self.active.append(_Active(cls, batch, size, size))
+                self.active.append(_Active(cls, batch))
+                sizes.append(size)
+        if sizes:
+            self._rem = np.concatenate([self._rem, sizes])
+            self._tot = np.concatenate([self._tot, sizes])
         if batch.pending == 0:
             self._finish_batch(batch, now)
         self._rerate_and_schedule(now)
@@ -126,12 +132,11 @@ class FlowNetwork:
     # -- internals ----------------------------------------------------------------------
     def _advance(self, now: float) -> None:
         dt = now - self._last
-        if dt > 0:
-            for f in self.active:
-                f.remaining -= f.rate * dt
+        if dt > 0 and self._rate.size:
+            self._rem -= self._rate * dt
         self._last = now
 
-    def _rates(self) -> list[float]:
+    def _rates(self) -> np.ndarray:
         patterns = [f.cls.pattern for f in self.active]
         key = None
         if None not in patterns:
@@ -140,33 +145,32 @@ class FlowNetwork:
                 cached = self._rate_cache.get(key)
                 if cached is not None:
                     self.stats.cache_hits += 1
-                    return [cached[p] for p in patterns]
+                    return np.fromiter((cached[p] for p in patterns), float, len(patterns))
             else:
                 key = None
         self.stats.rerates += 1
-        flow_idx = np.concatenate(
-            [np.full(f.cls.links.size, i, dtype=np.int64) for i, f in enumerate(self.active)]
-        )
+        sizes = [f.cls.links.size for f in self.active]
+        flow_idx = np.repeat(np.arange(len(sizes)), sizes)
         link_idx = np.concatenate([f.cls.links for f in self.active])
         counts = np.concatenate([f.cls.counts for f in self.active])
         rates = max_min_rates(flow_idx, link_idx, counts, len(self.active), self.links.capacity)
         if key is not None:
             self._rate_cache[key] = dict(zip(patterns, rates.tolist(), strict=True))
-        return rates.tolist()
+        return rates
 
     def _rerate_and_schedule(self, now: float) -> None:
         self._generation += 1
         if not self.active:
+            self._rate = np.zeros(0)
             if self.track_links:
                 self.stats.link_samples.append((now, []))
             return
-        rates = self._rates()
-        next_dt = np.inf
-        for f, r in zip(self.active, rates, strict=True):
-            f.rate = r
-            next_dt = min(next_dt, f.remaining / f.rate)
+        self._rate = self._rates()
+        next_dt = float(np.min(self._rem / self._rate))
         if self.track_links:  # class references and rates: link loads are derived later
-            self.stats.link_samples.append((now, [(f.cls, f.rate) for f in self.active]))
+            self.stats.link_samples.append(
+                (now, [(f.cls, r) for f, r in zip(self.active, self._rate.tolist(), strict=True)])
+            )
         gen = self._generation
         event = self.env.timeout(max(next_dt, 0.0))
         event.callbacks.append(lambda _ev: self._on_completion(gen))
@@ -177,18 +181,18 @@ class FlowNetwork:
         self.stats.events += 1
         now = self.env.now
         self._advance(now)
-        still = []
-        for f in self.active:
-            if f.remaining <= _EPS * f.total + 1e-9 or f.remaining / f.rate <= _EPS * now:
-                if self.track_links:
-                    np.add.at(self.stats.link_bytes, f.cls.links, f.cls.counts * f.total)
-                f.batch.pending -= 1
-                f.batch.end = max(f.batch.end, now + f.cls.tail_s)
-                if f.batch.pending == 0:
-                    self._finish_batch(f.batch, now)
-            else:
-                still.append(f)
-        self.active = still
+        done = (self._rem <= _EPS * self._tot + 1e-9) | (self._rem / self._rate <= _EPS * now)
+        for k in np.nonzero(done)[0].tolist():
+            f = self.active[k]
+            if self.track_links:
+                np.add.at(self.stats.link_bytes, f.cls.links, f.cls.counts * self._tot[k])
+            f.batch.pending -= 1
+            f.batch.end = max(f.batch.end, now + f.cls.tail_s)
+            if f.batch.pending == 0:
+                self._finish_batch(f.batch, now)
+        keep = ~done
+        self.active = [f for f, k in zip(self.active, keep.tolist(), strict=True) if k]
+        self._rem, self._tot = self._rem[keep], self._tot[keep]
         self._rerate_and_schedule(now)
 
     def _finish_batch(self, batch: _Batch, now: float) -> None:

@@ -341,6 +341,49 @@ def compare(
 
 
 @app.command()
+def validate(
+    format: FormatOpt = Format.table,
+    group: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--group", help="megatron, nccl, zero, korthikanti (repeatable; default all)."
+        ),
+    ] = None,
+) -> None:
+    """Reproduce published results: per row the published value, ours, and the error."""
+    from simulator.validation import summary_frame
+    from simulator.validation import validate as run_validation
+
+    frame = run_validation(group)
+    if format is Format.json:
+        typer.echo(
+            json.dumps(
+                {
+                    "rows": frame.to_dict("records"),
+                    "groups": summary_frame(frame).to_dict("records"),
+                },
+                indent=2,
+                default=float,
+            )
+        )
+        return
+    shown = frame.copy()
+    for col in ("published", "simulated"):
+        shown[col] = shown[col].map(lambda v: f"{v:,.4g}")
+    shown["error"] = shown["error"].map(lambda v: f"{v:+.2%}")
+    shown["tolerance"] = shown["tolerance"].map(lambda v: f"{v:.0%}" if v else "printed")
+    shown["within"] = shown["within"].map({True: "yes", False: "NO"})
+    typer.echo(shown.to_string(index=False))
+    typer.echo("")
+    summary = summary_frame(frame)
+    for col in ("median_abs_error", "worst_abs_error"):
+        summary[col] = summary[col].map(lambda v: f"{v:.2%}")
+    typer.echo(summary.to_string(index=False))
+    if not frame["within"].all():
+        raise typer.Exit(1)
+
+
+@app.command()
 def check(scenario: ScenarioArg, set_: SetOpt = None) -> None:
     """Validate a scenario and print it with every default filled in, as JSON."""
     s = _load(scenario, set_)

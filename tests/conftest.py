@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLISHED = ROOT / "tests" / "validation" / "published"
+PUBLISHED = ROOT / "scenarios" / "validation" / "published"
 
 
 def published(name: str) -> pd.DataFrame:

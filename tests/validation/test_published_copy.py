@@ -13,5 +13,5 @@ SHARED = ROOT.parent / "shared" / "validation"
 def test_copy_matches_shared():
     for src in sorted(SHARED.glob("*.csv")):
         copy = PUBLISHED / src.name
-        assert copy.is_file(), f"{src.name} missing from tests/validation/published"
+        assert copy.is_file(), f"{src.name} missing from scenarios/validation/published"
         assert copy.read_bytes() == Path(src).read_bytes(), f"{src.name} drifted"

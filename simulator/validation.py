@@ -1,0 +1,238 @@
+"""Reproduce published results and report the error of each (``trainsim validate``).
+
+Rows (``scenarios/validation/published.yaml`` and the tables in
+``scenarios/validation/published/``):
+
+- Megatron SC21 Table 1 rows 1-5: achieved TFLOP/s per GPU, counted with the paper's own FLOP
+  formula (Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh), full attention and recompute included)
+  over the simulated step time;
+- nccl-tests bus bandwidths of single nodes and NICs;
+- ZeRO Table 1: model-state memory per device, every cell, at the table's printed precision;
+- Korthikanti et al. 2022: activation memory per layer, formula by formula (22B model).
+
+Each row carries its tolerance; ``within`` says whether it is met.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import yaml
+
+from simulator import api
+from simulator.collectives import bus_bandwidth, plan_collective
+from simulator.engine import time_collective
+from simulator.model.activations import MicroBatch, layer_activation_bytes
+from simulator.model.ops import Sharding
+from simulator.plan.memory import model_state_bytes_per_param
+from simulator.scenario.loader import PROJECT_ROOT
+from simulator.scenario.schema import ModelConfig
+
+VALIDATION = PROJECT_ROOT / "scenarios" / "validation"
+COLUMNS = ["group", "row", "published", "simulated", "error", "tolerance", "within", "unit"]
+
+
+def _row(group, row, published, simulated, tolerance, unit, within=None):
+    error = simulated / published - 1 if published else math.nan
+    if within is None:
+        within = abs(error) <= tolerance
+    return {
+        "group": group,
+        "row": row,
+        "published": published,
+        "simulated": simulated,
+        "error": error,
+        "tolerance": tolerance,
+        "within": bool(within),
+        "unit": unit,
+    }
+
+
+def megatron_rows(spec: dict) -> list[dict]:
+    out = []
+    for r in spec["rows"]:
+        s = api.load(PROJECT_ROOT / r["scenario"])
+        summary = api.run(s).summary
+        m, t = s.model, s.training
+        flops = (
+            96
+            * t.global_batch
+            * t.seq_len
+            * m.layers
+            * m.hidden**2
+            * (1 + t.seq_len / (6 * m.hidden) + m.vocab / (16 * m.layers * m.hidden))
+        )
+        achieved = flops / (summary["step_time_s"] * s.num_gpus) / 1e12
+        out.append(
+            _row(
+                "Megatron SC21 Table 1",
+                s.name,
+                r["published"],
+                achieved,
+                spec["tolerance"],
+                "TFLOP/s per GPU",
+            )
+        )
+    return out
+
+
+def nccl_rows(spec: dict) -> list[dict]:
+    out = []
+    for r in spec["rows"]:
+        topo = api.topology_from_file(
+            PROJECT_ROOT / r["topology"], r["accelerator"], r.get("set", [])
+        )
+        size = 8 * 2**30
+        if r["op"] == "send_recv":
+            model = api.network_model(topo)
+            seconds, _ = time_collective(model, plan_collective("send_recv", r["pair"], size))
+            busbw = bus_bandwidth("send_recv", 2, size, seconds)[1]
+        else:
+            table = api.collective_table(topo, r["op"], r["ranks"], r["algo"], [size])
+            busbw = float(table["busbw_Bps"].iloc[0])
+        out.append(
+            _row(
+                "nccl-tests bus bandwidth",
+                r["name"],
+                r["published"],
+                busbw / 1e9,
+                spec["tolerance"],
+                "GB/s",
+            )
+        )
+    return out
+
+
+def _printed(value: float, printed: str) -> bool:
+    """``value`` prints as ``printed`` at its precision, rounded half up or truncated."""
+    decimals = len(printed.split(".")[1]) if "." in printed else 0
+    scale = 10**decimals
+    target = round(float(printed) * scale)
+    return (
+        math.floor(value * scale + 0.5 + 1e-9) == target
+        or math.floor(value * scale + 1e-9) == target
+    )
+
+
+def zero_rows() -> list[dict]:
+    table = pd.read_csv(VALIDATION / "published" / "zero_table1_memory_per_device.csv", dtype=str)
+    out = []
+    for r in table.to_dict("records"):
+        psi, n, k = (
+            float(r["params_billion"]),
+            int(r["data_parallel_Nd"]),
+            float(r["K_optimizer_bytes_per_param"]),
+        )
+        for stage, col in [(1, "P_os_GB"), (2, "P_os_g_GB"), (3, "P_os_g_p_GB")]:
+            gb = psi * sum(model_state_bytes_per_param(2, 2, k, stage, n))
+            out.append(
+                _row(
+                    "ZeRO Table 1",
+                    f"{r['params_billion']}B, N={n}, stage {stage}",
+                    float(r[col]),
+                    gb,
+                    0.0,
+                    "GB",
+                    within=_printed(gb, r[col]),
+                )
+            )
+    return out
+
+
+KORTHIKANTI = [
+    ("no parallelism", {"tp": 1}, "none", lambda s, b, h, a, t: s * b * h * (34 + 5 * a * s / h)),
+    (
+        "tensor parallel",
+        {"tp": 8},
+        "none",
+        lambda s, b, h, a, t: s * b * h * (10 + 24 / t + 5 * a * s / (h * t)),
+    ),
+    (
+        "tensor + sequence parallel",
+        {"tp": 8, "sp": True},
+        "none",
+        lambda s, b, h, a, t: s * b * h / t * (34 + 5 * a * s / h),
+    ),
+    (
+        "tensor parallel + selective recompute",
+        {"tp": 8},
+        "selective",
+        lambda s, b, h, a, t: s * b * h * (10 + 24 / t),
+    ),
+    (
+        "tensor + sequence parallel + selective",
+        {"tp": 8, "sp": True},
+        "selective",
+        lambda s, b, h, a, t: s * b * h * 34 / t,
+    ),
+    ("full recompute", {"tp": 1}, "full", lambda s, b, h, a, t: 2 * s * b * h),
+]
+
+
+def korthikanti_rows() -> list[dict]:
+    a, h, layers, s, b = 64, 6144, 48, 2048, 1  # the paper's 22B model
+    model = ModelConfig(
+        layers=layers,
+        hidden=h,
+        heads=a,
+        ffn=4 * h,
+        vocab=51200,
+        activation="gelu",
+        norm="layernorm",
+        bias=True,
+        tied_embeddings=True,
+        position_embedding="learned",
+        max_positions=2048,
+        dropout=0.1,
+    )
+    out = []
+    for name, shard, recompute, formula in KORTHIKANTI:
+        ours = layer_activation_bytes(
+            model, 0, MicroBatch(b, s, 2.0, flash=False), Sharding(**shard), recompute
+        )
+        out.append(
+            _row(
+                "Korthikanti activations (22B)",
+                name,
+                formula(s, b, h, a, shard["tp"]) / 1e6,
+                ours / 1e6,
+                1e-9,
+                "MB/layer",
+            )
+        )
+    return out
+
+
+def validate(groups: list[str] | None = None) -> pd.DataFrame:
+    """Every validation row: published, simulated, relative error, tolerance, within."""
+    spec = yaml.safe_load((VALIDATION / "published.yaml").read_text())
+    makers = {
+        "megatron": lambda: megatron_rows(spec["megatron_table1"]),
+        "nccl": lambda: nccl_rows(spec["nccl_busbw"]),
+        "zero": zero_rows,
+        "korthikanti": korthikanti_rows,
+    }
+    rows = []
+    for name, make in makers.items():
+        if groups is None or name in groups:
+            rows += make()
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def summary_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per group: rows, rows within tolerance, median and worst |relative error|."""
+    out = []
+    for group, f in frame.groupby("group", sort=False):
+        err = f["error"].abs()
+        out.append(
+            {
+                "group": group,
+                "rows": len(f),
+                "within": int(f["within"].sum()),
+                "median_abs_error": float(err.median()),
+                "worst_abs_error": float(err.max()),
+                "worst_row": f.loc[err.idxmax(), "row"],
+            }
+        )
+    return pd.DataFrame(out)

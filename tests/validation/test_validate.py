@@ -1,0 +1,34 @@
+"""`trainsim validate`: every published row within its stated tolerance.
+
+Megatron SC21 Table 1, achieved TFLOP/s per GPU: 10% (the issue's bar). The simulator is
+4-10% optimistic on all five rows: NCCL's own overheads and framework time between kernels
+are not modelled. Bus bandwidths: 5%. Memory formulas: exact at the printed precision.
+"""
+
+import json
+
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.validation import summary_frame, validate
+
+
+def test_every_row_within_tolerance():
+    frame = validate()
+    assert len(frame) == 5 + 5 + 54 + 6
+    failing = frame[~frame["within"]]
+    assert failing.empty, failing.to_string()
+    summary = summary_frame(frame).set_index("group")
+    assert summary.loc["Megatron SC21 Table 1", "worst_abs_error"] <= 0.10
+    assert summary.loc["ZeRO Table 1", "within"] == 54
+
+
+def test_validate_command_json():
+    result = CliRunner().invoke(app, ["validate", "--group", "nccl", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [r["row"] for r in data["rows"]][:2] == [
+        "8x H100 ring all-reduce",
+        "8x H100 NVLS all-reduce",
+    ]
+    assert data["groups"][0]["within"] == 5

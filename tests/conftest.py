@@ -19,3 +19,8 @@ def published(name: str) -> pd.DataFrame:
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+def scenario_files() -> list[Path]:
+    """Every shipped scenario (the published tables beside them are data, not scenarios)."""
+    return sorted(p for p in (ROOT / "scenarios").rglob("*.yaml") if "published" not in p.parts)

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
+from tests.conftest import scenario_files
 
 runner = CliRunner()
 EXAMPLE = "scenarios/examples/llama3-8b-fsdp.yaml"
@@ -48,7 +49,7 @@ def test_memory_table_and_max_params(root):
 
 
 def test_memory_works_on_every_shipped_scenario(root):
-    for path in sorted((root / "scenarios").rglob("*.yaml")):
+    for path in scenario_files():
         result = runner.invoke(app, ["memory", str(path), "--format", "json"])
         assert result.exit_code == 0, (path, result.output)
         assert json.loads(result.stdout)["ranks"]

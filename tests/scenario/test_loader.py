@@ -5,6 +5,7 @@ import textwrap
 import pytest
 
 from simulator.scenario import ScenarioError, load_scenario, load_scenario_text
+from tests.conftest import scenario_files
 
 BASE = """\
 name: t
@@ -196,7 +197,7 @@ def test_alias_bomb_is_refused():
 
 
 def test_every_shipped_scenario_loads(root):
-    files = sorted((root / "scenarios").rglob("*.yaml"))
+    files = scenario_files()
     assert len(files) >= 9
     for f in files:
         load_scenario(f)

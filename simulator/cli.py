@@ -390,6 +390,37 @@ def validate(
 
 
 @app.command()
+def calibrate(
+    out: Annotated[Path, typer.Option("--out", help="Folder to write.")],
+    peak: Annotated[
+        str, typer.Option("--peak", help="The GPU's dense bf16 peak, e.g. '989 TFLOP/s'.")
+    ],
+    hbm: Annotated[str, typer.Option("--hbm", help="Its HBM bandwidth, e.g. '3.35 TB/s'.")],
+    repeats: int = 10,
+    warmup: int = 3,
+) -> None:
+    """Measure GEMM and copy kernels with PyTorch on this GPU; write a calibration folder
+    that an accelerator can name (``calibration: DIR``); print the fitted efficiencies."""
+    from simulator.calibrate import CalibrationUnavailable, run_microbenchmarks, torch_timer
+    from simulator.model.calibration import device_fits
+    from simulator.units import UnitError, parse_quantity
+
+    try:
+        peak_flops = parse_quantity(peak, "flops_rate")
+        hbm_bps = parse_quantity(hbm, "bandwidth")
+        timer, meta = torch_timer(repeats, warmup)
+    except (UnitError, CalibrationUnavailable) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    run_microbenchmarks(out, timer, meta)
+    gemm, mem = device_fits(str(out), peak_flops, hbm_bps)
+    typer.echo(
+        f"wrote {out}: GEMM e_max {gemm.e_max:.2f}, x {gemm.x_half:.0f}, "
+        f"RMS log error {gemm.rms_log_error:.1%}; memory efficiency {mem.e_mem:.2f}"
+    )
+
+
+@app.command()
 def check(scenario: ScenarioArg, set_: SetOpt = None) -> None:
     """Validate a scenario and print it with every default filled in, as JSON."""
     s = _load(scenario, set_)

@@ -52,6 +52,8 @@ class Accelerator(BaseModel):
     hbm_bandwidth_Bps : HBM bandwidth (B/s).
     scale_up_bandwidth_Bps : per-direction bandwidth into the scale-up domain (B/s).
     source : where the figures come from.
+    calibration : a folder of microbenchmarks measured on this device (``trainsim
+        calibrate``); None uses the H200 curves scaled by this device's peaks.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -63,6 +65,7 @@ class Accelerator(BaseModel):
     hbm_bandwidth_Bps: Bandwidth
     scale_up_bandwidth_Bps: Bandwidth
     source: str = "user-defined"
+    calibration: str | None = None
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype``; fp8/fp4 fall back to bf16 where the device lacks them."""

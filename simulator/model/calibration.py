@@ -83,10 +83,47 @@ def fit_membound(frame: pd.DataFrame, hbm_bps: float) -> MemFit:
     return MemFit(e_mem=float(1.0 / (slope * hbm_bps)), t0_s=float(t[0] - slope * b[0]))
 
 
+class CalibrationError(ValueError):
+    """A calibration folder that cannot be used; the message names the file and the problem."""
+
+
+REQUIRED = {"gemm.csv": ("m", "n", "k", "s"), "membound.csv": ("op", "bytes_moved", "s")}
+
+
+def load_calibration(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read and check ``gemm.csv`` and ``membound.csv`` in ``folder``."""
+    folder = Path(folder)
+    frames = []
+    for name, columns in REQUIRED.items():
+        path = folder / name
+        try:
+            frame = pd.read_csv(path)
+        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            raise CalibrationError(f"{path}: cannot read: {exc}") from None
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise CalibrationError(f"{path}: missing column(s) {', '.join(missing)}")
+        numeric = [c for c in columns if c != "op"]
+        bad = frame[numeric].apply(pd.to_numeric, errors="coerce")
+        if bad.isna().any().any() or (bad <= 0).any().any():
+            raise CalibrationError(f"{path}: {', '.join(numeric)} must be positive numbers")
+        if len(frame) < 2:
+            raise CalibrationError(f"{path}: needs at least two measurements")
+        frames.append(frame)
+    if (frames[1]["op"] == "copy").sum() < 2:
+        raise CalibrationError(
+            f"{folder / 'membound.csv'}: needs two 'copy' rows of different sizes"
+        )
+    return frames[0], frames[1]
+
+
 @lru_cache(maxsize=8)
-def device_fits(device: str = "h200") -> tuple[GemmFit, MemFit]:
-    """The fits for a calibration folder (cached: the grid search takes about a second)."""
-    folder = DATA / device
-    gemm = pd.read_csv(folder / "gemm.csv")
-    mem = pd.read_csv(folder / "membound.csv")
-    return fit_gemm(gemm, H200_PEAK_BF16), fit_membound(mem, H200_HBM_BPS)
+def device_fits(
+    device: str = "h200", peak_flops: float = H200_PEAK_BF16, hbm_bps: float = H200_HBM_BPS
+) -> tuple[GemmFit, MemFit]:
+    """The fits of a calibration folder: a name under simulator/data/calibration or a path,
+    measured on a device of ``peak_flops`` and ``hbm_bps`` (cached: the search takes ~0.5 s).
+    """
+    folder = Path(device) if Path(device).is_dir() else DATA / device
+    gemm, mem = load_calibration(folder)
+    return fit_gemm(gemm, peak_flops), fit_membound(mem, hbm_bps)

@@ -34,7 +34,12 @@ class ComputeModel:
 
     @classmethod
     def for_accelerator(cls, acc: Accelerator, dtype: str = "bf16") -> ComputeModel:
-        gemm, mem = device_fits("h200")
+        """The device's own calibration if it names one, else the H200 efficiencies applied
+        to this device's peaks."""
+        if acc.calibration:
+            gemm, mem = device_fits(acc.calibration, acc.peak("bf16"), acc.hbm_bandwidth_Bps)
+        else:
+            gemm, mem = device_fits("h200")
         return cls(acc.peak(dtype), acc.hbm_bandwidth_Bps, gemm, mem)
 
     def op_seconds(self, op: Op, phase: str) -> float:

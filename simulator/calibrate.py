@@ -1,0 +1,114 @@
+"""``trainsim calibrate``: measure GEMM and memory-bound kernels on this machine's GPU.
+
+Runs the same shapes as the shipped H200 file with PyTorch (an optional dependency:
+``pip install torch``), times each with CUDA events (median of ``repeats`` after ``warmup``
+runs) and writes, in the format :mod:`simulator.model.calibration` reads:
+
+- ``gemm.csv``: m, n, k, s (median seconds), s_min, tflops (2mnk / s);
+- ``membound.csv``: op, elems, dtype, s, bytes_moved, gbps (bf16 copies of several sizes);
+- ``meta.json``: torch version, device name.
+
+Point an accelerator at the folder (``calibration: path``) to use it. The timing function is
+injectable so that the file handling is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from simulator.model.calibration import DATA
+
+Timer = Callable[[str, tuple[int, ...]], list[float]]  # (kind, shape) -> seconds per run
+
+COPY_SIZES = (2**20, 2**24, 2**28, 2**30)
+
+
+class CalibrationUnavailable(RuntimeError):
+    """No PyTorch or no CUDA device to measure on."""
+
+
+def reference_shapes() -> list[tuple[int, int, int]]:
+    """The GEMM shapes of the shipped H200 measurements."""
+    gemm = pd.read_csv(DATA / "h200" / "gemm.csv")
+    return [
+        tuple(int(x) for x in row)
+        for row in gemm[["m", "n", "k"]].drop_duplicates().itertuples(index=False)
+    ]
+
+
+def torch_timer(repeats: int = 10, warmup: int = 3) -> tuple[Timer, dict]:
+    """A CUDA-event timer over PyTorch kernels, and metadata for meta.json."""
+    try:
+        import torch
+    except ImportError:
+        raise CalibrationUnavailable("PyTorch is not installed: pip install torch") from None
+    if not torch.cuda.is_available():
+        raise CalibrationUnavailable("no CUDA device: run trainsim calibrate on the GPU to measure")
+
+    def run(kind: str, shape: tuple[int, ...]) -> list[float]:
+        if kind == "gemm":
+            m, n, k = shape
+            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+            op = lambda: a @ b  # noqa: E731
+        else:
+            x = torch.randn(shape[0], device="cuda", dtype=torch.bfloat16)
+            op = x.clone
+        times = []
+        for i in range(warmup + repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            op()
+            end.record()
+            torch.cuda.synchronize()
+            if i >= warmup:
+                times.append(start.elapsed_time(end) / 1e3)
+        return times
+
+    meta = {"torch": torch.__version__, "device": "cuda", "name": torch.cuda.get_device_name(0)}
+    return run, meta
+
+
+def run_microbenchmarks(
+    out: str | Path, timer: Timer, meta: dict, shapes: list[tuple[int, int, int]] | None = None
+) -> list[Path]:
+    """Measure with ``timer`` and write the calibration folder ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for m, n, k in shapes or reference_shapes():
+        times = timer("gemm", (m, n, k))
+        s = statistics.median(times)
+        rows.append(
+            {
+                "m": m,
+                "n": n,
+                "k": k,
+                "s": s,
+                "s_min": min(times),
+                "tflops": 2 * m * n * k / s / 1e12,
+            }
+        )
+    pd.DataFrame(rows).to_csv(out / "gemm.csv", index=False)
+    rows = []
+    for elems in COPY_SIZES:
+        s = statistics.median(timer("copy", (elems,)))
+        moved = 2 * 2 * elems  # read and write bf16
+        rows.append(
+            {
+                "op": "copy",
+                "elems": elems,
+                "dtype": "torch.bfloat16",
+                "s": s,
+                "bytes_moved": moved,
+                "gbps": moved / s / 1e9,
+            }
+        )
+    pd.DataFrame(rows).to_csv(out / "membound.csv", index=False)
+    (out / "meta.json").write_text(json.dumps(meta))
+    return [out / "gemm.csv", out / "membound.csv", out / "meta.json"]

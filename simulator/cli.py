@@ -252,32 +252,11 @@ def run(
     if format is Format.json:
         typer.echo(json.dumps(summary, indent=2, default=float))
         return
-    gb = 1e9
-    lines = [
-        ("step time", f"{summary['step_time_s']:.3f} s"),
-        ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
-        ("MFU / HFU", f"{summary['mfu']:.1%} / {summary['hfu']:.1%}"),
-        ("model TFLOP/s per GPU", f"{summary['model_tflops_per_gpu']:.1f}"),
-        ("pipeline bubble", f"{summary['bubble_fraction']:.1%} of the step"),
-        ("exposed communication", f"{summary['exposed_comm_fraction']:.1%} of the step"),
-        ("communication overlapped", f"{summary['overlap_fraction']:.1%}"),
-        (
-            "peak memory",
-            f"{summary['peak_memory_bytes'] / gb:.1f} GB of "
-            f"{summary['memory_capacity_bytes'] / gb:.0f} GB"
-            + ("  OUT OF MEMORY" if summary["oom"] else ""),
-        ),
-        (
-            "simulated",
-            f"{summary['simulated_ranks']} ranks of {summary['num_gpus']:,}, "
-            f"{summary['tasks']:,} tasks",
-        ),
-    ]
+    from simulator.report.run_report import headline_rows
+
     typer.echo(f"{s.name or scenario.name}")
-    for name, value in lines:
+    for name, value in headline_rows(summary):
         typer.echo(f"  {name:<26} {value}")
-    util = ", ".join(f"{k} {v:.0%}" for k, v in sorted(summary["utilisation"].items()))
-    typer.echo(f"  {'stream utilisation':<26} {util}")
 
 
 @app.command()

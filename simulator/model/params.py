@@ -53,10 +53,6 @@ class ParamCounts:
             + sum(p.active for p in self.layers)
         )
 
-    @property
-    def non_embedding(self) -> int:
-        return self.total - self.embedding - self.positions - self.output
-
 
 def layer_params(m: ModelConfig, layer: int) -> LayerParams:
     dense = layer_norm_params(m)

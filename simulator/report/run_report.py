@@ -51,24 +51,37 @@ def write_report(
     return paths
 
 
-def write_markdown(summary: dict, out: Path, title: str, has_links: bool) -> Path:
+def headline_rows(summary: dict) -> list[tuple[str, str]]:
+    """The run's headline metrics as (label, formatted value), for the CLI and summary.md."""
     gb = 1e9
-    rows = [
+    return [
         ("step time", f"{summary['step_time_s']:.4g} s"),
-        ("tokens per second", f"{summary['tokens_per_s']:,.0f}"),
+        ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
         ("MFU / HFU", f"{summary['mfu']:.1%} / {summary['hfu']:.1%}"),
         ("model TFLOP/s per GPU", f"{summary['model_tflops_per_gpu']:.1f}"),
-        ("pipeline bubble (idle)", f"{summary['bubble_fraction']:.1%}"),
-        ("exposed communication", f"{summary['exposed_comm_fraction']:.1%}"),
-        ("communication hidden under compute", f"{summary['overlap_fraction']:.1%}"),
+        ("pipeline bubble", f"{summary['bubble_fraction']:.1%} of the step"),
+        ("exposed communication", f"{summary['exposed_comm_fraction']:.1%} of the step"),
+        ("communication overlapped", f"{summary['overlap_fraction']:.1%}"),
         (
             "peak memory",
             f"{summary['peak_memory_bytes'] / gb:.1f} GB of "
             f"{summary['memory_capacity_bytes'] / gb:.0f} GB"
-            + (" (out of memory)" if summary["oom"] else ""),
+            + ("  OUT OF MEMORY" if summary["oom"] else ""),
         ),
-        ("GPUs / simulated ranks", f"{summary['num_gpus']:,} / {summary['simulated_ranks']}"),
+        (
+            "simulated",
+            f"{summary['simulated_ranks']} ranks of {summary['num_gpus']:,}, "
+            f"{summary['tasks']:,} tasks",
+        ),
+        (
+            "stream utilisation",
+            ", ".join(f"{k} {v:.0%}" for k, v in sorted(summary["utilisation"].items())),
+        ),
     ]
+
+
+def write_markdown(summary: dict, out: Path, title: str, has_links: bool) -> Path:
+    rows = headline_rows(summary)
     lines = [f"# {title}", "", "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
     lines += [

@@ -217,7 +217,6 @@ class _Builder(LayerTasks, DataParallelTasks):
         )
         if self.par.zero in (1, 2):
             self.gather_updated_params(st)
-        self.zero3_tasks = st.dp_tasks
         self.w_task: dict[tuple, int] = {}  # (layer | "head" | "emb", micro-batch) -> W task
         passes = {"F": self.forward_pass, "B": self.backward_pass, "W": self.weight_pass}
         for kind, c, j in order:
@@ -315,7 +314,7 @@ class _Builder(LayerTasks, DataParallelTasks):
             if layer == unit[0]:
                 unit_ends.append(last[0])
         if r == 0 and c == 0 and not zb:
-            last = [self.embedding_grad(rank, j, last)]
+            last = [self.embedding_grad(rank, j, last, st.dp_tasks)]
         self.send_grad(rank, r, c, j, last)
 
     def weight_pass(self, st: _Stage, c: int, j: int) -> None:
@@ -326,7 +325,7 @@ class _Builder(LayerTasks, DataParallelTasks):
             for layer in reversed(st.chunks[c]):
                 last = [self.after_weight_grad(st.rank, layer, j, last, st.dp_tasks)]
             if st.r == 0 and c == 0:
-                self.embedding_grad(st.rank, j, last)
+                self.embedding_grad(st.rank, j, last, st.dp_tasks)
         if j == self.n_mb - 1 and self.par.zero in (0, 1, 2):
             for bi, bucket in enumerate(self.bucket_plan[(st.r, c)]):
                 ready = [self.w_task[(k, j)] for k in bucket[0]]
@@ -391,7 +390,7 @@ class _Builder(LayerTasks, DataParallelTasks):
             self.fsdp_reduce(rank, unit, j, [w], dp_tasks, self.gathered_bytes(unit))
         return w
 
-    def embedding_grad(self, rank, j, deps):
+    def embedding_grad(self, rank, j, deps, dp_tasks):
         """The embedding's gradient (a scatter-add). FSDP's pre-backward hook gathers the
         unit's parameters even though the scatter-add does not read them."""
         eb = embedding_block(self.m, self.mb, self.sh, self.cm)
@@ -408,7 +407,7 @@ class _Builder(LayerTasks, DataParallelTasks):
             mem_free=embedding_activation_bytes(self.m, self.mb, self.sh),
         )
         self.w_task[("emb", j)] = t
-        self.fsdp_reduce(rank, "emb", j, [t], self.zero3_tasks, self.gathered_bytes("emb"))
+        self.fsdp_reduce(rank, "emb", j, [t], dp_tasks, self.gathered_bytes("emb"))
         return t
 
     def send_grad(self, rank, r, c, j, last):

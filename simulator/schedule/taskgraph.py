@@ -72,10 +72,6 @@ class TaskGraph:
         self.copy_sets.append(groups)
         return len(self.copy_sets) - 1
 
-    @property
-    def ranks(self) -> list[int]:
-        return sorted({t.rank for t in self.tasks})
-
     def validate(self) -> None:
         """Raise ValueError on dangling or forward dependencies, or a comm task without spec."""
         for i, t in enumerate(self.tasks):

@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,22 +22,35 @@ from simulator.engine import NetworkModel, run_taskgraph_with_memory, time_colle
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
 from simulator.model.params import count_params
+from simulator.plan.collective_choice import NetworkFacts
 from simulator.plan.memory import (
     RankMemory,
     distinct_rank_kinds,
     max_params_model_states,
     memory_ledger,
 )
+from simulator.plan.plan import Plan
+from simulator.plan.plan import build_plan as make_plan
 from simulator.scenario import Scenario, load_scenario, load_topology
 from simulator.scenario.schema import ClusterConfig
-from simulator.schedule.step import build_step
+from simulator.schedule.perturb import Perturbation, SlowCompute, SlowLink, perturb
+from simulator.schedule.step import StepGraph
+from simulator.schedule.step import build_step as make_step
 from simulator.topology import Topology, build_topology
 from simulator.topology.summary import link_levels, summary
 from simulator.units import parse_quantity
 
 __all__ = [
     "RunResult",
+    "Simulation",
+    "SlowCompute",
+    "SlowLink",
+    "build_plan",
+    "build_step",
+    "perturb",
     "run",
+    "simulate",
+    "step_metrics",
     "write_run",
     "MemoryReport",
     "collective_table",
@@ -186,14 +200,117 @@ def topology_report(topo: Topology) -> tuple[dict, pd.DataFrame]:
     return summary(topo), link_levels(topo)
 
 
+# -- the staged run: load -> build_plan -> build_step -> perturb -> simulate -> step_metrics --
+
+
+def network_facts(topo: Topology) -> NetworkFacts:
+    """What the plan's collective choice needs to know of ``topo``: devices per host, NVLS,
+    and one GPU's bandwidth and per-hop latency to another host."""
+    per_host = sum(1 for d in topo.devices if topo.host_of[d] == topo.host_of[topo.devices[0]])
+    other = next(
+        (d for d in topo.devices if topo.host_of[d] != topo.host_of[topo.devices[0]]), None
+    )
+    bw, lat = 50e9, 5e-6
+    if other is not None:
+        edges = [topo.graph.edges[u, v] for u, v in topo.path(topo.devices[0], other)]
+        bw = min(e["bandwidth"] * e.get("efficiency", 1.0) for e in edges)
+        lat = sum(e.get("latency", 0.0) for e in edges)
+    return NetworkFacts(
+        gpus_per_host=per_host,
+        nvls=bool(topo.nvls_switch),
+        inter_Bps=bw,
+        inter_latency_s=lat,
+        torus=topo.meta.get("kind") == "torus",
+    )
+
+
+def build_plan(scenario: Scenario, topo: Topology | None = None) -> Plan:
+    """Every layout decision for ``scenario`` (:mod:`simulator.plan.plan`); with ``topo`` the
+    collectives are chosen per group as NCCL would (without it, rings)."""
+    return make_plan(scenario, network_facts(topo) if topo is not None else None)
+
+
+def build_step(plan: Plan, compute_model: ComputeModel | None = None) -> StepGraph:
+    """The TaskGraph of one step of ``plan``; compute durations from ``compute_model``
+    (default: the scenario's accelerator, calibrated)."""
+    s = plan.scenario
+    cm = compute_model or ComputeModel.for_accelerator(
+        s.cluster.accelerator, s.precision.compute_dtype
+    )
+    return make_step(plan, cm)
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """What the engine returns for one step: the trace as a DataFrame, the memory events
+    (rank, time s, bytes delta), the network statistics and model (for link reports)."""
+
+    frame: pd.DataFrame
+    memory_events: list
+    stats: object
+    network: NetworkModel
+
+
+def simulate(
+    step: StepGraph,
+    topo: Topology,
+    perturbations: list[Perturbation] | tuple = (),
+    track_links: bool = False,
+) -> Simulation:
+    """Run ``step`` on ``topo`` (with any :class:`SlowLink` perturbations applied)."""
+    if step.plan.grid.size > topo.num_devices:
+        raise ValueError(
+            f"{step.plan.grid.size} ranks but the topology has {topo.num_devices} devices"
+        )
+    model = network_model(_degraded(topo, perturbations))
+    device_of = {r: topo.devices[r] for r in range(step.plan.grid.size)}
+    trace, stats, mem_events = run_taskgraph_with_memory(model, step.graph, device_of, track_links)
+    return Simulation(trace.to_frame(), mem_events, stats, model)
+
+
+def _degraded(topo: Topology, perturbations) -> Topology:
+    slow = [p for p in perturbations if isinstance(p, SlowLink)]
+    if not slow:
+        return topo
+    graph = topo.graph.copy()
+    for p in slow:
+        if not graph.has_edge(p.src, p.dst):
+            raise ValueError(f"no link {p.src} -> {p.dst} in the topology")
+        graph.edges[p.src, p.dst]["bandwidth"] *= p.fraction
+    return dataclasses.replace(topo, graph=graph)
+
+
+def step_metrics(sim: Simulation, step: StepGraph) -> metrics.StepMetrics:
+    """The headline metrics of a simulated step (:class:`simulator.metrics.StepMetrics`)."""
+    s = step.plan.scenario
+    acc = s.cluster.accelerator
+    facts = metrics.StepFacts(
+        scenario=s.name,
+        num_gpus=s.num_gpus,
+        tokens_per_step=s.training.global_batch * s.training.seq_len,
+        model_flops_per_step=step.plan.model_flops_per_step,
+        peak_flops_per_s=acc.peak(s.precision.compute_dtype),
+        hbm_bytes=acc.hbm_bytes,
+        overlapping_steps=step.plan.schedule.overlapping_steps,
+        static_memory=step.static_memory,
+        stage_of=step.stage_of,
+    )
+    return metrics.step_metrics(sim.frame, sim.memory_events, facts, sim.stats.rerates)
+
+
 @dataclass(frozen=True)
 class RunResult:
-    """One simulated step: headline metrics, the trace, the memory timeline (DataFrames)."""
+    """One simulated step: its metrics, the trace, the memory timeline (DataFrames)."""
 
-    summary: dict
+    metrics: metrics.StepMetrics
     trace: pd.DataFrame
     memory: pd.DataFrame
     links: pd.DataFrame | None = None  # utilisation over time of the busiest links
+
+    @property
+    def summary(self) -> dict:
+        """The metrics as a plain dict (summary.json)."""
+        return self.metrics.as_dict()
 
 
 def run(
@@ -201,80 +318,42 @@ def run(
     topo: Topology | None = None,
     compute_model: ComputeModel | None = None,
     track_links: bool = False,
+    perturbations: list[Perturbation] | tuple = (),
 ) -> RunResult:
-    """Simulate one steady-state training step of ``scenario`` (metrics: simulator.metrics).
+    """Simulate one steady-state training step of ``scenario``: all the stages in a row.
 
     ``topo`` and ``compute_model`` default to the scenario's; tests pass idealised ones.
     ``track_links`` records every link's load over time (for the run report).
+    ``perturbations`` slow ranks or links (:mod:`simulator.schedule.perturb`); slowing a rank
+    simulates every rank (full mode).
     """
+    if any(isinstance(p, SlowCompute) for p in perturbations):
+        scenario = scenario.model_copy(
+            update={"simulation": scenario.simulation.model_copy(update={"mode": "full"})}
+        )
     topo = topo or build_topology(scenario.cluster)
-    acc = scenario.cluster.accelerator
-    cm = compute_model or ComputeModel.for_accelerator(acc, scenario.precision.compute_dtype)
-    step = build_step(scenario, cm)
-    if step.grid.size > topo.num_devices:
-        raise ValueError(f"{step.grid.size} ranks but the topology has {topo.num_devices} devices")
-    device_of = {r: topo.devices[r] for r in range(step.grid.size)}
-    model = network_model(topo)
-    trace, stats, mem_events = run_taskgraph_with_memory(model, step.graph, device_of, track_links)
-    frame = trace.to_frame()
-    summary = _summarise(scenario, step, frame, stats, mem_events)
+    step = perturb(build_step(build_plan(scenario, topo), compute_model), perturbations)
+    sim = simulate(step, topo, perturbations, track_links)
+    m = step_metrics(sim, step)
     links = None
     if track_links:
-        names = [f"{u}->{v}" for u, v in model.links.edges]
-        links = metrics.link_utilisation(
-            stats.link_samples,
-            stats.link_bytes,
-            model.links.capacity,
-            names,
-            summary["step_time_s"],
-        )
-        summary["busiest_links"] = {
-            name: float(
-                ((f["end_s"] - f["start_s"]) * f["utilisation"]).sum() / summary["step_time_s"]
-            )
-            for name, f in links.groupby("link", sort=False)
-        }
-    return RunResult(summary, frame, metrics.memory_timeline(mem_events, step.static_memory), links)
+        links, busiest = _link_report(sim, m.step_time_s)
+        m = dataclasses.replace(m, busiest_links=busiest)
+    memory = metrics.memory_timeline(sim.memory_events, step.static_memory)
+    return RunResult(m, sim.frame, memory, links)
 
 
-def _summarise(scenario, step, frame, stats, mem_events) -> dict:
-    acc = scenario.cluster.accelerator
-    peak = acc.peak(scenario.precision.compute_dtype)
-    zb_h2 = scenario.parallelism.pipeline.schedule == "zb-h2"
-    spans = None
-    if zb_h2:  # steps overlap by the ramp: each stage's own span is the period
-        spans = {r: (f["start_s"].min(), f["end_s"].max()) for r, f in frame.groupby("rank")}
-        step_time = max(e - s for s, e in spans.values())
-        spans = {r: (s, s + step_time) for r, (s, _) in spans.items()}
-    else:
-        step_time = float(frame["end_s"].max())
-    parts = metrics.rank_breakdown(frame, spans)
-    timeline = metrics.memory_timeline(mem_events, step.static_memory)
-    peaks = metrics.peak_memory(timeline, step.static_memory)
-    n = scenario.num_gpus
-    tokens = scenario.training.global_batch * scenario.training.seq_len
-    comm = parts["comm_s"].sum()
-    return {
-        "scenario": scenario.name,
-        "num_gpus": n,
-        "simulated_ranks": len(step.ranks),
-        "step_time_s": step_time,
-        "tokens_per_s": tokens / step_time,
-        "mfu": step.model_flops_per_step / (step_time * n * peak),
-        "hfu": float((parts["flops"] / (step_time * peak)).mean()),
-        "model_tflops_per_gpu": step.model_flops_per_step / (step_time * n) / 1e12,
-        "bubble_fraction": float((parts["idle_s"] / step_time).mean()),
-        "exposed_comm_fraction": float((parts["exposed_comm_s"] / step_time).mean()),
-        "overlap_fraction": float(parts["overlap_s"].sum() / comm) if comm > 0 else 0.0,
-        "peak_memory_bytes": max(peaks.values()),
-        "memory_capacity_bytes": acc.hbm_bytes,
-        "oom": max(peaks.values()) > acc.hbm_bytes,
-        "peak_memory_by_rank": {str(k): v for k, v in sorted(peaks.items())},
-        "utilisation": metrics.stream_utilisation(frame, step_time),
-        "stage_of_rank": {str(r): st for r, st in sorted(step.stage_of.items())},
-        "tasks": len(frame),
-        "network_rerates": stats.rerates,
+def _link_report(sim: Simulation, step_time: float):
+    model = sim.network
+    names = [f"{u}->{v}" for u, v in model.links.edges]
+    links = metrics.link_utilisation(
+        sim.stats.link_samples, sim.stats.link_bytes, model.links.capacity, names, step_time
+    )
+    busiest = {
+        name: float(((f["end_s"] - f["start_s"]) * f["utilisation"]).sum() / step_time)
+        for name, f in links.groupby("link", sort=False)
     }
+    return links, busiest
 
 
 def write_run(result: RunResult, out: str | Path, title: str = "") -> list[Path]:

@@ -15,6 +15,8 @@ Definitions (per simulated rank, then averaged over ranks; T = step time):
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -147,3 +149,101 @@ def link_utilisation(
             (names[link], t, t_next, load[k] / capacity[link]) for k, link in enumerate(busiest)
         ]
     return pd.DataFrame(rows, columns=["link", "start_s", "end_s", "utilisation"])
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """The headline numbers of one simulated step, shared by the CLI table, summary.json/.md,
+    ``compare``, ``validate``, sweeps and goodput. Times in s, memory in B, fractions of 1."""
+
+    scenario: str | None
+    num_gpus: int
+    simulated_ranks: int
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    model_tflops_per_gpu: float
+    bubble_fraction: float
+    exposed_comm_fraction: float
+    overlap_fraction: float
+    peak_memory_bytes: float
+    memory_capacity_bytes: float
+    oom: bool
+    peak_memory_by_rank: dict[str, float]
+    utilisation: dict[str, float]
+    stage_of_rank: dict[str, int]
+    tasks: int
+    network_rerates: int
+    busiest_links: dict[str, float] | None = None
+
+    def as_dict(self) -> dict:
+        """Plain JSON-ready dict (``busiest_links`` only when links were tracked)."""
+        out = asdict(self)
+        if out["busiest_links"] is None:
+            del out["busiest_links"]
+        return out
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """What metrics need to know of the step besides its trace: the model's FLOPs per step,
+    the global batch in tokens, the peak FLOP/s and HBM capacity of one GPU, and whether
+    consecutive steps overlap (ZB-H2: the step time is the longest stage span)."""
+
+    scenario: str | None
+    num_gpus: int
+    tokens_per_step: float
+    model_flops_per_step: float
+    peak_flops_per_s: float
+    hbm_bytes: float
+    overlapping_steps: bool
+    static_memory: dict[int, float]
+    stage_of: dict[int, int]
+
+
+def step_time(frame: pd.DataFrame, overlapping_steps: bool):
+    """(step time s, per-rank windows or None): the end of the last task, or with overlapping
+    steps each stage's own span, the longest being the period."""
+    if not overlapping_steps:
+        return float(frame["end_s"].max()), None
+    spans = {r: (f["start_s"].min(), f["end_s"].max()) for r, f in frame.groupby("rank")}
+    period = max(e - s for s, e in spans.values())
+    return float(period), {r: (s, s + period) for r, (s, _) in spans.items()}
+
+
+def step_metrics(
+    frame: pd.DataFrame,
+    memory_events: list[tuple[int, float, float]],
+    facts: StepFacts,
+    network_rerates: int = 0,
+) -> StepMetrics:
+    """Everything :class:`StepMetrics` holds, from the trace and the memory events."""
+    t, spans = step_time(frame, facts.overlapping_steps)
+    parts = rank_breakdown(frame, spans)
+    timeline = memory_timeline(memory_events, facts.static_memory)
+    peaks = peak_memory(timeline, facts.static_memory)
+    peak = facts.peak_flops_per_s
+    n = facts.num_gpus
+    comm = parts["comm_s"].sum()
+    return StepMetrics(
+        scenario=facts.scenario,
+        num_gpus=n,
+        simulated_ranks=len(facts.stage_of),
+        step_time_s=t,
+        tokens_per_s=facts.tokens_per_step / t,
+        mfu=facts.model_flops_per_step / (t * n * peak),
+        hfu=float((parts["flops"] / (t * peak)).mean()),
+        model_tflops_per_gpu=facts.model_flops_per_step / (t * n) / 1e12,
+        bubble_fraction=float((parts["idle_s"] / t).mean()),
+        exposed_comm_fraction=float((parts["exposed_comm_s"] / t).mean()),
+        overlap_fraction=float(parts["overlap_s"].sum() / comm) if comm > 0 else 0.0,
+        peak_memory_bytes=max(peaks.values()),
+        memory_capacity_bytes=facts.hbm_bytes,
+        oom=max(peaks.values()) > facts.hbm_bytes,
+        peak_memory_by_rank={str(k): v for k, v in sorted(peaks.items())},
+        utilisation=stream_utilisation(frame, t),
+        stage_of_rank={str(r): st for r, st in sorted(facts.stage_of.items())},
+        tasks=len(frame),
+        network_rerates=network_rerates,
+    )

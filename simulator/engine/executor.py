@@ -156,7 +156,7 @@ class Executor:
                 start,
                 self.env.now,
                 t.flops,
-                t.comm.size_bytes if t.comm else t.bytes_,
+                t.comm.size_bytes if t.comm else 0.0,
             )
         )
         key = (t.rank, t.stream)

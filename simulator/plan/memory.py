@@ -23,18 +23,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from simulator.model.activations import (
-    MicroBatch,
     embedding_activation_bytes,
     head_activation_bytes,
     layer_activation_bytes,
 )
-from simulator.model.ops import Sharding
-from simulator.model.params import (
-    embedding_params_per_rank,
-    head_params_per_rank,
-    layer_params_per_rank,
-)
-from simulator.plan.stages import StageLayout, pipeline_layout
+from simulator.pipelines import peak_held
+from simulator.plan.plan import Plan, StagePlan, build_plan, zero_sharded
 from simulator.scenario.schema import Scenario
 
 
@@ -73,110 +67,82 @@ def model_state_bytes_per_param(
     p: float, g: float, k: float, stage: int, n: float
 ) -> tuple[float, float, float]:
     """(params, grads, optimizer) bytes per parameter on one rank under ZeRO ``stage``."""
-    return (p / n if stage >= 3 else p, g / n if stage >= 2 else g, k / n if stage >= 1 else k)
+    return zero_sharded((p, g, k), stage, n)
 
 
-def sharding_of(s: Scenario) -> Sharding:
-    p = s.parallelism
-    return Sharding(tp=p.tp, sp=p.sequence_parallel, cp=p.cp, ep=p.ep, expert_tp=p.expert_tp)
+def _stage_activations(plan: Plan, stage: StagePlan) -> tuple[float, float]:
+    """(activations held at the stage's peak, the largest recompute working set) in B.
 
+    The peak follows the stage's pass order: a chunk's forward takes its layers' activations
+    (and the embedding's, on the first model chunk), its weight-gradient pass gives them back;
+    the output layer's logits live from the loss forward to the loss backward (B).
+    """
+    s = plan.scenario
+    m, rc, mb, sh = s.model, s.parallelism.recompute, plan.micro_batch, plan.sharding
+    kept = {i: layer_activation_bytes(m, i, mb, sh, rc) for i in stage.layers}
+    emb, head = embedding_activation_bytes(m, mb, sh), head_activation_bytes(m, mb, sh)
 
-def micro_batches_per_step(s: Scenario) -> int:
-    """Micro-batches each pipeline processes per step (gradient-accumulation steps)."""
-    return s.training.global_batch // s.dp // s.training.micro_batch
+    def chunk_bytes(c: int) -> float:
+        ch = stage.chunks[c]
+        return sum(kept[i] for i in ch.layers) + (emb if ch.has_embedding else 0.0)
 
-
-def _stage_params(s: Scenario, layout: StageLayout) -> tuple[float, float, list[float]]:
-    """(dense, expert) parameters of the stage on one rank, and the size of each FSDP unit."""
-    m, p = s.model, s.parallelism
-    dense = expert = 0.0
-    units: list[float] = []
-    per_layer = [layer_params_per_rank(m, i, p.tp, p.ep, p.expert_tp) for i in layout.layers]
-    for d, e in per_layer:
-        dense, expert = dense + d, expert + e
-    for start in range(0, len(per_layer), p.fsdp_unit_layers):
-        units.append(sum(d + e for d, e in per_layer[start : start + p.fsdp_unit_layers]))
-    if layout.is_first:
-        emb = embedding_params_per_rank(m, p.tp)
-        dense += emb
-        units.append(emb)
-    if layout.is_last:
-        head = head_params_per_rank(m, p.tp, layout.stages)
-        dense += head
-        units.append(head)
-    return dense, expert, units
-
-
-def _stage_activations(
-    s: Scenario, layout: StageLayout, mb: MicroBatch, sh: Sharding
-) -> tuple[float, float]:
-    """(activations held at the peak, the largest recompute working set) on the stage (B)."""
-    m, rc = s.model, s.parallelism.recompute
-    kept = [layer_activation_bytes(m, i, mb, sh, rc) for i in layout.layers]
-    total = layout.in_flight * sum(kept)
-    if layout.is_first:
-        total += layout.in_flight * embedding_activation_bytes(m, mb, sh)
-    if layout.is_last:
-        total += layout.head_in_flight * head_activation_bytes(m, mb, sh)
+    total = peak_held(stage.order, chunk_bytes)
+    if stage.is_last:
+        heads = [c for c, ch in enumerate(stage.chunks) if ch.has_head]
+        total += head * peak_held(stage.order, lambda c: float(c in heads), released_by="B")
     rebuilt = 0.0
     if rc != "none":  # backward recomputes one layer at a time: what it dropped comes back
         rebuilt = max(
-            (
-                layer_activation_bytes(m, i, mb, sh, "none") - kept_i
-                for i, kept_i in zip(layout.layers, kept, strict=True)
-            ),
+            (layer_activation_bytes(m, i, mb, sh, "none") - kept[i] for i in stage.layers),
             default=0.0,
         )
     return total, rebuilt
 
 
-def memory_ledger(s: Scenario) -> list[RankMemory]:
+def fsdp_gathered_bytes(plan: Plan, stage: StagePlan) -> float:
+    """ZeRO-3 buffers at the peak (B): the units gathered at once (the computing one and
+    ``fsdp_prefetch`` ahead, at most as many as there are), and one unit's unsharded
+    gradient before its reduce-scatter."""
+    par = plan.scenario.parallelism
+    units = [sum(plan.params_of(u)) for ch in stage.chunks for u in ch.units]
+    units += [sum(plan.params_of(k)) for k in ("emb", "head") if _holds(stage, k)]
+    units.sort(reverse=True)
+    gathered = sum(units[: 1 + par.fsdp_prefetch]) * plan.param_bytes_per_param
+    return gathered + (units[0] if units else 0.0) * plan.grad_bytes_per_param
+
+
+def _holds(stage: StagePlan, key: str) -> bool:
+    return stage.is_first if key == "emb" else stage.is_last
+
+
+def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:
     """Memory of each pipeline stage's ranks (TP/CP/DP peers of a stage are alike)."""
-    par, tr = s.parallelism, s.training
-    pb, gb, kb = s.precision.bytes_per_param(tr.optimizer)
-    dense_group = s.dp * par.cp
-    expert_group = max(1, s.dp * par.cp * par.tp // (par.ep * par.etp))
-    mb = MicroBatch(tr.micro_batch, tr.seq_len, s.precision.activation_bytes, tr.flash_attention)
-    sh = sharding_of(s)
-    pl = par.pipeline
-    layouts = pipeline_layout(
-        s.model.layers,
-        par.pp,
-        pl.virtual_stages,
-        pl.schedule,
-        micro_batches_per_step(s),
-        pl.first_stage_layers,
-        pl.last_stage_layers,
-    )
+    plan = s if isinstance(s, Plan) else build_plan(s)
+    s = plan.scenario
+    par = s.parallelism
     capacity = s.cluster.accelerator.hbm_bytes
     out = []
-    for layout in layouts:
-        dense, expert, units = _stage_params(s, layout)
-        dp_d, dg_d, do_d = model_state_bytes_per_param(pb, gb, kb, par.zero, dense_group)
-        dp_e, dg_e, do_e = model_state_bytes_per_param(pb, gb, kb, par.zero, expert_group)
-        activations, rebuilt = _stage_activations(s, layout, mb, sh)
+    for stage in plan.stages:
+        activations, rebuilt = _stage_activations(plan, stage)
         buffers = rebuilt
         if par.zero >= 3:
-            biggest = max(units, default=0.0)
-            buffers += (1 + par.fsdp_prefetch) * biggest * pb + biggest * gb
+            buffers += fsdp_gathered_bytes(plan, stage)
         elif par.zero == 2:
             buffers += 2 * par.bucket_size
         if par.pp > 1:  # one activation (or its gradient) being sent, one being received
-            tokens = tr.micro_batch * tr.seq_len / par.cp
-            tokens = tokens / par.tp if par.sequence_parallel else tokens
-            buffers += 2 * mb.act_bytes * tokens * s.model.hidden
+            buffers += 2 * plan.send_bytes
         out.append(
             RankMemory(
-                rank_kind=f"stage {layout.stage}",
-                stages=(layout.stage,),
-                param_count=dense + expert,
-                params=dense * dp_d + expert * dp_e,
-                grads=dense * dg_d + expert * dg_e,
-                optimizer=dense * do_d + expert * do_e,
+                rank_kind=f"stage {stage.stage}",
+                stages=(stage.stage,),
+                param_count=stage.dense_params + stage.expert_params,
+                params=stage.param_bytes,
+                grads=stage.grad_bytes,
+                optimizer=stage.optimizer_bytes,
                 activations=activations,
                 buffers=buffers,
                 capacity=capacity,
-                in_flight_micro_batches=layout.in_flight,
+                in_flight_micro_batches=stage.in_flight,
             )
         )
     return out

@@ -7,6 +7,7 @@ field a user should change.
 
 from __future__ import annotations
 
+from simulator.pipelines import get_schedule
 from simulator.scenario.errors import FieldPath
 from simulator.scenario.schema import Scenario
 
@@ -54,18 +55,7 @@ def _model_split(s: Scenario) -> list[Finding]:
         out.append(
             (("model", "kv_heads"), f"{m.n_kv_heads} kv_heads do not split over tp = {p.tp}")
         )
-    stages = p.pp * p.pipeline.virtual_stages
-    pl = p.pipeline
-    if pl.first_stage_layers is not None or pl.last_stage_layers is not None:
-        out += _uneven_stages(m.layers, p.pp, pl)
-    elif m.layers % stages:
-        out.append(
-            (
-                ("parallelism", "pp"),
-                f"{m.layers} layers do not split into pp x virtual_stages = {p.pp} x "
-                f"{p.pipeline.virtual_stages} = {stages} equal stages",
-            )
-        )
+    out += _layer_split(s)
     if m.moe is None:
         if p.ep > 1:
             out.append((("parallelism", "ep"), "ep > 1 needs an MoE model (model.moe)"))
@@ -94,27 +84,20 @@ def _model_split(s: Scenario) -> list[Finding]:
     return out
 
 
-def _uneven_stages(layers: int, pp: int, pl) -> list[Finding]:
-    where = (
-        "parallelism",
-        "pipeline",
-        "first_stage_layers" if pl.first_stage_layers is not None else "last_stage_layers",
-    )
-    if pl.virtual_stages > 1 or pp < 2:
-        return [(where, "uneven first/last stages need pp >= 2 and virtual_stages = 1")]
-    first = pl.first_stage_layers or 0
-    last = pl.last_stage_layers or 0
-    middle = layers - first - last
-    if pl.first_stage_layers is None or pl.last_stage_layers is None:
-        return [(where, "give both first_stage_layers and last_stage_layers")]
-    if middle < 0 or (pp == 2 and middle) or (pp > 2 and (middle <= 0 or middle % (pp - 2))):
-        return [
-            (
-                where,
-                f"{layers} layers minus {first} first and {last} last do not split "
-                f"evenly over the {pp - 2} middle stages",
-            )
-        ]
+def _layer_split(s: Scenario) -> list[Finding]:
+    """The schedule must cut the layers into its chunks (evenly, or with the given ends)."""
+    p = s.parallelism
+    pl = p.pipeline
+    try:
+        get_schedule(pl.schedule).chunk_sizes(
+            s.model.layers, p.pp, pl.virtual_stages, pl.first_stage_layers, pl.last_stage_layers
+        )
+    except ValueError as exc:
+        field = "pp"
+        if pl.first_stage_layers is not None or pl.last_stage_layers is not None:
+            which = "first" if pl.first_stage_layers is not None else "last"
+            return [(("parallelism", "pipeline", f"{which}_stage_layers"), str(exc))]
+        return [(("parallelism", field), str(exc))]
     return []
 
 
@@ -136,16 +119,6 @@ def _batch(s: Scenario) -> list[Finding]:
                 f"{t.global_batch // s.dp}",
             )
         )
-    elif p.pipeline.schedule == "interleaved" and p.pp > 1:
-        micro = t.global_batch // s.dp // t.micro_batch
-        if micro % p.pp:
-            out.append(
-                (
-                    ("training", "micro_batch"),
-                    f"interleaved 1F1B needs the {micro} micro-batches per replica to be "
-                    f"a multiple of pp = {p.pp}",
-                )
-            )
     if p.cp > 1 and t.seq_len % (2 * p.cp):
         out.append(
             (
@@ -165,22 +138,20 @@ def _batch(s: Scenario) -> list[Finding]:
 
 
 def _pipeline(s: Scenario) -> list[Finding]:
-    pl = s.parallelism.pipeline
-    if pl.schedule == "interleaved" and pl.virtual_stages < 2:
-        return [
-            (
-                ("parallelism", "pipeline", "virtual_stages"),
-                "the interleaved schedule needs virtual_stages >= 2",
-            )
-        ]
-    if pl.schedule != "interleaved" and pl.virtual_stages > 1:
-        return [
-            (
-                ("parallelism", "pipeline", "schedule"),
-                f"virtual_stages = {pl.virtual_stages} needs schedule: interleaved",
-            )
-        ]
-    return []
+    """The schedule's own conditions on stages, micro-batches and virtual stages."""
+    p, t = s.parallelism, s.training
+    pl = p.pipeline
+    if t.global_batch % s.dp or (t.global_batch // s.dp) % t.micro_batch:
+        return []  # _batch names the problem
+    why = get_schedule(pl.schedule).check(
+        p.pp, t.global_batch // s.dp // t.micro_batch, pl.virtual_stages
+    )
+    if why is None:
+        return []
+    field = "virtual_stages" if "virtual_stages" in why else "schedule"
+    if "micro-batches" in why:
+        return [(("training", "micro_batch"), why)]
+    return [(("parallelism", "pipeline", field), why)]
 
 
 def check_scenario(s: Scenario) -> list[Finding]:

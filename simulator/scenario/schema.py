@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 from simulator.hardware import CATALOG as ACCELERATORS
 from simulator.hardware import Accelerator, get_accelerator
+from simulator.pipelines import get_schedule
 from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
 from simulator.units import parse_quantity
 
@@ -285,16 +293,29 @@ class ClusterConfig(Frozen):
 # ----------------------------------------------------------------------------- parallelism
 
 
+def _known_schedule(name: str) -> str:
+    get_schedule(name)  # ValueError listing the known schedules
+    return name
+
+
 class PipelineConfig(Frozen):
-    """Pipeline schedule. ``first_stage_layers``/``last_stage_layers`` give the first and last
-    stages fewer layers to make room for the embedding and output layer, as Llama 3 405B does
-    (126 layers on 16 stages: 7 + 14 x 8 + 7); the middle stages split the rest evenly.
+    """Pipeline schedule, one of :func:`simulator.pipelines.schedule_names` (gpipe, 1f1b,
+    interleaved, zb-h1, zb-h2, dualpipe). ``first_stage_layers``/``last_stage_layers`` give
+    the first and last stages fewer layers to make room for the embedding and output layer, as
+    Llama 3 405B does (126 layers on 16 stages: 7 + 14 x 8 + 7); the middle stages split the
+    rest evenly. With interleaving each stage splits its layers over its chunks, the lighter
+    chunk next to the embedding or the output layer.
     """
 
-    schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"] = "1f1b"
+    schedule: Annotated[str, AfterValidator(_known_schedule)] = "1f1b"
     virtual_stages: PosInt = 1
     first_stage_layers: PosInt | None = None
     last_stage_layers: PosInt | None = None
+
+
+CollectiveAlgorithm = Literal[
+    "auto", "ring", "tree", "nvls", "direct", "halving_doubling", "hierarchical", "torus"
+]
 
 
 def _zero_stage(value: Any) -> Any:
@@ -326,6 +347,7 @@ class ParallelismConfig(Frozen):
     fsdp_unit_layers: PosInt = 1
     fsdp_prefetch: Annotated[int, Field(ge=0, le=64)] = 1
     order: list[Literal["tp", "cp", "pp", "dp"]] = ["tp", "cp", "pp", "dp"]
+    collectives: dict[Literal["tp", "cp", "ep", "dp", "pp"], CollectiveAlgorithm] = {}
 
     @model_validator(mode="after")
     def order_is_a_permutation(self):

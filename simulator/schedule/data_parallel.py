@@ -1,180 +1,112 @@
-"""Data-parallel communication and the optimizer: DDP buckets, ZeRO-1/2 reduce-scatters and
-parameter all-gathers, ZeRO-3 unit gathers with prefetch, and the per-rank state they shard.
-
-A mixin of the step builder (:mod:`simulator.schedule.step`).
+"""Data-parallel communication and the optimizer: DDP bucket all-reduces, ZeRO-1/2 gradient
+reduce-scatters and parameter all-gathers, ZeRO-3 unit gathers with prefetch and gradient
+reduce-scatters. What is gathered or synchronised, and how much, comes from the plan.
 """
 
 from __future__ import annotations
 
-from simulator.model.params import (
-    embedding_params_per_rank,
-    head_params_per_rank,
-    layer_params_per_rank,
-)
+from simulator.plan.buckets import Bucket
+from simulator.schedule.builder import Dep, GraphBuilder
 from simulator.schedule.costs import optimizer_seconds
 
 
-class DataParallelTasks:
-    """Gradient synchronisation, parameter gathering and the optimizer step."""
+def zero_stage(b: GraphBuilder) -> int:
+    return b.plan.scenario.parallelism.zero
 
-    def layer_params(self, layer: int) -> tuple[float, float]:
-        return layer_params_per_rank(self.m, layer, self.par.tp, self.par.ep, self.par.expert_tp)
 
-    def param_units(self, key) -> tuple[float, float]:
-        """(dense, expert) parameters of a layer, or of the "head" / "emb" pseudo-layers."""
-        p = self.par
-        if key == "head":
-            return head_params_per_rank(self.m, p.tp, p.pp), 0.0
-        if key == "emb":
-            return embedding_params_per_rank(self.m, p.tp), 0.0
-        if isinstance(key, tuple):  # an FSDP unit of several layers
-            parts = [self.layer_params(layer) for layer in key]
-            return sum(d for d, _ in parts), sum(e for _, e in parts)
-        return self.layer_params(key)
-
-    def buckets(self, keys_backward: list) -> list[tuple]:
-        """Gradient buckets in backward order: (keys, dense params, expert params), a key being
-        a layer index or "head"/"emb". Like PyTorch DDP, a bucket closes when it holds
-        ``bucket_size`` bytes of gradient, so a layer larger than a bucket spans several."""
-        cap = max(self.par.bucket_size / self.gb, 1.0)  # parameters per bucket
-        out, keys, dense, expert = [], [], 0.0, 0.0
-        for key in keys_backward:
-            d, e = self.param_units(key)
-            total = d + e
-            left = total
-            while left > 0:
-                take = min(left, cap - dense - expert)
-                frac = take / total
-                keys.append(key)
-                dense, expert = dense + d * frac, expert + e * frac
-                left -= take
-                if dense + expert >= cap * (1 - 1e-12):
-                    out.append((tuple(dict.fromkeys(keys)), dense, expert))
-                    keys, dense, expert = [], 0.0, 0.0
-        if keys:
-            out.append((tuple(dict.fromkeys(keys)), dense, expert))
-        return out
-
-    def grad_sync(self, rank, bucket, deps, tag):
-        """DDP all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2) of one bucket."""
-        layers, dense, expert = bucket
-        coll = "all_reduce" if self.par.zero == 0 else "reduce_scatter"
-        out = []
-        grp, cps = self.group(rank, "dp")
-        first = next((k for k in layers if isinstance(k, int)), -1)
+def grad_sync(b: GraphBuilder, rank: int, bucket: Bucket, deps, tag) -> list[int]:
+    """DDP all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2) of one bucket, dense and expert
+    gradients each over their own data-parallel group."""
+    coll = "all_reduce" if zero_stage(b) == 0 else "reduce_scatter"
+    gb = b.plan.grad_bytes_per_param
+    first = next((k for k in bucket.keys if isinstance(k, int)), -1)
+    out = [
+        b.comm(
+            rank=rank, stream="dp", name=f"dp_{coll}", collective=coll,
+            group=b.group(rank, "dp"), size=bucket.dense_params * gb, tag=tag, deps=deps,
+            phase="grad_sync", layer=first,
+        )
+    ]  # fmt: skip
+    if bucket.expert_params:
         out.append(
-            self.comm(
-                rank,
-                "dp",
-                f"dp_{coll}",
-                coll,
-                grp,
-                dense * self.gb,
-                tag,
-                deps,
-                cps,
-                phase="grad_sync",
-                layer=first,
+            b.comm(
+                rank=rank, stream="dp", name=f"edp_{coll}", collective=coll,
+                group=b.group(rank, "edp"), size=bucket.expert_params * gb, tag=tag + ("e",),
+                deps=deps, phase="grad_sync",
             )
-        )
-        if expert:
-            grp, cps = self.group(rank, "edp")
-            out.append(
-                self.comm(
-                    rank,
-                    "dp",
-                    f"edp_{coll}",
-                    coll,
-                    grp,
-                    expert * self.gb,
-                    tag + ("e",),
-                    deps,
-                    cps,
-                    phase="grad_sync",
-                )
-            )
-        return [t for t in out if t is not None]
+        )  # fmt: skip
+    return [t for t in out if t is not None]
 
-    def fsdp_gather(self, rank, key, j, why, deps):
-        """ZeRO-3: all-gather unit ``key`` (a layer, "emb" or "head") before it computes."""
-        if self.par.zero != 3:
-            return None
-        d, e = self.param_units(key)
-        grp, cps = self.group(rank, "dp")
-        return self.comm(
-            rank,
-            "dp",
-            "fsdp_all_gather",
-            "all_gather",
-            grp,
-            (d + e) * self.pb,
-            ("ag", key, j, why),
-            deps,
-            cps,
-            phase="fsdp",
-            layer=key[0] if isinstance(key, tuple) else -1,
-            microbatch=j,
-            mem_alloc=(d + e) * self.pb,
-        )
 
-    def gathered_bytes(self, key) -> float:
-        return sum(self.param_units(key)) * self.pb if self.par.zero == 3 else 0.0
+def param_gather(b: GraphBuilder, rank: int, bucket: Bucket, tag) -> int | None:
+    """ZeRO-1/2: all-gather one bucket's updated parameters as the step begins."""
+    size = (bucket.dense_params + bucket.expert_params) * b.plan.param_bytes_per_param
+    return b.comm(
+        rank=rank, stream="dp", name="dp_all_gather", collective="all_gather",
+        group=b.group(rank, "dp"), size=size, tag=tag, phase="param_gather",
+    )  # fmt: skip
 
-    def fsdp_reduce(self, rank, key, j, deps, dp_tasks, free: float = 0.0):
-        """ZeRO-3: reduce-scatter unit ``key``'s gradient after its backward, then release
-        ``free`` bytes of parameters gathered for it."""
-        if self.par.zero != 3:
-            return
-        d, e = self.param_units(key)
-        grp, cps = self.group(rank, "dp")
-        rs = self.comm(
-            rank,
-            "dp",
-            "fsdp_reduce_scatter",
-            "reduce_scatter",
-            grp,
-            (d + e) * self.gb,
-            ("rs", key, j),
-            deps,
-            cps,
-            phase="grad_sync",
-            layer=key[0] if isinstance(key, tuple) else -1,
-            microbatch=j,
-            mem_free=free,
-        )
-        if rs is not None:
-            dp_tasks.append(rs)
 
-    def prefetch_gate(self, unit_ends: list) -> list:
-        """ZeRO-3 prefetch: a unit's all-gather waits until the unit ``fsdp_prefetch + 1``
-        places back has released its parameters, so at most ``1 + fsdp_prefetch`` units are
-        gathered at once."""
-        k = self.par.fsdp_prefetch + 1
-        return [unit_ends[-k]] if len(unit_ends) >= k else []
+def _key_layer(key) -> int:
+    return key[0] if isinstance(key, tuple) else -1
 
-    def optimizer(self, rank, r, dp_tasks):
-        dense, expert = self.stage_params[r]
-        n_dense = self.s.dp * self.par.cp if self.par.zero >= 1 else 1
-        n_exp = (
-            max(1, self.s.dp * self.par.cp * self.par.tp // (self.par.ep * self.par.etp))
-            if self.par.zero >= 1
-            else 1
-        )
-        shard = dense / n_dense + expert / n_exp
-        master_and_states = self.kb
-        seconds = optimizer_seconds(shard, self.gb, self.pb, master_and_states, self.cm)
-        self.task(rank, "compute", "optimizer", seconds, dp_tasks, phase="optimizer")
 
-    def static_memory(self, r: int) -> float:
-        dense, expert = self.stage_params[r]
-        z = self.par.zero
-        n_d = self.s.dp * self.par.cp
-        n_e = max(1, self.s.dp * self.par.cp * self.par.tp // (self.par.ep * self.par.etp))
-        out = 0.0
-        for params, n in ((dense, n_d), (expert, n_e)):
-            out += params * (
-                self.pb / (n if z >= 3 else 1)
-                + self.gb / (n if z >= 2 else 1)
-                + self.kb / (n if z >= 1 else 1)
-            )
-        return out
+def gathered_bytes(b: GraphBuilder, key) -> float:
+    """Bytes a ZeRO-3 unit occupies once gathered (0 without ZeRO-3)."""
+    if zero_stage(b) != 3:
+        return 0.0
+    return sum(b.plan.params_of(key)) * b.plan.param_bytes_per_param
+
+
+def fsdp_gather(b: GraphBuilder, rank: int, key, j: int, why: str, deps) -> int | None:
+    """ZeRO-3: all-gather unit ``key`` (a layer tuple, "emb" or "head") before it computes."""
+    if zero_stage(b) != 3:
+        return None
+    size = gathered_bytes(b, key)
+    return b.comm(
+        rank=rank, stream="dp", name="fsdp_all_gather", collective="all_gather",
+        group=b.group(rank, "dp"), size=size, tag=("ag", key, j, why), deps=deps,
+        phase="fsdp", layer=_key_layer(key), microbatch=j, mem_alloc=size,
+    )  # fmt: skip
+
+
+def fsdp_reduce(b: GraphBuilder, rank: int, key, j: int, deps, dp_tasks: list[int]) -> None:
+    """ZeRO-3: reduce-scatter unit ``key``'s gradient after its backward, then release the
+    parameters gathered for it."""
+    if zero_stage(b) != 3:
+        return
+    size = sum(b.plan.params_of(key)) * b.plan.grad_bytes_per_param
+    rs = b.comm(
+        rank=rank, stream="dp", name="fsdp_reduce_scatter", collective="reduce_scatter",
+        group=b.group(rank, "dp"), size=size, tag=("rs", key, j), deps=deps,
+        phase="grad_sync", layer=_key_layer(key), microbatch=j,
+        mem_free=gathered_bytes(b, key),
+    )  # fmt: skip
+    if rs is not None:
+        dp_tasks.append(rs)
+
+
+def prefetch_gate(b: GraphBuilder, unit_ends: list[Dep]) -> list[Dep]:
+    """ZeRO-3 prefetch: a unit's all-gather waits until the unit ``fsdp_prefetch + 1``
+    places back has released its parameters, so at most ``1 + fsdp_prefetch`` units are
+    gathered at once."""
+    k = b.plan.scenario.parallelism.fsdp_prefetch + 1
+    return [unit_ends[-k]] if len(unit_ends) >= k else []
+
+
+def optimizer(b: GraphBuilder, rank: int, stage: int, dp_tasks: list[int]) -> int:
+    """The optimizer step over this rank's shard of the stage's parameters (memory-bound)."""
+    plan = b.plan
+    st = plan.stages[stage]
+    sharded = zero_stage(b) >= 1
+    shard = st.dense_params / (plan.dense_shard_ranks if sharded else 1) + st.expert_params / (
+        plan.expert_shard_ranks if sharded else 1
+    )
+    seconds = optimizer_seconds(
+        shard,
+        plan.grad_bytes_per_param,
+        plan.param_bytes_per_param,
+        plan.optimizer_bytes_per_param,
+        b.cm,
+    )
+    return b.task(rank, "compute", "optimizer", seconds, dp_tasks, phase="optimizer")

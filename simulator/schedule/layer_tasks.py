@@ -1,228 +1,195 @@
 """Tasks of one transformer layer for one micro-batch: forward, input-gradient, weight-gradient.
 
-A mixin of the step builder (:mod:`simulator.schedule.step`), which provides ``task``,
-``comm``, ``group`` and the scenario. Tensor parallelism wraps the attention and MLP blocks
-in all-reduces (sequence parallelism: all-gather before, reduce-scatter after); context
-parallelism passes K/V round its ring while the local attention block computes; expert
-parallelism puts the routed experts between a dispatch and a combine all-to-all. Backward
-mirrors each forward collective.
+Tensor parallelism wraps the attention and MLP blocks in collectives declared once with their
+backward twins (Megatron's f/g operators): without sequence parallelism an all-reduce closes
+each block, mirrored by an all-reduce in backward; with it an all-gather opens each block and
+a reduce-scatter closes it, mirrored by a reduce-scatter and an all-gather. Context
+parallelism passes K/V round its ring while the local attention block computes (dK/dV come
+back by reduce-scatter); expert parallelism puts the routed experts between a dispatch and a
+combine all-to-all.
 """
 
 from __future__ import annotations
 
-from simulator.schedule.costs import Block, layer_cost
+from collections.abc import Generator
+from dataclasses import dataclass
+
+from simulator.schedule.builder import Dep, GraphBuilder
+from simulator.schedule.costs import Block, LayerCost, layer_cost
+
+Emitter = Generator[None, None, list[Dep]]  # emits tasks, pausing after each compute task
 
 
-class LayerTasks:
-    """Per-layer task emission (mixed into the step builder)."""
+@dataclass(frozen=True)
+class Twin:
+    """A forward collective and the one its backward runs at the same place (None: none)."""
 
-    def tp_comm(self, rank, name, collective, tag, deps, **kw):
-        if self.par.tp == 1:
-            return None
-        grp, cps = self.group(rank, "tp")
-        return self.comm(rank, "tp", name, collective, grp, self.act_msg, tag, deps, cps, **kw)
+    forward: str | None
+    backward: str | None
 
-    @staticmethod
-    def then(last: list, new) -> list:
-        """The dependency list after ``new`` (a task, or None when it was not needed)."""
-        return [new] if new is not None else last
 
-    def local_kv_bytes(self) -> float:
-        """K and V of this rank's tokens and heads (bytes), what context parallelism passes."""
-        m = self.m
-        if m.attention == "mha":
-            d, heads = m.d_head, m.n_kv_heads
-        else:
-            d, heads = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.heads
-        return self.mb.act_bytes * self.tokens * heads / self.par.tp * 2 * d
+# (opening a block, closing it) under sequence parallelism or not
+TP_OPEN = {True: Twin("all_gather", "reduce_scatter"), False: Twin(None, None)}
+TP_CLOSE = {True: Twin("reduce_scatter", "all_gather"), False: Twin("all_reduce", "all_reduce")}
 
-    def layer_forward(self, rank, layer, j, deps, tag, phase="forward", alloc=True) -> list:
-        """Tasks of ``layer``'s forward (or its recompute); returns the dependency list."""
-        cost = layer_cost(self.m, layer, self.mb, self.sh, self.par.recompute, self.cm)
-        sp = self.par.sequence_parallel
-        close = "reduce_scatter" if sp else "all_reduce"
-        kw = {"phase": phase, "layer": layer, "microbatch": j}
-        last = list(deps)
-        if sp:
-            last = self.then(
-                last, self.tp_comm(rank, "tp_all_gather", "all_gather", tag + ("ag1",), last, **kw)
-            )
-        alloc_bytes = cost.act_kept if alloc else cost.act_full - cost.act_kept
-        local = self.task(
-            rank,
-            "compute",
-            "attention",
-            cost.attn_local.f,
-            last,
-            flops=cost.attn_local.flops_f,
-            mem_alloc=alloc_bytes,
-            **kw,
-        )
-        kv = None
-        if self.par.cp > 1:  # K/V go round the ring while the local block computes
-            grp, cps = self.group(rank, "cp")
-            kv = self.comm(
-                rank,
-                "cp",
-                "cp_kv_all_gather",
-                "all_gather",
-                grp,
-                self.local_kv_bytes() * self.par.cp,
-                tag + ("kv",),
-                last,
-                cps,
-                **kw,
-            )
-        remote = self.task(
-            rank,
-            "compute",
-            "attention_out",
-            cost.attn_remote.f,
-            [local, kv],
-            flops=cost.attn_remote.flops_f,
-            **kw,
-        )
-        last = self.then(
-            [remote], self.tp_comm(rank, f"tp_{close}", close, tag + ("a",), [remote], **kw)
-        )
-        if sp:
-            last = self.then(
-                last, self.tp_comm(rank, "tp_all_gather", "all_gather", tag + ("ag2",), last, **kw)
-            )
-        last = [self.task(rank, "compute", "mlp", cost.ffn.f, last, flops=cost.ffn.flops_f, **kw)]
-        if cost.experts is not None:
-            last = [self.experts(rank, cost.experts, "f", last, tag, kw)]
-        return self.then(last, self.tp_comm(rank, f"tp_{close}", close, tag + ("m",), last, **kw))
 
-    def experts(self, rank, block: Block, phase: str, deps, tag, kw):
-        """Dispatch all-to-all, the routed experts' ``phase`` pass, combine all-to-all."""
-        moe = self.m.moe
-        size = (
-            self.mb.act_bytes
-            * self.tokens
-            * moe.top_k
-            * (moe.capacity_factor or 1.0)
-            * self.m.hidden
-        )
-        grp, cps = self.group(rank, "ep")
-        last = self.then(
-            list(deps),
-            self.comm(
-                rank,
-                "ep",
-                "ep_dispatch",
-                "all_to_all",
-                grp,
-                size,
-                tag + (phase, "d"),
-                deps,
-                cps,
-                **kw,
-            ),
-        )
-        seconds = {"f": block.f, "b": block.b, "w": block.w}[phase]
-        flops = {"f": block.flops_f, "b": block.flops_b, "w": block.flops_w}[phase]
-        ex = self.task(rank, "compute", "experts", seconds, last, flops=flops, **kw)
-        out = self.comm(
-            rank, "ep", "ep_combine", "all_to_all", grp, size, tag + (phase, "c"), [ex], cps, **kw
-        )
-        return out if out is not None else ex
+def then(last: list[Dep], new: int | None) -> list[Dep]:
+    """The dependency list after ``new`` (a task, or None when it was not needed)."""
+    return [new] if new is not None else last
 
-    def layer_backward(self, rank, layer, j, deps, tag) -> list:
-        """Input-gradient tasks of ``layer``, recomputing first if asked; each forward
-        collective has its mirror (all-reduce for all-reduce, reduce-scatter for all-gather)."""
-        cost = layer_cost(self.m, layer, self.mb, self.sh, self.par.recompute, self.cm)
-        kw = {"phase": "input_grad", "layer": layer, "microbatch": j}
-        last = list(deps)
-        rc = self.par.recompute
-        transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
-        if rc == "full":
-            last = self.layer_forward(rank, layer, j, last, tag + ("rc",), "recompute", alloc=False)
-        elif rc == "selective":
-            last = [
-                self.task(
-                    rank,
-                    "compute",
-                    "attention_recompute",
-                    cost.core.f,
-                    last,
-                    flops=cost.core.flops_f,
-                    phase="recompute",
-                    layer=layer,
-                    microbatch=j,
-                    mem_alloc=transient,
-                )
-            ]
-        sp = self.par.sequence_parallel
-        back = "all_gather" if sp else "all_reduce"  # mirror of the closing RS / AR
-        last = self.then(last, self.tp_comm(rank, f"tp_{back}", back, tag + ("bm",), last, **kw))
-        if cost.experts is not None:
-            last = [self.experts(rank, cost.experts, "b", last, tag, kw)]
-        last = [self.task(rank, "compute", "mlp", cost.ffn.b, last, flops=cost.ffn.flops_b, **kw)]
-        if sp:
-            last = self.then(
-                last,
-                self.tp_comm(
-                    rank, "tp_reduce_scatter", "reduce_scatter", tag + ("bg2",), last, **kw
-                ),
-            )
-        last = self.then(last, self.tp_comm(rank, f"tp_{back}", back, tag + ("ba",), last, **kw))
-        remote = self.task(
-            rank,
-            "compute",
-            "attention_out",
-            cost.attn_remote.b,
-            last,
-            flops=cost.attn_remote.flops_b,
-            **kw,
-        )
-        kv = None
-        if self.par.cp > 1:  # dK, dV go back round the ring
-            grp, cps = self.group(rank, "cp")
-            kv = self.comm(
-                rank,
-                "cp",
-                "cp_dkv_reduce_scatter",
-                "reduce_scatter",
-                grp,
-                self.local_kv_bytes() * self.par.cp,
-                tag + ("dkv",),
-                [remote],
-                cps,
-                **kw,
-            )
-        local = self.task(
-            rank,
-            "compute",
-            "attention",
-            cost.attn_local.b,
-            [remote],
-            flops=cost.attn_local.flops_b,
-            mem_free=transient,
-            **kw,
-        )
-        last = [local] if kv is None else [local, kv]
-        if sp:
-            last = self.then(
-                last,
-                self.tp_comm(
-                    rank, "tp_reduce_scatter", "reduce_scatter", tag + ("bg1",), last, **kw
-                ),
-            )
-        return last
 
-    def layer_weight_grad(self, rank, layer, j, deps):
-        cost = layer_cost(self.m, layer, self.mb, self.sh, self.par.recompute, self.cm)
-        block = cost.attn_local + cost.attn_remote + cost.ffn + (cost.experts or Block())
-        return self.task(
-            rank,
-            "compute",
-            "weight_grad",
-            block.w,
-            deps,
-            flops=block.flops_w,
-            phase="weight_grad",
-            layer=layer,
-            microbatch=j,
-            mem_free=cost.act_kept,
+def cost_of(b: GraphBuilder, layer: int) -> LayerCost:
+    s = b.plan.scenario
+    return layer_cost(
+        s.model, layer, b.plan.micro_batch, b.plan.sharding, s.parallelism.recompute, b.cm
+    )
+
+
+def tp_comm(b: GraphBuilder, rank: int, collective: str | None, tag: tuple, deps, **fields):
+    """A tensor-parallel collective of one activation; None without TP or collective."""
+    if collective is None or b.plan.grid.tp == 1:
+        return None
+    return b.comm(
+        rank=rank,
+        stream="tp",
+        name=f"tp_{collective}",
+        collective=collective,
+        group=b.group(rank, "tp"),
+        size=b.plan.tp_message_bytes,
+        tag=tag,
+        deps=deps,
+        **fields,
+    )
+
+
+def local_kv_bytes(b: GraphBuilder) -> float:
+    """K and V of this rank's tokens and heads (B), what context parallelism passes."""
+    m, mb, par = b.plan.scenario.model, b.plan.micro_batch, b.plan.scenario.parallelism
+    if m.attention == "mha":
+        d, heads = m.d_head, m.n_kv_heads
+    else:
+        d, heads = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.heads
+    tokens = mb.b * mb.s / par.cp
+    return mb.act_bytes * tokens * heads / par.tp * 2 * d
+
+
+def _cp_comm(b: GraphBuilder, rank: int, name: str, collective: str, tag, deps, fields):
+    if b.plan.grid.cp == 1:
+        return None
+    return b.comm(
+        rank=rank,
+        stream="cp",
+        name=name,
+        collective=collective,
+        group=b.group(rank, "cp"),
+        size=local_kv_bytes(b) * b.plan.grid.cp,
+        tag=tag,
+        deps=deps,
+        **fields,
+    )
+
+
+def layer_forward(b, rank, layer, j, deps, tag, phase="forward", alloc=True) -> Emitter:
+    """Tasks of ``layer``'s forward (or its recompute); returns the dependency list.
+
+    A generator that pauses after each compute task, so that an overlapped pass can slot its
+    own tasks in between (see :mod:`simulator.schedule.passes`)."""
+    cost = cost_of(b, layer)
+    sp = b.plan.sharding.sp
+    kw = {"phase": phase, "layer": layer, "microbatch": j}
+    last = then(list(deps), tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag1",), deps, **kw))
+    alloc_bytes = cost.act_kept if alloc else cost.act_full - cost.act_kept
+    local = b.task(
+        rank, "compute", "attention", cost.attn_local.f, last,
+        flops=cost.attn_local.flops_f, mem_alloc=alloc_bytes, **kw,
+    )  # fmt: skip
+    yield
+    kv = _cp_comm(b, rank, "cp_kv_all_gather", "all_gather", tag + ("kv",), last, kw)
+    remote = b.task(
+        rank, "compute", "attention_out", cost.attn_remote.f, [local, kv],
+        flops=cost.attn_remote.flops_f, **kw,
+    )  # fmt: skip
+    yield
+    last = then([remote], tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("a",), [remote], **kw))
+    last = then(last, tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag2",), last, **kw))
+    last = [b.task(rank, "compute", "mlp", cost.ffn.f, last, flops=cost.ffn.flops_f, **kw)]
+    yield
+    if cost.experts is not None:
+        last = [(yield from experts(b, rank, cost.experts, "f", last, tag, kw))]
+    return then(last, tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("m",), last, **kw))
+
+
+def experts(b: GraphBuilder, rank: int, block: Block, phase: str, deps, tag, kw):
+    """Dispatch all-to-all, the routed experts' ``phase`` pass, combine all-to-all."""
+    m, mb = b.plan.scenario.model, b.plan.micro_batch
+    moe = m.moe
+    tokens = mb.b * mb.s / b.plan.grid.cp
+    size = mb.act_bytes * tokens * moe.top_k * (moe.capacity_factor or 1.0) * m.hidden
+    grp = b.group(rank, "ep")
+    common = {"rank": rank, "stream": "ep", "collective": "all_to_all", "group": grp, "size": size}
+    dispatch = b.comm(name="ep_dispatch", tag=tag + (phase, "d"), deps=deps, **common, **kw)
+    last = then(list(deps), dispatch)
+    seconds = {"f": block.f, "b": block.b, "w": block.w}[phase]
+    flops = {"f": block.flops_f, "b": block.flops_b, "w": block.flops_w}[phase]
+    ex = b.task(rank, "compute", "experts", seconds, last, flops=flops, **kw)
+    yield
+    out = b.comm(name="ep_combine", tag=tag + (phase, "c"), deps=[ex], **common, **kw)
+    return out if out is not None else ex
+
+
+def _recompute(b, rank, layer, j, cost: LayerCost, deps, tag) -> Emitter:
+    rc = b.plan.scenario.parallelism.recompute
+    if rc == "full":
+        return (
+            yield from layer_forward(b, rank, layer, j, deps, tag + ("rc",), "recompute", False)
         )
+    if rc == "selective":
+        t = b.task(
+            rank, "compute", "attention_recompute", cost.core.f, deps,
+            flops=cost.core.flops_f, phase="recompute", layer=layer, microbatch=j,
+            mem_alloc=cost.act_full - cost.act_kept,
+        )  # fmt: skip
+        yield
+        return [t]
+    return list(deps)
+
+
+def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
+    """Input-gradient tasks of ``layer``, recomputing first if asked: the forward's tasks in
+    reverse, each collective replaced by its backward twin."""
+    cost = cost_of(b, layer)
+    kw = {"phase": "input_grad", "layer": layer, "microbatch": j}
+    rc = b.plan.scenario.parallelism.recompute
+    transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
+    sp = b.plan.sharding.sp
+    last = yield from _recompute(b, rank, layer, j, cost, list(deps), tag)
+    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("bm",), last, **kw))
+    if cost.experts is not None:
+        last = [(yield from experts(b, rank, cost.experts, "b", last, tag, kw))]
+    last = [b.task(rank, "compute", "mlp", cost.ffn.b, last, flops=cost.ffn.flops_b, **kw)]
+    yield
+    last = then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg2",), last, **kw))
+    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("ba",), last, **kw))
+    remote = b.task(
+        rank, "compute", "attention_out", cost.attn_remote.b, last,
+        flops=cost.attn_remote.flops_b, **kw,
+    )  # fmt: skip
+    yield
+    kv = _cp_comm(b, rank, "cp_dkv_reduce_scatter", "reduce_scatter", tag + ("dkv",), [remote], kw)
+    local = b.task(
+        rank, "compute", "attention", cost.attn_local.b, [remote],
+        flops=cost.attn_local.flops_b, mem_free=transient, **kw,
+    )  # fmt: skip
+    yield
+    last = [local] if kv is None else [local, kv]
+    return then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg1",), last, **kw))
+
+
+def layer_weight_grad(b: GraphBuilder, rank: int, layer: int, j: int, deps) -> int:
+    cost = cost_of(b, layer)
+    block = cost.attn_local + cost.attn_remote + cost.ffn + (cost.experts or Block())
+    return b.task(
+        rank, "compute", "weight_grad", block.w, deps,
+        flops=block.flops_w, phase="weight_grad", layer=layer, microbatch=j,
+        mem_free=cost.act_kept,
+    )  # fmt: skip

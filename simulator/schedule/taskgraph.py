@@ -51,7 +51,6 @@ class Task:
     layer: int = -1
     microbatch: int = -1
     flops: float = 0.0
-    bytes_: float = 0.0
     mem_alloc: float = 0.0
     mem_free: float = 0.0
 

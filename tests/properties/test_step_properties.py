@@ -8,6 +8,7 @@ from simulator import api
 from simulator.engine.executor import Executor
 from simulator.model.compute import ComputeModel
 from simulator.plan.memory import memory_ledger
+from simulator.plan.plan import build_plan
 from simulator.scenario import load_scenario_text
 from simulator.schedule.step import build_step
 
@@ -47,9 +48,9 @@ def test_streams_and_causality_on_real_steps(case):
     s = _scenario(*case)
     topo = api.build_topology(s.cluster)
     model = api.network_model(topo)
-    step = build_step(s, ComputeModel.for_accelerator(s.cluster.accelerator))
+    step = build_step(build_plan(s), ComputeModel.for_accelerator(s.cluster.accelerator))
     env, _, runner = model.new_run()
-    ex = _Recording(env, step.graph, runner, {r: r for r in range(step.grid.size)}, model.locality)
+    ex = _Recording(env, step.graph, runner, {r: r for r in range(step.plan.grid.size)}, model.locality)
     ex.run()
     by_stream = {}
     for i, t in enumerate(step.graph.tasks):

@@ -1,0 +1,61 @@
+"""Pipeline schedules, one module each, found by name through a registry.
+
+A schedule is pure combinatorics (stages, micro-batches, chunks); it knows nothing of models,
+SimPy or scenarios, so the scenario validates ``parallelism.pipeline.schedule`` against this
+registry and the plan derives placement and in-flight memory from it.
+
+>>> from simulator.pipelines import get_schedule, schedule_names
+>>> schedule_names()
+('1f1b', 'dualpipe', 'gpipe', 'interleaved', 'zb-h1', 'zb-h2')
+>>> get_schedule("1f1b").order(p=2, r=0, m=2, v=1)
+[('F', 0, 0), ('F', 0, 1), ('B', 0, 0), ('W', 0, 0), ('B', 0, 1), ('W', 0, 1)]
+"""
+
+from __future__ import annotations
+
+from simulator.pipelines.base import Item, Overlapped, Pass, PipelineSchedule, passes, peak_held
+from simulator.pipelines.dualpipe import DualPipe
+from simulator.pipelines.gpipe import GPipe
+from simulator.pipelines.interleaved import Interleaved
+from simulator.pipelines.one_f_one_b import OneFOneB
+from simulator.pipelines.zb_h1 import ZBH1
+from simulator.pipelines.zb_h2 import ZBH2
+
+_REGISTRY: dict[str, PipelineSchedule] = {}
+
+
+def register(schedule: PipelineSchedule) -> PipelineSchedule:
+    """Make ``schedule`` available under its ``name``."""
+    _REGISTRY[schedule.name] = schedule
+    return schedule
+
+
+for _s in (GPipe(), OneFOneB(), Interleaved(), ZBH1(), ZBH2(), DualPipe()):
+    register(_s)
+
+
+def schedule_names() -> tuple[str, ...]:
+    return tuple(sorted(_REGISTRY))
+
+
+def get_schedule(name: str) -> PipelineSchedule:
+    """The schedule called ``name``; ValueError listing the known ones otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown pipeline schedule {name!r}; known: {', '.join(schedule_names())}"
+        ) from None
+
+
+__all__ = [
+    "Item",
+    "Overlapped",
+    "Pass",
+    "PipelineSchedule",
+    "get_schedule",
+    "passes",
+    "peak_held",
+    "register",
+    "schedule_names",
+]

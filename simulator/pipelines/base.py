@@ -1,0 +1,186 @@
+"""The interface every pipeline schedule implements, and what follows from it generically.
+
+A schedule says, for ``p`` stages, ``m`` micro-batches per step and ``v`` (the scenario's
+``virtual_stages``):
+
+- how many model chunks each stage holds and which model chunk each one is (placement), so
+  the next hop of an activation and where the embedding and the output layer sit follow;
+- the order in which each stage runs its passes: forward (F), input-gradient (B) and
+  weight-gradient (W) of a (local chunk, micro-batch), or an :class:`Overlapped` pair whose
+  forward and backward interleave layer by layer (DualPipe);
+- whether W is a pass of its own (zero-bubble schedules) and whether consecutive steps overlap
+  (ZB-H2 drops the optimizer's synchronisation).
+
+Activations held at a stage's peak are derived from its order (:func:`peak_held`), not from a
+closed form per schedule; the closed forms are the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+Pass = tuple[str, int, int]  # (kind "F" | "B" | "W", local chunk, micro-batch)
+
+
+@dataclass(frozen=True)
+class Overlapped:
+    """A forward and a backward pass run together, their layers interleaved, so one's
+    communication hides under the other's compute (DualPipe's forward-backward chunks)."""
+
+    forward: Pass
+    backward: Pass
+
+
+Item = Pass | Overlapped
+Hop = tuple[int, int] | None  # (stage, local chunk), None past the end of the model
+
+
+def passes(order: Iterable[Item]) -> Iterator[Pass]:
+    """The order's passes one by one (an overlapped pair as its forward then its backward)."""
+    for item in order:
+        if isinstance(item, Overlapped):
+            yield item.forward
+            yield item.backward
+        else:
+            yield item
+
+
+class PipelineSchedule:
+    """Base: one chunk per stage, stages in model order, W right after its B."""
+
+    name = ""
+    description = ""
+    split_backward = False  # W runs as a pass of its own
+    overlapping_steps = False  # consecutive steps overlap: the step time is a stage's span
+
+    # -- placement -------------------------------------------------------------------------
+    def chunks_per_stage(self, v: int) -> int:
+        return 1
+
+    def model_chunks(self, p: int, v: int) -> int:
+        """Number of distinct model chunks (the layers are cut into this many pieces)."""
+        return p * self.chunks_per_stage(v)
+
+    def model_chunk(self, p: int, v: int, stage: int, chunk: int) -> int:
+        """Which model chunk local ``chunk`` of ``stage`` holds (Megatron: ``chunk p + stage``)."""
+        return chunk * p + stage
+
+    def next_hop(self, p: int, v: int, stage: int, chunk: int) -> Hop:
+        """Where local ``chunk`` of ``stage`` sends its output activation."""
+        k = self.model_chunk(p, v, stage, chunk) + 1
+        return None if k >= self.model_chunks(p, v) else (k % p, k // p)
+
+    def prev_hop(self, p: int, v: int, stage: int, chunk: int) -> Hop:
+        """Where local ``chunk`` of ``stage`` sends its input gradient."""
+        k = self.model_chunk(p, v, stage, chunk) - 1
+        return None if k < 0 else (k % p, k // p)
+
+    def chunk_sizes(
+        self, layers: int, p: int, v: int, first: int | None, last: int | None
+    ) -> list[int]:
+        """Layers of each model chunk, in model order. ``first``/``last`` give the first and
+        last stage that many layers in all (Megatron-LM's
+        ``--decoder-first/last-pipeline-num-layers``), the middle stages split the rest evenly,
+        and each stage splits its layers over its chunks, the lighter chunk next to the
+        embedding (first stage) or the output layer (last stage). Raises ValueError."""
+        c = self.chunks_per_stage(v)
+        if first is None and last is None:
+            if layers % (p * c):
+                raise ValueError(
+                    f"{layers} layers do not split into {p} stages x {c} chunks = {p * c} "
+                    "equal chunks"
+                )
+            return [layers // (p * c)] * (p * c)
+        totals = _stage_totals(layers, p, first, last)
+        per_stage = []
+        for r, total in enumerate(totals):
+            base, extra = divmod(total, c)
+            if base == 0:
+                raise ValueError(f"stage {r}'s {total} layers do not fill its {c} chunks")
+            sizes = [base] * c
+            light_first = r == 0 or r < p - 1
+            for i in range(extra):
+                sizes[c - 1 - i if light_first else i] += 1
+            per_stage.append(sizes)
+        return [per_stage[k % p][k // p] for k in range(p * c)]
+
+    def chunk_layers(
+        self, layers: int, p: int, v: int, first: int | None = None, last: int | None = None
+    ) -> dict[tuple[int, int], tuple[int, ...]]:
+        """(stage, local chunk) -> its layer indices, consecutive in model-chunk order."""
+        sizes = self.chunk_sizes(layers, p, v, first, last)
+        starts = [sum(sizes[:k]) for k in range(len(sizes))]
+        out = {}
+        for r in range(p):
+            for c in range(self.chunks_per_stage(v)):
+                k = self.model_chunk(p, v, r, c)
+                out[(r, c)] = tuple(range(starts[k], starts[k] + sizes[k]))
+        return out
+
+    # -- order -----------------------------------------------------------------------------
+    def check(self, p: int, m: int, v: int) -> str | None:
+        """Why ``p`` stages, ``m`` micro-batches and ``v`` do not suit this schedule, or None."""
+        if v > 1:
+            return f"virtual_stages = {v} needs schedule: interleaved"
+        return None
+
+    def order(self, p: int, r: int, m: int, v: int) -> list[Item]:
+        """Stage ``r``'s passes in the order it runs them."""
+        raise NotImplementedError
+
+    def orders(self, p: int, m: int, v: int) -> list[list[Item]]:
+        return [self.order(p, r, m, v) for r in range(p)]
+
+
+def _stage_totals(layers: int, p: int, first: int | None, last: int | None) -> list[int]:
+    if first is None or last is None:
+        raise ValueError("give both first_stage_layers and last_stage_layers")
+    if p < 2:
+        raise ValueError("uneven first/last stages need pp >= 2")
+    middle = layers - first - last
+    if middle < 0 or (p == 2 and middle) or (p > 2 and (middle <= 0 or middle % (p - 2))):
+        raise ValueError(
+            f"{layers} layers minus {first} first and {last} last do not split evenly over "
+            f"the {p - 2} middle stages"
+        )
+    mid = [middle // (p - 2)] * (p - 2) if p > 2 else []
+    return [first, *mid, last]
+
+
+def peak_held(
+    order: Iterable[Item],
+    weight: Callable[[int], float],
+    released_by: str = "W",
+) -> float:
+    """Peak over the order of the weight held: a chunk's F takes ``weight(chunk)``, its
+    ``released_by`` pass gives it back. With weight 1 per chunk this counts in-flight chunks."""
+    held = peak = 0.0
+    for kind, chunk, _ in passes(order):
+        if kind == "F":
+            held += weight(chunk)
+            peak = max(peak, held)
+        elif kind == released_by:
+            held -= weight(chunk)
+    return peak
+
+
+def with_deferred_w(fb: list[Pass], m: int, delay: int) -> list[Item]:
+    """Insert W_j right after B_{j + delay}; the last ``delay`` W's close the order."""
+    out: list[Item] = []
+    next_w = 0
+    for x in fb:
+        out.append(x)
+        if x[0] == "B" and x[2] - delay >= 0:
+            out.append(("W", x[1], x[2] - delay))
+            next_w = x[2] - delay + 1
+    return out + [("W", 0, j) for j in range(next_w, m)]
+
+
+def f_b_order(warm: int, m: int) -> list[Pass]:
+    """``warm`` forwards, then one forward one input-gradient, then the remaining B's."""
+    warm = min(warm, m)
+    out: list[Pass] = [("F", 0, j) for j in range(warm)]
+    for i in range(m - warm):
+        out += [("F", 0, warm + i), ("B", 0, i)]
+    return out + [("B", 0, i) for i in range(m - warm, m)]

@@ -1,0 +1,104 @@
+"""Which collective algorithm each communication group uses, as NCCL's tuner would choose.
+
+NCCL picks an algorithm per call from a cost model of latency and bandwidth (``tuning.cc``):
+NVLink SHARP (NVLS) for all-reduce inside an NVSwitch domain that supports it (Hopper and
+later), rings for large messages across hosts, double binary trees where a ring's ``2(n-1)``
+latency steps would dominate (many ranks, small buffers). We compare the closed-form times
+of ring and tree with the links' own bandwidth and latency (DESIGN.md's ring formula; a tree
+moves S each way through ``2 log2 n`` levels at NCCL's tree efficiency) and take the faster.
+A scenario can force an algorithm per stream (``parallelism.collectives``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# NCCL tuning.cc, as simulator.collectives.efficiency applies them: tree bus bandwidth x 0.92,
+# NVLS x 0.85 (Hopper's nvlsEfficiency).
+TREE_EFFICIENCY = 0.92
+NVLS_EFFICIENCY = 0.85
+NVLS_KINDS = ("all_reduce",)
+
+
+@dataclass(frozen=True)
+class NetworkFacts:
+    """What the choice needs to know of the cluster.
+
+    ``gpus_per_host``: devices per scale-up (NVLink) domain, numbered host by host;
+    ``nvls``: the domain's switch reduces in-network; ``inter_Bps``/``inter_latency_s``: one
+    GPU's bandwidth and one hop's latency across hosts; ``torus``: devices form a torus.
+    """
+
+    gpus_per_host: int
+    nvls: bool = False
+    inter_Bps: float = 50e9
+    inter_latency_s: float = 5e-6
+    torus: bool = False
+
+
+def hosts_spanned(group: tuple[int, ...], facts: NetworkFacts) -> int:
+    return len({r // facts.gpus_per_host for r in group})
+
+
+def ring_seconds(n: int, size: float, bw: float, lat: float) -> float:
+    """Uncongested ring all-reduce: 2(n-1)/n S/B + 2(n-1) latency (DESIGN.md)."""
+    return 2 * (n - 1) / n * size / bw + 2 * (n - 1) * lat
+
+
+def tree_seconds(n: int, size: float, bw: float, lat: float) -> float:
+    """Double binary tree all-reduce, pipelined: S up and S down, 2 ceil(log2 n) levels."""
+    return 2 * size / (bw * TREE_EFFICIENCY) + 2 * math.ceil(math.log2(n)) * lat
+
+
+def choose_algorithm(
+    kind: str, group: tuple[int, ...], size: float, facts: NetworkFacts | None
+) -> str | None:
+    """The algorithm for one ``kind`` collective over ranks ``group`` (None: the engine's
+    default, ring; direct for all-to-all and send/recv)."""
+    if facts is None or len(group) < 2 or kind in ("all_to_all", "send_recv"):
+        return None
+    hosts = hosts_spanned(group, facts)
+    n = len(group)
+    if hosts == 1:
+        # NVLS moves S (n+1)/n each way at 0.85 efficiency, a ring 2 (n-1)/n S: NVLS from 4 up
+        nvls_wins = (n + 1) / NVLS_EFFICIENCY < 2 * (n - 1)
+        return "nvls" if facts.nvls and kind in NVLS_KINDS and nvls_wins else None
+    if kind != "all_reduce" or facts.torus:
+        return None
+    bw, lat = facts.inter_Bps, facts.inter_latency_s
+    return "tree" if tree_seconds(n, size, bw, lat) < ring_seconds(n, size, bw, lat) else None
+
+
+IMPLEMENTS = {
+    "ring": ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
+    "direct": ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
+    "halving_doubling": ("all_reduce", "all_gather", "reduce_scatter"),
+    "tree": ("all_reduce",),
+    "hierarchical": ("all_reduce",),
+    "nvls": ("all_reduce", "all_gather", "reduce_scatter"),
+    "torus": ("all_reduce", "all_gather", "reduce_scatter"),
+}
+
+
+def algorithm_for(
+    stream: str,
+    kind: str,
+    group: tuple[int, ...],
+    size: float,
+    facts: NetworkFacts | None,
+    forced: str = "auto",
+) -> str | None:
+    """The algorithm of one collective on ``stream``: ``forced`` (from the scenario's
+    ``parallelism.collectives``) where it implements ``kind``, else the automatic choice.
+    ValueError where a forced algorithm cannot run on this group."""
+    if forced == "auto" or kind not in IMPLEMENTS.get(forced, ()) or len(group) < 2:
+        return choose_algorithm(kind, group, size, facts)
+    if forced == "nvls" and (facts is None or not facts.nvls or hosts_spanned(group, facts) > 1):
+        raise ValueError(
+            f"parallelism.collectives.{stream}: nvls needs each {stream} group inside one "
+            "NVLink domain with NVLS support"
+        )
+    if forced == "torus" and (facts is None or not facts.torus):
+        raise ValueError(f"parallelism.collectives.{stream}: torus needs a torus topology")
+    return forced

@@ -1,0 +1,171 @@
+"""A small task-graph builder: tasks, collectives with their process groups, late-bound deps.
+
+The step's tasks are emitted rank by rank, so a task may depend on one that another rank
+emits later (a pipeline receive): such a dependency is named by a key and bound when the
+graph is finished. Collectives get their group from the plan's rank grid, the symmetric
+copies of that group (other data-parallel replicas in symmetric mode) and an algorithm
+(:mod:`simulator.plan.collective_choice`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from simulator.model.compute import ComputeModel
+from simulator.plan.collective_choice import algorithm_for
+from simulator.plan.plan import Plan
+from simulator.schedule.taskgraph import CommSpec, Task, TaskGraph
+
+Dep = int | tuple | None  # a task index, a key bound later, or nothing
+STREAM_KIND = {"pp_fwd": "pp", "pp_bwd": "pp"}  # scenario's collectives key of a stream
+
+
+@dataclass
+class GraphBuilder:
+    """Accumulates a TaskGraph for ``plan`` with compute durations from ``cm``."""
+
+    plan: Plan
+    cm: ComputeModel
+    graph: TaskGraph = field(default_factory=TaskGraph)
+    keys: dict[tuple, int] = field(default_factory=dict)
+    pending: list[tuple[int, tuple]] = field(default_factory=list)
+    instances: dict[tuple, int] = field(default_factory=dict)
+    copy_index: dict[tuple, int] = field(default_factory=dict)
+    group_cache: dict[tuple[int, str], tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    algorithms: dict[tuple, str | None] = field(default_factory=dict)
+    w_task: dict[tuple, int] = field(default_factory=dict)  # (rank, key, micro-batch) -> W
+
+    def task(
+        self,
+        rank: int,
+        stream: str,
+        name: str,
+        seconds: float = 0.0,
+        deps: Iterable[Dep] = (),
+        comm: CommSpec | None = None,
+        **fields,
+    ) -> int:
+        """Add a task; ``fields`` are :class:`Task`'s optional fields (phase, layer, ...)."""
+        resolved = []
+        for d in deps:
+            if d is None:
+                continue
+            if isinstance(d, tuple):
+                if d in self.keys:
+                    resolved.append(self.keys[d])
+                else:
+                    self.pending.append((len(self.graph.tasks), d))
+            else:
+                resolved.append(d)
+        kind = "comm" if comm is not None else "compute"
+        return self.graph.add(
+            Task(rank, stream, kind, name, seconds, tuple(resolved), comm, **fields)
+        )
+
+    def comm(
+        self,
+        *,
+        rank: int,
+        stream: str,
+        name: str,
+        collective: str,
+        group: tuple[tuple[int, ...], int],
+        size: float,
+        tag: tuple,
+        deps: Iterable[Dep] = (),
+        **fields,
+    ) -> int | None:
+        """One rank's part of a ``collective`` of ``size`` bytes over ``group`` (members and
+        copies index, from :meth:`group`); None when there is nothing to communicate.
+        Members' tasks with the same (name, group, tag) form one call."""
+        members, copies = group
+        if len(members) < 2 or size <= 0:
+            return None
+        inst = self.instances.setdefault((name, members, tag), len(self.instances))
+        algorithm = self._algorithm(stream, collective, members, size)
+        spec = CommSpec(collective, members, size, inst, algorithm, copies)
+        return self.task(rank, stream, name, 0.0, deps, spec, **fields)
+
+    def _algorithm(self, stream: str, collective: str, members, size: float) -> str | None:
+        key = (stream, collective, len(members), members[0], members[-1], size)
+        if key not in self.algorithms:
+            stream_kind = STREAM_KIND.get(stream, stream)
+            forced = self.plan.collectives.get(stream_kind, "auto")
+            self.algorithms[key] = algorithm_for(
+                stream_kind, collective, members, size, self.plan.network, forced
+            )
+        return self.algorithms[key]
+
+    def bind(self, key: tuple, task: int | None) -> None:
+        """Name ``task`` so that dependencies on ``key`` resolve to it."""
+        if task is not None:
+            self.keys[key] = task
+
+    # -- groups ------------------------------------------------------------------------
+    def group(self, rank: int, kind: str) -> tuple[tuple[int, ...], int]:
+        """``rank``'s group of ``kind`` (tp, cp, dp, ep, edp, pp_next, pp_prev) and the index
+        of its symmetric copies (-1 in full mode), memoised."""
+        key = (rank, kind)
+        hit = self.group_cache.get(key)
+        if hit is None:
+            grp = self._members(rank, kind)
+            hit = self.group_cache[key] = (grp, self._copies(rank, kind, grp))
+        return hit
+
+    def pipeline_pair(self, rank: int, to_stage: int) -> tuple[tuple[int, ...], int]:
+        """(sender, receiver) for a pipeline send from ``rank`` to its replica's ``to_stage``;
+        a send to a neighbour stage carries its replicas' sends as copies."""
+        r = self.plan.stage_of(rank)
+        if to_stage == r + 1:
+            return self.group(rank, "pp_next")
+        if to_stage == r - 1:
+            return self.group(rank, "pp_prev")
+        return (rank, self.stage_rank(rank, to_stage)), -1
+
+    def stage_rank(self, rank: int, stage: int) -> int:
+        """The rank of ``rank``'s pipeline replica that holds ``stage``."""
+        g = self.plan.grid
+        return g.rank(**{**g.coords(rank), "pp": stage})
+
+    def _members(self, rank: int, kind: str) -> tuple[int, ...]:
+        g = self.plan.grid
+        if kind in ("tp", "cp"):
+            return g.group(rank, kind)
+        if kind == "dp":
+            return g.group(rank, "dp", "cp")
+        if kind == "ep":
+            return g.ep_group(rank)
+        if kind == "edp":
+            return g.expert_dp_group(rank)
+        r = self.plan.stage_of(rank)
+        if kind == "pp_next":
+            return (rank, self.stage_rank(rank, r + 1))
+        if kind == "pp_prev":
+            return (rank, self.stage_rank(rank, r - 1))
+        raise ValueError(f"unknown group kind {kind!r}")
+
+    def _copies(self, rank: int, kind: str, group: tuple[int, ...]) -> int:
+        """Index of the symmetric copies of ``rank``'s ``kind`` group at its stage."""
+        if not self.plan.symmetric:
+            return -1
+        key = (self.plan.stage_of(rank), kind)
+        if key not in self.copy_index:
+            peers = self.plan.grid.group(rank, "tp", "cp", "dp")
+            found = dict.fromkeys(self._members(x, kind) for x in peers)
+            found.pop(group, None)
+            self.copy_index[key] = self.graph.add_copies(tuple(found))
+        return self.copy_index[key]
+
+    # -- finishing -----------------------------------------------------------------------
+    def finish(self) -> TaskGraph:
+        """Bind the late dependencies; ValueError naming any that never appeared."""
+        for task_index, key in self.pending:
+            if key not in self.keys:
+                raise ValueError(f"internal: unresolved dependency {key}")
+            t = self.graph.tasks[task_index]
+            self.graph.tasks[task_index] = Task(
+                **{**t.__dict__, "deps": t.deps + (self.keys[key],)}
+            )
+        self.pending.clear()
+        return self.graph

@@ -1,0 +1,253 @@
+"""A stage's passes over one model chunk for one micro-batch: forward (F), input-gradient (B)
+and weight-gradient (W), with the embedding and loss where the chunk holds them, ZeRO-3
+gathers and releases around each FSDP unit, and the pipeline sends to the neighbour chunks.
+
+F and B are generators that pause after each compute task: a plain pass runs to the end, an
+overlapped pair (DualPipe) alternates between its forward and its backward so that each
+one's communication runs under the other's compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+
+from simulator.model.activations import embedding_activation_bytes, head_activation_bytes
+from simulator.pipelines import Overlapped
+from simulator.plan.plan import ChunkPlan, StagePlan
+from simulator.schedule import data_parallel as dp
+from simulator.schedule.builder import Dep, GraphBuilder
+from simulator.schedule.costs import embedding_block, head_block
+from simulator.schedule.layer_tasks import layer_backward, layer_forward, layer_weight_grad
+
+Emitter = Generator[None, None, None]
+
+
+@dataclass
+class RankState:
+    """One simulated rank while its tasks are emitted."""
+
+    rank: int
+    stage: StagePlan
+    unit_of: dict[int, tuple[int, ...]]  # layer -> its FSDP unit
+    last_w: dict[int, int]  # chunk -> micro-batch of its last W (then its gradients sync)
+    param_ag: dict[int, int] = field(default_factory=dict)  # layer -> its ZeRO-1/2 gather
+    dp_tasks: list[int] = field(default_factory=list)  # what the optimizer waits for
+
+
+def _blocks(b: GraphBuilder):
+    s, plan = b.plan.scenario, b.plan
+    return (
+        embedding_block(s.model, plan.micro_batch, plan.sharding, b.cm),
+        head_block(s.model, plan.micro_batch, plan.sharding, b.cm),
+    )
+
+
+def _emb_bytes(b: GraphBuilder) -> float:
+    return embedding_activation_bytes(b.plan.scenario.model, b.plan.micro_batch, b.plan.sharding)
+
+
+def _head_bytes(b: GraphBuilder) -> float:
+    return head_activation_bytes(b.plan.scenario.model, b.plan.micro_batch, b.plan.sharding)
+
+
+def forward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
+    """Chunk ``c``'s forward for micro-batch ``j``, from the received activation (or the
+    embedding) to the send onward (or the loss)."""
+    rank, chunk = st.rank, st.stage.chunks[c]
+    if chunk.has_embedding:
+        last: list[Dep] = [embedding_forward(b, rank, j)]
+        yield
+    else:
+        last = [_recv_key(b, rank, "sendF", chunk.prev_hop, j)]
+    unit_ends: list[Dep] = []  # per FSDP unit done in this pass, its release task
+    for layer in chunk.layers:
+        unit = st.unit_of[layer]
+        extra: list[Dep] = []
+        if layer == unit[0]:
+            gate = dp.prefetch_gate(b, unit_ends)
+            extra.append(dp.fsdp_gather(b, rank, unit, j, "F", gate))
+        if layer in st.param_ag and j == 0:
+            extra.append(st.param_ag[layer])
+        last = yield from layer_forward(b, rank, layer, j, last + extra, (layer, c, j))
+        if dp.zero_stage(b) == 3 and layer == unit[-1]:
+            free = dp.gathered_bytes(b, unit)
+            last = [b.task(rank, "compute", "fsdp_free", 0.0, last, mem_free=free)]
+            unit_ends.append(last[0])
+    if chunk.has_head:
+        loss_forward(b, rank, j, last)
+        yield
+        return
+    _send(b, rank, "sendF", chunk.next_hop, c, j, last)
+
+
+def backward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
+    """Chunk ``c``'s input-gradient pass (with each layer's weight gradient unless the
+    schedule splits W off), then the gradient sent back."""
+    rank, chunk = st.rank, st.stage.chunks[c]
+    split = b.plan.schedule.split_backward
+    if chunk.has_head:
+        last: list[Dep] = [loss_backward(b, st, j)]
+        yield
+    else:
+        last = [_recv_key(b, rank, "sendB", chunk.next_hop, j)]
+    unit_ends: list[Dep] = []
+    for layer in reversed(chunk.layers):
+        unit = st.unit_of[layer]
+        extra: list[Dep] = []
+        if layer == unit[-1]:
+            gate = dp.prefetch_gate(b, unit_ends)
+            extra.append(dp.fsdp_gather(b, rank, unit, j, "B", gate))
+        last = yield from layer_backward(b, rank, layer, j, last + extra, (layer, c, j))
+        if not split:
+            last = [weight_grad(b, st, layer, j, last)]
+        if layer == unit[0]:
+            unit_ends.append(last[0])
+    if chunk.has_embedding and not split:
+        last = [embedding_grad(b, st, j, last)]
+    _send(b, rank, "sendB", chunk.prev_hop, c, j, last)
+
+
+def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
+    """Split schedules' separate weight-gradient pass; after the chunk's last micro-batch, its
+    gradient buckets are synchronised (DDP and ZeRO-1/2)."""
+    chunk = st.stage.chunks[c]
+    if b.plan.schedule.split_backward:
+        last: list[Dep] = []
+        for layer in reversed(chunk.layers):
+            last = [weight_grad(b, st, layer, j, last)]
+        if chunk.has_embedding:
+            embedding_grad(b, st, j, last)
+    if j == st.last_w[c] and dp.zero_stage(b) in (0, 1, 2):
+        _sync_buckets(b, st, c, chunk, j)
+
+
+def _sync_buckets(b: GraphBuilder, st: RankState, c: int, chunk: ChunkPlan, j: int) -> None:
+    for bi, bucket in enumerate(chunk.buckets):
+        ready = [b.w_task[(st.rank, k, j)] for k in bucket.keys]
+        st.dp_tasks += dp.grad_sync(b, st.rank, bucket, ready, ("g", st.stage.stage, c, bi))
+
+
+def run_item(b: GraphBuilder, st: RankState, item) -> None:
+    """Emit one item of a stage's order: a pass, or an overlapped forward-backward pair."""
+    if isinstance(item, Overlapped):
+        _interleave(
+            forward_pass(b, st, item.forward[1], item.forward[2]),
+            backward_pass(b, st, item.backward[1], item.backward[2]),
+        )
+        return
+    kind, c, j = item
+    if kind == "W":
+        weight_pass(b, st, c, j)
+    else:
+        for _ in (forward_pass if kind == "F" else backward_pass)(b, st, c, j):
+            pass
+
+
+def _interleave(*emitters: Emitter) -> None:
+    live = list(emitters)
+    while live:
+        for e in list(live):
+            try:
+                next(e)
+            except StopIteration:
+                live.remove(e)
+
+
+def gather_updated_params(b: GraphBuilder, st: RankState) -> None:
+    """ZeRO-1/2: parameters updated last step are all-gathered as this step begins (bucket
+    by bucket, in forward order); a layer's first forward waits for its bucket."""
+    for c, chunk in enumerate(st.stage.chunks):
+        for bi in reversed(range(len(chunk.buckets))):
+            bucket = chunk.buckets[bi]
+            t = dp.param_gather(b, st.rank, bucket, ("pag", st.stage.stage, c, bi))
+            for key in bucket.keys:
+                if isinstance(key, int):
+                    st.param_ag[key] = t
+
+
+# -- the ends of the model ---------------------------------------------------------------
+
+
+def embedding_forward(b: GraphBuilder, rank: int, j: int) -> int:
+    eb, _ = _blocks(b)
+    gather = dp.fsdp_gather(b, rank, "emb", j, "F", ())
+    return b.task(
+        rank, "compute", "embedding", eb.f, [gather], phase="forward", microbatch=j,
+        flops=eb.flops_f, mem_alloc=_emb_bytes(b), mem_free=dp.gathered_bytes(b, "emb"),
+    )  # fmt: skip
+
+
+def loss_forward(b: GraphBuilder, rank: int, j: int, deps: list[Dep]) -> int:
+    """Final norm, output layer and loss; keeps the logits for the backward."""
+    _, hb = _blocks(b)
+    gather = dp.fsdp_gather(b, rank, "head", j, "F", ())
+    return b.task(
+        rank, "compute", "loss", hb.f, deps + [gather], phase="forward", microbatch=j,
+        flops=hb.flops_f, mem_alloc=_head_bytes(b), mem_free=dp.gathered_bytes(b, "head"),
+    )  # fmt: skip
+
+
+def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
+    _, hb = _blocks(b)
+    gather = dp.fsdp_gather(b, st.rank, "head", j, "B", ())
+    t = b.task(
+        st.rank, "compute", "loss", hb.b + hb.w, [gather], phase="input_grad", microbatch=j,
+        flops=hb.flops_b + hb.flops_w, mem_free=_head_bytes(b),
+    )  # fmt: skip
+    b.w_task[(st.rank, "head", j)] = t
+    dp.fsdp_reduce(b, st.rank, "head", j, [t], st.dp_tasks)
+    return t
+
+
+def weight_grad(b: GraphBuilder, st: RankState, layer: int, j: int, deps) -> int:
+    """A layer's weight gradient; the last of an FSDP unit reduce-scatters the unit."""
+    w = layer_weight_grad(b, st.rank, layer, j, deps)
+    b.w_task[(st.rank, layer, j)] = w
+    unit = st.unit_of[layer]
+    if layer == unit[0]:  # the unit's last weight gradient in backward order
+        dp.fsdp_reduce(b, st.rank, unit, j, [w], st.dp_tasks)
+    return w
+
+
+def embedding_grad(b: GraphBuilder, st: RankState, j: int, deps) -> int:
+    """The embedding's gradient (a scatter-add). FSDP's pre-backward hook gathers the unit's
+    parameters even though the scatter-add does not read them."""
+    eb, _ = _blocks(b)
+    gather = dp.fsdp_gather(b, st.rank, "emb", j, "B", ())
+    t = b.task(
+        st.rank, "compute", "embedding", eb.w, list(deps) + [gather], phase="weight_grad",
+        microbatch=j, flops=eb.flops_w, mem_free=_emb_bytes(b),
+    )  # fmt: skip
+    b.w_task[(st.rank, "emb", j)] = t
+    dp.fsdp_reduce(b, st.rank, "emb", j, [t], st.dp_tasks)
+    return t
+
+
+# -- pipeline sends ------------------------------------------------------------------------
+
+
+def _recv_key(b: GraphBuilder, rank: int, what: str, hop, j: int) -> tuple:
+    """The key of the send this pass waits for: from ``hop`` = (stage, chunk)."""
+    stage, chunk = hop
+    return (what, b.stage_rank(rank, stage), chunk, j)
+
+
+def _send(b: GraphBuilder, rank: int, what: str, hop, c: int, j: int, deps) -> None:
+    """Send an activation ("sendF") or its gradient ("sendB") of chunk ``c`` to ``hop``."""
+    if hop is None:
+        return
+    forward = what == "sendF"
+    t = b.comm(
+        rank=rank,
+        stream="pp_fwd" if forward else "pp_bwd",
+        name="pp_send_activation" if forward else "pp_send_gradient",
+        collective="send_recv",
+        group=b.pipeline_pair(rank, hop[0]),
+        size=b.plan.send_bytes,
+        tag=("F" if forward else "B", c, j),
+        deps=deps,
+        phase="forward" if forward else "input_grad",
+        microbatch=j,
+    )
+    b.bind((what, rank, c, j), t)

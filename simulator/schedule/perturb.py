@@ -1,0 +1,69 @@
+"""Perturbations of a step: the seam where stragglers and degraded links enter.
+
+A perturbation changes a built step without rebuilding it: :class:`SlowCompute` stretches
+every compute task of one rank (a GPU at a thermal or power cap, a slow host),
+:class:`SlowLink` lowers one directed link's bandwidth (a degraded NIC or cable). Compute
+changes apply to the TaskGraph here; link changes are the engine's, applied where the network
+is built (``simulator.api.simulate``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from simulator.schedule.step import StepGraph
+
+
+@dataclass(frozen=True)
+class SlowCompute:
+    """``rank``'s compute tasks take ``factor`` times as long (factor >= 1 for a straggler;
+    a power cap at a fraction f of peak is factor 1/f)."""
+
+    rank: int
+    factor: float
+
+    def __post_init__(self):
+        if not self.factor > 0:
+            raise ValueError(f"SlowCompute factor must be > 0, got {self.factor}")
+
+
+@dataclass(frozen=True)
+class SlowLink:
+    """The directed link ``src -> dst`` (topology node ids) runs at ``fraction`` of its
+    bandwidth, 0 < fraction <= 1 (a dead link would need rerouting, not modelled here)."""
+
+    src: object
+    dst: object
+    fraction: float
+
+    def __post_init__(self):
+        if not 0 < self.fraction <= 1:
+            raise ValueError(f"SlowLink fraction must be in (0, 1], got {self.fraction}")
+
+
+Perturbation = SlowCompute | SlowLink
+
+
+def perturb(step: StepGraph, perturbations: list[Perturbation] | tuple = ()) -> StepGraph:
+    """``step`` with each :class:`SlowCompute` applied (link perturbations pass through to the
+    engine). ValueError if a slowed rank is not simulated (use ``simulation.mode: full``)."""
+    slow: dict[int, float] = {}
+    for p in perturbations:
+        if isinstance(p, SlowCompute):
+            if p.rank not in step.stage_of:
+                raise ValueError(
+                    f"rank {p.rank} is not simulated (symmetric mode simulates "
+                    f"{len(step.stage_of)} ranks); set simulation.mode: full to slow one rank"
+                )
+            slow[p.rank] = slow.get(p.rank, 1.0) * p.factor
+    if not slow:
+        return step
+    tasks = [
+        dataclasses.replace(t, duration_s=t.duration_s * slow[t.rank])
+        if t.kind == "compute" and t.rank in slow
+        else t
+        for t in step.graph.tasks
+    ]
+    graph = dataclasses.replace(step.graph, tasks=tasks)
+    return dataclasses.replace(step, graph=graph)

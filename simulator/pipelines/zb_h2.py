@@ -1,8 +1,8 @@
 """ZB-H2 (Qi et al. 2024, sec. 3.1 and Fig. 4): ``2(p - r) - 1`` forwards before stage ``r``'s
-first backward and weight-gradient passes postponed by ``2r`` backward passes. It drops the optimizer's synchronisation, so
-consecutive steps overlap by the ramp and each stage's span is the step period:
-(p - 1)(T_F + T_B - 2 T_W) of bubble per stage, about zero; a stage holds up to ``2p - 1``
-micro-batches.
+first backward, and weight-gradient passes postponed by ``2r`` backward passes. It drops the
+optimizer's synchronisation, so consecutive steps overlap by the ramp and each stage's span is
+the step period: (p - 1)(T_F + T_B - 2 T_W) of bubble per stage, about zero; every stage holds
+up to ``2p - 1`` micro-batches.
 """
 
 from __future__ import annotations

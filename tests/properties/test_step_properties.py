@@ -50,7 +50,9 @@ def test_streams_and_causality_on_real_steps(case):
     model = api.network_model(topo)
     step = build_step(build_plan(s), ComputeModel.for_accelerator(s.cluster.accelerator))
     env, _, runner = model.new_run()
-    ex = _Recording(env, step.graph, runner, {r: r for r in range(step.plan.grid.size)}, model.locality)
+    ex = _Recording(
+        env, step.graph, runner, {r: r for r in range(step.plan.grid.size)}, model.locality
+    )
     ex.run()
     by_stream = {}
     for i, t in enumerate(step.graph.tasks):

@@ -14,8 +14,8 @@ import pytest
 
 from simulator import api
 from simulator.model.compute import ComputeModel
-from simulator.scenario import load_scenario_text
 from simulator.pipelines import get_schedule, passes
+from simulator.scenario import load_scenario_text
 
 TOL = 0.02
 

@@ -91,9 +91,10 @@ def memory_timeline(
     optimizer) from time 0, then every allocation and release. Columns: rank, time_s, bytes,
     static_bytes."""
     start = pd.DataFrame({"rank": list(static), "time_s": 0.0, "delta": 0.0})
-    ev = pd.concat(
-        [start, pd.DataFrame(events, columns=["rank", "time_s", "delta"])], ignore_index=True
+    moves = pd.DataFrame(events, columns=["rank", "time_s", "delta"]).astype(
+        {"rank": int, "time_s": float, "delta": float}
     )
+    ev = pd.concat([start, moves], ignore_index=True)
     # At equal times, releases before allocations: a buffer freed as the next is taken.
     ev = ev.sort_values(["rank", "time_s", "delta"], kind="stable")
     ev["static_bytes"] = ev["rank"].map(static)

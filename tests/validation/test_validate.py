@@ -9,12 +9,14 @@ Memory formulas: exact at the printed precision.
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.validation import summary_frame, validate
 
 
+@pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
     assert len(frame) == 5 + 6 + 5 + 10 + 54 + 6

@@ -1,0 +1,69 @@
+"""The perturbation seam: a slow GPU and a slow link change a step the way physics says."""
+
+import pytest
+
+from simulator import api
+from simulator.scenario import load_scenario_text
+from simulator.schedule.perturb import SlowCompute, SlowLink, perturb
+
+TP_JOB = """
+model: {layers: 4, hidden: 2048, heads: 16, ffn: 8192, vocab: 1024, activation: gelu,
+        norm: layernorm}
+cluster:
+  accelerator: H100
+  topology: {kind: nvswitch, node: {gpus: 8}}
+parallelism: {tp: 4, dp: 2}
+training: {global_batch: 4, micro_batch: 1, seq_len: 2048}
+simulation: {mode: full}
+"""
+
+
+def _compute_time(result, rank):
+    f = result.trace[(result.trace["rank"] == rank) & (result.trace["kind"] == "compute")]
+    return (f["end_s"] - f["start_s"]).sum()
+
+
+def test_slow_compute_scales_only_that_ranks_tasks():
+    s = load_scenario_text(TP_JOB)
+    step = api.build_step(api.build_plan(s))
+    slowed = perturb(step, [SlowCompute(rank=1, factor=3.0)])
+    for a, b in zip(step.graph.tasks, slowed.graph.tasks, strict=True):
+        k = 3.0 if (a.rank == 1 and a.kind == "compute") else 1.0
+        assert b.duration_s == pytest.approx(a.duration_s * k, rel=1e-15)
+    assert perturb(step, []) is step
+
+
+def test_a_straggler_in_a_tp_group_gates_the_step():
+    # Rank 1 is in the first TP group: every layer's all-reduce waits for it, and the second
+    # replica waits at the gradient all-reduce, so the step slows by close to k (the
+    # communication that does not scale keeps it a little under).
+    s = load_scenario_text(TP_JOB)
+    healthy = api.run(s)
+    k = 2.0
+    slow = api.run(s, perturbations=[SlowCompute(1, k)])
+    ratio = slow.summary["step_time_s"] / healthy.summary["step_time_s"]
+    compute_share = _compute_time(healthy, 1) / healthy.summary["step_time_s"]
+    # lower bound: the compute part doubles; upper: everything doubles
+    assert 1 + (k - 1) * compute_share * 0.95 < ratio <= k
+    # the healthy peer of the other replica now waits: its idle time grows
+    assert _compute_time(slow, 5) == pytest.approx(_compute_time(healthy, 5), rel=1e-9)
+
+
+def test_symmetric_mode_refuses_an_unsimulated_rank():
+    s = load_scenario_text(TP_JOB.replace("simulation: {mode: full}", ""))
+    step = api.build_step(api.build_plan(s))
+    with pytest.raises(ValueError, match="not simulated"):
+        perturb(step, [SlowCompute(rank=5, factor=2.0)])
+
+
+def test_a_slow_link_slows_the_collectives_that_cross_it():
+    s = load_scenario_text(TP_JOB)
+    topo = api.build_topology(s.cluster)
+    step = api.build_step(api.build_plan(s, topo))
+    healthy = api.step_metrics(api.simulate(step, topo), step)
+    src, dst = 0, next(iter(topo.graph.successors(0)))  # GPU 0's NVLink into the switch
+    slowed = api.step_metrics(api.simulate(step, topo, [SlowLink(src, dst, 0.25)]), step)
+    assert slowed.step_time_s > healthy.step_time_s
+    assert slowed.exposed_comm_fraction > healthy.exposed_comm_fraction
+    with pytest.raises(ValueError, match="fraction"):
+        SlowLink(src, dst, 0.0)

@@ -1,0 +1,89 @@
+"""The step's TaskGraph inspected without running the engine: tasks per layer and
+micro-batch, the collectives each parallelism adds, and the dependency edges a schedule
+implies (a pass waits for its neighbour's send)."""
+
+from collections import Counter
+
+import pytest
+
+from simulator.model.compute import ComputeModel
+from simulator.plan.plan import build_plan
+from simulator.scenario import load_scenario_text
+from simulator.schedule.step import build_step
+
+
+def _step(par: str, layers=4, gpus=8, global_batch=8, extra=""):
+    s = load_scenario_text(f"""
+model: {{layers: {layers}, hidden: 1024, heads: 16, ffn: 4096, vocab: 1024,
+        activation: gelu, norm: layernorm}}
+cluster:
+  accelerator: H100
+  topology: {{kind: nvswitch, node: {{gpus: {gpus}}}}}
+parallelism: {par}
+training: {{global_batch: {global_batch}, micro_batch: 1, seq_len: 1024}}
+{extra}""")
+    return s, build_step(build_plan(s), ComputeModel.for_accelerator(s.cluster.accelerator))
+
+
+def _names(step, rank=None):
+    return Counter(t.name for t in step.graph.tasks if rank is None or t.rank == rank)
+
+
+def test_tp_all_reduces_twice_per_layer_each_way():
+    s, step = _step("{tp: 8}", global_batch=2)  # dp 1, two micro-batches
+    names = _names(step)
+    layers, m = 4, 2
+    # Megatron's f/g: an all-reduce closes attention and MLP, forward and backward
+    assert names["tp_all_reduce"] == 2 * 2 * layers * m
+    assert names["attention"] == 2 * layers * m  # forward and input-gradient
+    assert names["weight_grad"] == layers * m
+    assert names["optimizer"] == 1
+
+
+def test_sequence_parallel_gathers_and_scatters():
+    _, step = _step("{tp: 8, sequence_parallel: true}", global_batch=1)
+    names = _names(step)
+    # per layer: forward AG, RS, AG, RS; backward the twins: AG, RS, AG, RS
+    assert names["tp_all_gather"] == names["tp_reduce_scatter"] == 4 * 4
+    assert "tp_all_reduce" not in names
+
+
+def test_ddp_buckets_wait_for_their_weight_gradients():
+    _, step = _step("{dp: 8, bucket_size: 1 GB}", global_batch=8)
+    tasks = step.graph.tasks
+    [ar] = [t for t in tasks if t.name == "dp_all_reduce"]  # one bucket holds the model
+    deps = {tasks[d].name for d in ar.deps}
+    assert deps >= {"weight_grad", "embedding", "loss"}
+    opt = next(t for t in tasks if t.name == "optimizer")
+    assert [tasks[d].name for d in opt.deps] == ["dp_all_reduce"]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "zb-h1", "zb-h2", "dualpipe"])
+def test_pipeline_passes_wait_for_the_neighbours_send(schedule):
+    s, step = _step(
+        f"{{pp: 4, pipeline: {{schedule: {schedule}}}}}",
+        layers=8, gpus=4, global_batch=8,
+    )  # fmt: skip
+    tasks = step.graph.tasks
+    sends = [i for i, t in enumerate(tasks) if t.name == "pp_send_activation"]
+    # every forward hop sends once per micro-batch: (chunks x stages - ends) x m
+    chunks = 2 if schedule == "dualpipe" else 1
+    assert len(sends) == (4 - 1) * 8 * chunks // (2 if schedule == "dualpipe" else 1)
+    for i in sends:
+        receivers = [t for t in tasks if i in t.deps]
+        assert receivers, tasks[i]
+        sender_stage = step.stage_of[tasks[i].rank]
+        assert all(
+            step.stage_of[t.rank]
+            == sender_stage + (1 if tasks[i].comm.group[1] > tasks[i].rank else -1)
+            for t in receivers
+        )
+        assert all(t.microbatch == tasks[i].microbatch for t in receivers)
+
+
+def test_zero3_gathers_every_unit_twice_per_micro_batch():
+    _, step = _step("{dp: 8, zero: 3, fsdp_unit_layers: 2}", global_batch=16)
+    names = _names(step)
+    units, m = 4 // 2 + 2, 2  # two layer units, the embedding and the head
+    assert names["fsdp_all_gather"] == 2 * units * m
+    assert names["fsdp_reduce_scatter"] == units * m

@@ -1,0 +1,71 @@
+"""Metrics on hand-built traces, where every number can be worked out on paper."""
+
+import pandas as pd
+import pytest
+
+from simulator.metrics import StepFacts, rank_breakdown, step_metrics, step_time, union_length
+
+COLS = ["rank", "stream", "kind", "phase", "name", "start_s", "end_s", "flops"]
+
+
+def _frame(rows):
+    return pd.DataFrame(rows, columns=COLS)
+
+
+def _facts(**kw):
+    base = dict(
+        scenario="hand",
+        num_gpus=2,
+        tokens_per_step=1000.0,
+        model_flops_per_step=4e12,
+        peak_flops_per_s=1e12,
+        hbm_bytes=10.0,
+        overlapping_steps=False,
+        static_memory={0: 1.0, 1: 1.0},
+        stage_of={0: 0, 1: 1},
+    )
+    return StepFacts(**{**base, **kw})
+
+
+TRACE = _frame(
+    [
+        # rank 0: compute 0-2, comm 1-3 (1 s hidden, 1 s exposed), idle 3-4
+        (0, "compute", "compute", "forward", "a", 0.0, 2.0, 2e12),
+        (0, "dp", "comm", "grad_sync", "ar", 1.0, 3.0, 0.0),
+        # rank 1: idle 0-1, compute 1-4
+        (1, "compute", "compute", "forward", "b", 1.0, 4.0, 3e12),
+    ]
+)
+
+
+def test_union_and_breakdown():
+    assert union_length(TRACE[["start_s", "end_s"]].to_numpy()) == 4.0
+    parts = rank_breakdown(TRACE).set_index("rank")
+    assert parts.loc[0, "compute_s"] == 2.0 and parts.loc[0, "overlap_s"] == 1.0
+    assert parts.loc[0, "exposed_comm_s"] == 1.0
+    assert parts.loc[0, "idle_s"] == 0.0  # rank 0's window ends with its own last task (3 s)
+    assert parts.loc[1, "idle_s"] == 1.0
+
+
+def test_step_metrics_by_hand():
+    m = step_metrics(TRACE, [(0, 0.5, 4.0), (0, 2.0, -4.0), (1, 1.0, 20.0)], _facts())
+    assert m.step_time_s == 4.0
+    assert m.mfu == pytest.approx(4e12 / (4.0 * 2 * 1e12))  # 0.5
+    assert m.hfu == pytest.approx((2e12 / 4 + 3e12 / 4) / 2 / 1e12)
+    assert m.tokens_per_s == 250.0
+    assert m.exposed_comm_fraction == pytest.approx((1 / 4 + 0) / 2)
+    assert m.overlap_fraction == pytest.approx(0.5)
+    assert m.bubble_fraction == pytest.approx((0 + 1 / 4) / 2)
+    assert m.peak_memory_by_rank == {"0": 5.0, "1": 21.0}
+    assert m.oom  # rank 1 holds 21 B of 10
+    assert m.utilisation["compute"] == pytest.approx((2 + 3) / (2 * 4))
+    assert set(m.as_dict()) >= {"step_time_s", "mfu", "oom", "stage_of_rank"}
+    assert "busiest_links" not in m.as_dict()
+
+
+def test_overlapping_steps_take_the_longest_span():
+    t, spans = step_time(TRACE, overlapping_steps=True)
+    assert t == 3.0  # rank 0 spans 0-3, rank 1 spans 1-4
+    assert spans == {0: (0.0, 3.0), 1: (1.0, 4.0)}
+    m = step_metrics(TRACE, [], _facts(overlapping_steps=True))
+    assert m.step_time_s == 3.0 and m.bubble_fraction == 0.0

@@ -329,8 +329,11 @@ class ParallelismConfig(Frozen):
     product ``dp x tp x pp x cp = gpus``. ``expert_tp`` (default ``tp``) is the tensor-parallel
     degree inside experts. ``zero`` 0-3, or ``fsdp`` for 3. ``bucket_size`` (B) is the gradient
     bucket of DDP / ZeRO-2; ZeRO-3 gathers ``fsdp_unit_layers`` layers at a time and prefetches
-    ``fsdp_prefetch`` units ahead. ``order`` lays the rank grid out innermost first (Llama 3:
-    tp, cp, pp, dp): consecutive ranks, hence GPUs of one node, share the innermost groups.
+    ``fsdp_prefetch`` units ahead; ``fsdp_backward_prefetch`` is PyTorch FSDP's policy for the
+    backward's gathers (``pre``, its default, issues the next gather before the current unit's
+    gradient; ``post`` after it; ``none`` only when the unit is reached). ``order`` lays the
+    rank grid out innermost first (Llama 3: tp, cp, pp, dp): consecutive ranks, hence GPUs of
+    one node, share the innermost groups.
     """
 
     dp: PosInt | None = None
@@ -346,6 +349,7 @@ class ParallelismConfig(Frozen):
     bucket_size: Bytes = 25e6
     fsdp_unit_layers: PosInt = 1
     fsdp_prefetch: Annotated[int, Field(ge=0, le=64)] = 1
+    fsdp_backward_prefetch: Literal["pre", "post", "none"] = "pre"
     order: list[Literal["tp", "cp", "pp", "dp"]] = ["tp", "cp", "pp", "dp"]
     collectives: dict[Literal["tp", "cp", "ep", "dp", "pp"], CollectiveAlgorithm] = {}
 

@@ -70,17 +70,25 @@ def fsdp_gather(b: GraphBuilder, rank: int, key, j: int, why: str, deps) -> int 
     )  # fmt: skip
 
 
+def unsharded_grad_bytes(b: GraphBuilder, key) -> float:
+    """ZeRO-3: a unit's full gradient, held from its first weight gradient until its
+    reduce-scatter ends (B; 0 without ZeRO-3)."""
+    if zero_stage(b) != 3:
+        return 0.0
+    return sum(b.plan.params_of(key)) * b.plan.grad_bytes_per_param
+
+
 def fsdp_reduce(b: GraphBuilder, rank: int, key, j: int, deps, dp_tasks: list[int]) -> None:
     """ZeRO-3: reduce-scatter unit ``key``'s gradient after its backward, then release the
-    parameters gathered for it."""
+    parameters gathered for it and the unsharded gradient."""
     if zero_stage(b) != 3:
         return
-    size = sum(b.plan.params_of(key)) * b.plan.grad_bytes_per_param
+    size = unsharded_grad_bytes(b, key)
     rs = b.comm(
         rank=rank, stream="dp", name="fsdp_reduce_scatter", collective="reduce_scatter",
         group=b.group(rank, "dp"), size=size, tag=("rs", key, j), deps=deps,
         phase="grad_sync", layer=_key_layer(key), microbatch=j,
-        mem_free=gathered_bytes(b, key),
+        mem_free=gathered_bytes(b, key) + size,
     )  # fmt: skip
     if rs is not None:
         dp_tasks.append(rs)

@@ -185,11 +185,15 @@ def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
     return then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg1",), last, **kw))
 
 
-def layer_weight_grad(b: GraphBuilder, rank: int, layer: int, j: int, deps) -> int:
+def layer_weight_grad(
+    b: GraphBuilder, rank: int, layer: int, j: int, deps, mem_alloc: float = 0.0
+) -> int:
+    """``layer``'s weight gradient; it releases the layer's activations and may take
+    ``mem_alloc`` bytes (ZeRO-3: the unit's unsharded gradient)."""
     cost = cost_of(b, layer)
     block = cost.attn_local + cost.attn_remote + cost.ffn + (cost.experts or Block())
     return b.task(
         rank, "compute", "weight_grad", block.w, deps,
         flops=block.flops_w, phase="weight_grad", layer=layer, microbatch=j,
-        mem_free=cost.act_kept,
+        mem_alloc=mem_alloc, mem_free=cost.act_kept,
     )  # fmt: skip

@@ -83,7 +83,8 @@ def forward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
 
 def backward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
     """Chunk ``c``'s input-gradient pass (with each layer's weight gradient unless the
-    schedule splits W off), then the gradient sent back."""
+    schedule splits W off), then the gradient sent back. ZeRO-3 gathers follow the backward
+    prefetch policy (:class:`_BackwardGathers`)."""
     rank, chunk = st.rank, st.stage.chunks[c]
     split = b.plan.schedule.split_backward
     if chunk.has_head:
@@ -91,21 +92,60 @@ def backward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
         yield
     else:
         last = [_recv_key(b, rank, "sendB", chunk.next_hop, j)]
-    unit_ends: list[Dep] = []
+    gathers = _BackwardGathers(b, st, chunk, j)
+    post = gathers.policy == "post" and not split
     for layer in reversed(chunk.layers):
         unit = st.unit_of[layer]
-        extra: list[Dep] = []
-        if layer == unit[-1]:
-            gate = dp.prefetch_gate(b, unit_ends)
-            extra.append(dp.fsdp_gather(b, rank, unit, j, "B", gate))
+        extra = [gathers.at_unit_start(unit)] if layer == unit[-1] else []
         last = yield from layer_backward(b, rank, layer, j, last + extra, (layer, c, j))
+        unit_done = layer == unit[0]
         if not split:
-            last = [weight_grad(b, st, layer, j, last)]
-        if layer == unit[0]:
-            unit_ends.append(last[0])
+            last = [weight_grad(b, st, layer, j, last, reduce=not (post and unit_done))]
+        if unit_done:
+            gathers.unit_ends.append(last[0])
+            if post:  # PyTorch's BACKWARD_POST: the next gather goes before this reduce
+                gathers.issue(len(gathers.unit_ends) + gathers.depth)
+                dp.fsdp_reduce(b, rank, unit, j, [last[0]], st.dp_tasks)
     if chunk.has_embedding and not split:
         last = [embedding_grad(b, st, j, last)]
     _send(b, rank, "sendB", chunk.prev_hop, c, j, last)
+
+
+class _BackwardGathers:
+    """ZeRO-3 all-gathers of one backward pass, unit by unit in backward order.
+
+    At most ``1 + fsdp_prefetch`` units are gathered at once: unit ``i``'s gather waits for the
+    release of unit ``i - 1 - fsdp_prefetch``. The policy (``parallelism.fsdp_backward_prefetch``,
+    PyTorch FSDP's ``BackwardPrefetch``) says when the gathers ahead are issued, which matters
+    because the data-parallel stream runs in order: ``pre`` (PyTorch's default) issues them as a
+    unit's backward begins, ahead of its reduce-scatter; ``post`` after its gradient, before the
+    reduce-scatter; ``none`` only when a unit is reached, behind the previous reduce-scatter.
+    """
+
+    def __init__(self, b: GraphBuilder, st: RankState, chunk: ChunkPlan, j: int):
+        self.b, self.st, self.j = b, st, j
+        par = b.plan.scenario.parallelism
+        self.depth, self.policy = par.fsdp_prefetch, par.fsdp_backward_prefetch
+        self.units = list(dict.fromkeys(st.unit_of[x] for x in reversed(chunk.layers)))
+        self.index = {u: i for i, u in enumerate(self.units)}
+        self.tasks: list[int | None] = []
+        self.unit_ends: list[Dep] = []
+
+    def issue(self, upto: int) -> None:
+        """Issue the gathers of units ``< upto`` not issued yet (as far as their gates exist)."""
+        upto = min(upto, len(self.units), len(self.unit_ends) + 1 + self.depth)
+        for i in range(len(self.tasks), upto):
+            k = i - 1 - self.depth
+            gate = [self.unit_ends[k]] if k >= 0 else []
+            self.tasks.append(
+                dp.fsdp_gather(self.b, self.st.rank, self.units[i], self.j, "B", gate)
+            )
+
+    def at_unit_start(self, unit: tuple[int, ...]) -> int | None:
+        """The gather ``unit``'s backward waits for, issuing those ahead under ``pre``."""
+        i = self.index[unit]
+        self.issue(i + 1 + (self.depth if self.policy == "pre" else 0))
+        return self.tasks[i]
 
 
 def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
@@ -193,19 +233,24 @@ def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
     gather = dp.fsdp_gather(b, st.rank, "head", j, "B", ())
     t = b.task(
         st.rank, "compute", "loss", hb.b + hb.w, [gather], phase="input_grad", microbatch=j,
-        flops=hb.flops_b + hb.flops_w, mem_free=_head_bytes(b),
+        flops=hb.flops_b + hb.flops_w, mem_alloc=dp.unsharded_grad_bytes(b, "head"),
+        mem_free=_head_bytes(b),
     )  # fmt: skip
     b.w_task[(st.rank, "head", j)] = t
     dp.fsdp_reduce(b, st.rank, "head", j, [t], st.dp_tasks)
     return t
 
 
-def weight_grad(b: GraphBuilder, st: RankState, layer: int, j: int, deps) -> int:
-    """A layer's weight gradient; the last of an FSDP unit reduce-scatters the unit."""
-    w = layer_weight_grad(b, st.rank, layer, j, deps)
-    b.w_task[(st.rank, layer, j)] = w
+def weight_grad(
+    b: GraphBuilder, st: RankState, layer: int, j: int, deps, reduce: bool = True
+) -> int:
+    """A layer's weight gradient; the last of an FSDP unit reduce-scatters the unit (unless
+    ``reduce`` is False: the caller does, after prefetching)."""
     unit = st.unit_of[layer]
-    if layer == unit[0]:  # the unit's last weight gradient in backward order
+    grad = dp.unsharded_grad_bytes(b, unit) if layer == unit[-1] else 0.0  # the unit's first W
+    w = layer_weight_grad(b, st.rank, layer, j, deps, mem_alloc=grad)
+    b.w_task[(st.rank, layer, j)] = w
+    if layer == unit[0] and reduce:  # the unit's last weight gradient in backward order
         dp.fsdp_reduce(b, st.rank, unit, j, [w], st.dp_tasks)
     return w
 
@@ -217,7 +262,8 @@ def embedding_grad(b: GraphBuilder, st: RankState, j: int, deps) -> int:
     gather = dp.fsdp_gather(b, st.rank, "emb", j, "B", ())
     t = b.task(
         st.rank, "compute", "embedding", eb.w, list(deps) + [gather], phase="weight_grad",
-        microbatch=j, flops=eb.flops_w, mem_free=_emb_bytes(b),
+        microbatch=j, flops=eb.flops_w, mem_alloc=dp.unsharded_grad_bytes(b, "emb"),
+        mem_free=_emb_bytes(b),
     )  # fmt: skip
     b.w_task[(st.rank, "emb", j)] = t
     dp.fsdp_reduce(b, st.rank, "emb", j, [t], st.dp_tasks)

@@ -24,6 +24,7 @@ import math
 
 import pandas as pd
 import yaml
+from tqdm import tqdm
 
 from simulator import api
 from simulator.collectives import bus_bandwidth, plan_collective
@@ -171,16 +172,16 @@ def zero_rows() -> list[dict]:
             float(r["K_optimizer_bytes_per_param"]),
         )
         for stage, col in [(1, "P_os_GB"), (2, "P_os_g_GB"), (3, "P_os_g_p_GB")]:
-            gb = psi * sum(model_state_bytes_per_param(2, 2, k, stage, n))
+            gigabytes = psi * sum(model_state_bytes_per_param(2, 2, k, stage, n))
             out.append(
                 _row(
                     "ZeRO Table 1",
                     f"{r['params_billion']}B, N={n}, stage {stage}",
                     float(r[col]),
-                    gb,
+                    gigabytes,
                     0.0,
                     "GB",
-                    within=_printed(gb, r[col]),
+                    within=_printed(gigabytes, r[col]),
                 )
             )
     return out
@@ -261,10 +262,12 @@ def validate(groups: list[str] | None = None) -> pd.DataFrame:
         "zero": zero_rows,
         "korthikanti": korthikanti_rows,
     }
+    chosen = [(n, make) for n, make in makers.items() if groups is None or n in groups]
     rows = []
-    for name, make in makers.items():
-        if groups is None or name in groups:
-            rows += make()
+    bar = tqdm(chosen, desc="validate", unit="group", disable=None, leave=False)
+    for name, make in bar:  # progress on stderr, on a terminal only
+        bar.set_postfix_str(name)
+        rows += make()
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

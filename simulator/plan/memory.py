@@ -10,8 +10,9 @@ Dense parameters shard over the data-parallel group including context parallelis
 distributed optimizer uses DP x CP); routed-expert parameters over the expert-data-parallel group
 ``dp x cp x tp / (ep x expert_tp)``.
 
-Activations come from :mod:`simulator.model.activations` times the stage's in-flight
-micro-batches (:mod:`simulator.plan.stages`). Buffers are what lives beside them at the peak:
+Activations come from :mod:`simulator.model.activations`, held as the stage's pass order
+(:mod:`simulator.pipelines`) keeps them: a chunk's forward takes them, its weight gradient
+gives them back. Buffers are what lives beside them at the peak:
 ZeRO-3's gathered units (the computing one plus ``fsdp_prefetch`` ahead) and the unsharded
 gradient of one unit before its reduce-scatter; ZeRO-2's double-buffered gradient buckets; the
 full-recompute working set (one layer's activations rebuilt during backward); pipeline send and
@@ -180,6 +181,6 @@ def max_params_model_states(s: Scenario) -> float:
     Parameters spread evenly over tp x pp model-parallel ranks, then by ZeRO over DP x CP.
     """
     par = s.parallelism
-    pb, gb, kb = s.precision.bytes_per_param(s.training.optimizer)
-    per = sum(model_state_bytes_per_param(pb, gb, kb, par.zero, s.dp * par.cp))
+    per_param = s.precision.bytes_per_param(s.training.optimizer)
+    per = sum(zero_sharded(per_param, par.zero, s.dp * par.cp))
     return s.cluster.accelerator.hbm_bytes * par.tp * par.pp / per

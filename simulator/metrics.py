@@ -5,7 +5,11 @@ Definitions (per simulated rank, then averaged over ranks; T = step time):
 
 - step_time_s: the end of the last task, or for ZB-H2 (which drops the optimizer's
   synchronisation, so steps overlap by the pipeline ramp) the longest stage span;
-- bubble_fraction: time the rank neither computes nor communicates, / T;
+- compute_fraction: time the rank computes, / T;
+- bubble_fraction: time the rank neither computes nor communicates before its last task
+  (waiting for the pipeline), / T;
+- sync_wait_fraction: time after its last task until the step ends (waiting for the slowest
+  rank), / T; compute + exposed comm + bubble + sync wait = 1 per rank;
 - exposed_comm_fraction: time it communicates while not computing, / T;
 - overlap_fraction: communication time hidden under compute / all communication time;
 - mfu: model FLOPs per step (6 x params x tokens + attention, no recompute) /
@@ -46,9 +50,15 @@ def intersection_length(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def rank_breakdown(
-    frame: pd.DataFrame, span: dict[int, tuple[float, float]] | None = None
+    frame: pd.DataFrame,
+    span: dict[int, tuple[float, float]] | None = None,
+    step_end: float | None = None,
 ) -> pd.DataFrame:
-    """Per rank: window, compute, communication, overlap, exposed comm and idle (seconds)."""
+    """Per rank: window, compute, communication, overlap, exposed comm and idle (seconds).
+
+    The window runs to the rank's own last task (or its ``span``); ``sync_wait_s`` is the time
+    from there to ``step_end``, when the rank waits for the slowest one to finish the step, so
+    compute + exposed comm + idle + sync wait = the step, per rank."""
     rows = []
     for rank, f in frame.groupby("rank"):
         start, end = span[rank] if span else (0.0, f["end_s"].max())
@@ -68,6 +78,7 @@ def rank_breakdown(
                 "overlap_s": both,
                 "exposed_comm_s": t_comm - both,
                 "idle_s": max(window - (t_comp + t_comm - both), 0.0),
+                "sync_wait_s": max((step_end or end) - end, 0.0) if not span else 0.0,
                 "flops": f["flops"].sum(),
             }
         )
@@ -165,7 +176,9 @@ class StepMetrics:
     mfu: float
     hfu: float
     model_tflops_per_gpu: float
-    bubble_fraction: float
+    compute_fraction: float  # busy computing (with or without communication beside it)
+    bubble_fraction: float  # idle before the rank's last task: waiting on the pipeline
+    sync_wait_fraction: float  # idle after it, until the slowest rank ends the step
     exposed_comm_fraction: float
     overlap_fraction: float
     peak_memory_bytes: float
@@ -221,7 +234,7 @@ def step_metrics(
 ) -> StepMetrics:
     """Everything :class:`StepMetrics` holds, from the trace and the memory events."""
     t, spans = step_time(frame, facts.overlapping_steps)
-    parts = rank_breakdown(frame, spans)
+    parts = rank_breakdown(frame, spans, step_end=t)
     timeline = memory_timeline(memory_events, facts.static_memory)
     peaks = peak_memory(timeline, facts.static_memory)
     peak = facts.peak_flops_per_s
@@ -236,7 +249,9 @@ def step_metrics(
         mfu=facts.model_flops_per_step / (t * n * peak),
         hfu=float((parts["flops"] / (t * peak)).mean()),
         model_tflops_per_gpu=facts.model_flops_per_step / (t * n) / 1e12,
+        compute_fraction=float((parts["compute_s"] / t).mean()),
         bubble_fraction=float((parts["idle_s"] / t).mean()),
+        sync_wait_fraction=float((parts["sync_wait_s"] / t).mean()),
         exposed_comm_fraction=float((parts["exposed_comm_s"] / t).mean()),
         overlap_fraction=float(parts["overlap_s"].sum() / comm) if comm > 0 else 0.0,
         peak_memory_bytes=max(peaks.values()),

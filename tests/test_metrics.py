@@ -69,3 +69,21 @@ def test_overlapping_steps_take_the_longest_span():
     assert spans == {0: (0.0, 3.0), 1: (1.0, 4.0)}
     m = step_metrics(TRACE, [], _facts(overlapping_steps=True))
     assert m.step_time_s == 3.0 and m.bubble_fraction == 0.0
+
+
+def test_the_step_is_accounted_for_in_full():
+    # Issue 10: compute + exposed communication + bubble + waiting at the end = the step.
+    m = step_metrics(TRACE, [], _facts())
+    total = m.compute_fraction + m.exposed_comm_fraction + m.bubble_fraction
+    assert total + m.sync_wait_fraction == pytest.approx(1.0)
+    assert m.sync_wait_fraction == pytest.approx((1 / 4 + 0) / 2)  # rank 0 idles 3-4 s
+
+
+def test_a_real_pipeline_step_sums_to_one():
+    from simulator import api
+    from simulator.scenario import load_scenario
+
+    m = api.run(load_scenario("scenarios/examples/pipeline-1f1b.yaml")).metrics
+    parts = m.compute_fraction + m.exposed_comm_fraction + m.bubble_fraction
+    assert parts + m.sync_wait_fraction == pytest.approx(1.0, rel=1e-9)
+    assert m.sync_wait_fraction > 0  # the last stage ends before the first one's optimizer

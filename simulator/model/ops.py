@@ -5,8 +5,10 @@ Conventions (DESIGN.md, Compute):
 - a GEMM ``(m x k) @ (k x n)`` costs ``2 m n k`` FLOPs forward; its input-gradient (B) and
   weight-gradient (W) each cost the same. Bytes are the operands read and the result written.
 - the attention core (``QK^T`` and ``PV``) of a causal model counts half the square:
-  ``2 b heads s_q s_k (d_qk + d_v) / 2`` forward; its backward is twice that, all in B (it has
-  no weights).
+  ``2 b heads s_q s_k (d_qk + d_v) / 2`` forward. Its backward, all in B (it has no weights),
+  is twice that when the probabilities were kept (dV, dP, dQ, dK: four GEMMs) and 2.5 times
+  with flash attention, which recomputes ``QK^T`` first: five GEMMs against the forward's
+  two (Dao 2023, FlashAttention-2, sec. 3.1.2; its benchmarks count the backward as 2.5x).
 - elementwise ops (norms, activation functions, dropout, residual adds, softmax, loss) are
   memory-bound: their bytes matter, their FLOPs are listed but are not model FLOPs.
 
@@ -126,7 +128,7 @@ def attention_core_op(
     e = act_bytes
     io = e * b * (s_q * heads * (d_qk + d_v) + s_k * kv * (d_qk + d_v))
     shape = (b * heads * s_q, s_k, d_qk)  # the fused kernel's inner GEMM
-    ops = [Op("attention", "attention", f, 2.0 * f, 0.0, io, 2.5 * io, 0.0, shape)]
+    ops = [Op("attention", "attention", f, 2.5 * f, 0.0, io, 2.5 * io, 0.0, shape)]
     if not flash:  # the score matrix is materialised, masked and soft-maxed in HBM
         scores = b * heads * s_q * s_k
         ops[0] = Op(

@@ -21,6 +21,7 @@ from simulator.collectives import bus_bandwidth, plan_collective
 from simulator.engine import NetworkModel, run_taskgraph_with_memory, time_collective
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
+from simulator.model.ops import layer_ops
 from simulator.model.params import count_params
 from simulator.plan.collective_choice import NetworkFacts
 from simulator.plan.memory import (
@@ -198,6 +199,52 @@ def collective_table(
 def topology_report(topo: Topology) -> tuple[dict, pd.DataFrame]:
     """Headline numbers and the per-level link table of ``topo``."""
     return summary(topo), link_levels(topo)
+
+
+PASSES = {"f": "forward", "b": "input_grad", "w": "weight_grad"}
+
+
+def layer_costs(scenario: Scenario, layer: int = 0) -> pd.DataFrame:
+    """One layer's kernels for one micro-batch on one rank, per pass: FLOPs, bytes, seconds
+    and whether compute or memory bounds them (what to hold against a profiler trace).
+
+    Passes: forward, input_grad, weight_grad, and recompute (the forward again, for the ops the
+    recompute policy re-runs: all of them with ``full``, the attention core with
+    ``selective``). Columns: pass, op, kind, flops, bytes, seconds, bound.
+    """
+    if not 0 <= layer < scenario.model.layers:
+        raise ValueError(f"layer {layer} is not in 0 .. {scenario.model.layers - 1}")
+    plan = make_plan(scenario)
+    mb, sh = plan.micro_batch, plan.sharding
+    cm = ComputeModel.for_accelerator(
+        scenario.cluster.accelerator, scenario.precision.compute_dtype
+    )
+    ops = layer_ops(scenario.model, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash)
+    rc = scenario.parallelism.recompute
+    rows = []
+    for phase, name in PASSES.items():
+        for op in ops:
+            rows.append(_cost_row(cm, op, phase, name))
+    for op in ops:
+        if rc == "full" or (rc == "selective" and op.kind == "attention"):
+            rows.append(_cost_row(cm, op, "f", "recompute"))
+    frame = pd.DataFrame(rows)
+    return frame[frame["seconds"] > 0].reset_index(drop=True)
+
+
+def _cost_row(cm: ComputeModel, op, phase: str, name: str) -> dict:
+    seconds, bound = cm.op_timing(op, phase)
+    flops = {"f": op.f_flops, "b": op.b_flops, "w": op.w_flops}[phase]
+    moved = {"f": op.f_bytes, "b": op.b_bytes, "w": op.w_bytes}[phase]
+    return {
+        "pass": name,
+        "op": op.name,
+        "kind": op.kind,
+        "flops": flops,
+        "bytes": moved,
+        "seconds": seconds,
+        "bound": bound,
+    }
 
 
 # -- the staged run: load -> build_plan -> build_step -> perturb -> simulate -> step_metrics --

@@ -44,17 +44,23 @@ class ComputeModel:
 
     def op_seconds(self, op: Op, phase: str) -> float:
         """Seconds of ``op`` in ``phase`` ("f", "b" or "w"); 0 when it has no work there."""
+        return self.op_timing(op, phase)[0]
+
+    def op_timing(self, op: Op, phase: str) -> tuple[float, str]:
+        """(seconds, bound) of ``op`` in ``phase``: bound "compute" or "memory" (or "" for no
+        work), whichever of its FLOPs and its bytes takes longer."""
         flops = {"f": op.f_flops, "b": op.b_flops, "w": op.w_flops}[phase]
         moved = {"f": op.f_bytes, "b": op.b_bytes, "w": op.w_bytes}[phase]
         if flops <= 0 and moved <= 0:
-            return 0.0
+            return 0.0, ""
         t_mem = moved / (self.hbm_Bps * self.mem.e_mem)
         if op.kind in ("gemm", "attention") and op.gemm_mnk is not None:
             m, n, k = op.gemm_mnk
             t_flops = flops / (self.peak_flops * self.gemm.efficiency(m, n, k))
         else:
             t_flops = 0.0  # elementwise FLOPs hide under their memory traffic
-        return max(t_flops, t_mem) + self.launch_s
+        bound = "compute" if t_flops >= t_mem else "memory"
+        return max(t_flops, t_mem) + self.launch_s, bound
 
     def seconds(self, ops: list[Op], phase: str) -> float:
         """Total seconds of ``ops`` run back to back in ``phase``."""

@@ -250,8 +250,8 @@ def model_flops_per_sequence(m: ModelConfig, seq_len: int) -> float:
     if m.moe is not None and m.moe.capacity_factor is not None:
         m = m.model_copy(update={"moe": m.moe.model_copy(update={"capacity_factor": None})})
     total = 0.0
-    for layer in range(m.layers):
-        for op in layer_ops(m, layer, 1, seq_len):
+    for layer in range(m.layers):  # flash=False: the model's backward, not flash's recompute
+        for op in layer_ops(m, layer, 1, seq_len, flash=False):
             if op.kind in ("gemm", "attention"):
                 total += op.flops
     for op in head_ops(m, 1, seq_len):

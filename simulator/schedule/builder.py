@@ -164,8 +164,6 @@ class GraphBuilder:
             if key not in self.keys:
                 raise ValueError(f"internal: unresolved dependency {key}")
             t = self.graph.tasks[task_index]
-            self.graph.tasks[task_index] = Task(
-                **{**t.__dict__, "deps": t.deps + (self.keys[key],)}
-            )
+            self.graph.tasks[task_index] = t._replace(deps=t.deps + (self.keys[key],))
         self.pending.clear()
         return self.graph

@@ -60,7 +60,7 @@ def perturb(step: StepGraph, perturbations: list[Perturbation] | tuple = ()) -> 
     if not slow:
         return step
     tasks = [
-        dataclasses.replace(t, duration_s=t.duration_s * slow[t.rank])
+        t._replace(duration_s=t.duration_s * slow[t.rank])
         if t.kind == "compute" and t.rank in slow
         else t
         for t in step.graph.tasks

@@ -11,7 +11,7 @@ the engine's to decide.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,13 @@ class CommSpec:
     copies: int = -1
 
 
-@dataclass(frozen=True)
-class Task:
+class Task(NamedTuple):
     """A unit of work on ``rank``'s ``stream``; ``deps`` index tasks of the same graph.
 
     ``mem_alloc`` bytes are allocated when the task starts and ``mem_free`` bytes released when
-    it ends (activations, gathered parameters), giving the memory timeline.
+    it ends (activations, gathered parameters), giving the memory timeline. An immutable
+    named tuple rather than a frozen dataclass: a step has up to millions of tasks, and a
+    tuple is built about three times as fast.
     """
 
     rank: int

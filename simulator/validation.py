@@ -251,6 +251,21 @@ def korthikanti_rows() -> list[dict]:
     return out
 
 
+def throughput_rows(spec: dict) -> list[dict]:
+    """Tokens per second per GPU of published runs, from the simulated step time."""
+    out = []
+    for r in spec["rows"]:
+        s = api.load(PROJECT_ROOT / r["scenario"])
+        summary = api.run(s).summary
+        per_gpu = summary["tokens_per_s"] / s.num_gpus
+        row = _row(
+            "Public throughput", s.name, r["published"], per_gpu, spec["tolerance"], "tokens/s/GPU"
+        )
+        row["expected_miss"] = r.get("expected_miss", "")
+        out.append(row)
+    return out
+
+
 def validate(groups: list[str] | None = None) -> pd.DataFrame:
     """Every validation row: published, simulated, relative error, tolerance, within."""
     spec = yaml.safe_load((VALIDATION / "published" / "rows.yaml").read_text())
@@ -259,6 +274,7 @@ def validate(groups: list[str] | None = None) -> pd.DataFrame:
         "megatron_table2": lambda: megatron_rows(spec["megatron_table2"], "Megatron SC21 Table 2"),
         "nccl": lambda: nccl_rows(spec["nccl_busbw"]),
         "zero_bubble": lambda: zero_bubble_rows(spec["zero_bubble"]),
+        "throughput": lambda: throughput_rows(spec["public_throughput"]),
         "zero": zero_rows,
         "korthikanti": korthikanti_rows,
     }

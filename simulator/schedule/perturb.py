@@ -47,7 +47,11 @@ Perturbation = SlowCompute | SlowLink
 
 def perturb(step: StepGraph, perturbations: list[Perturbation] | tuple = ()) -> StepGraph:
     """``step`` with each :class:`SlowCompute` applied (link perturbations pass through to the
-    engine). ValueError if a slowed rank is not simulated (use ``simulation.mode: full``)."""
+    engine). ValueError if a slowed rank is not simulated (use ``simulation.mode: full``).
+
+    In symmetric mode a simulated rank stands for its stage's whole symmetry class, so slowing
+    it slows that stage in every replica; ``simulator.api.run`` switches to full mode to slow
+    one GPU alone."""
     slow: dict[int, float] = {}
     for p in perturbations:
         if isinstance(p, SlowCompute):

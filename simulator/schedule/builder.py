@@ -35,6 +35,8 @@ class GraphBuilder:
     group_cache: dict[tuple[int, str], tuple[tuple[int, ...], int]] = field(default_factory=dict)
     algorithms: dict[tuple, str | None] = field(default_factory=dict)
     w_task: dict[tuple, int] = field(default_factory=dict)  # (rank, key, micro-batch) -> W
+    layer_costs: dict = field(default_factory=dict)  # layer -> LayerCost (memo)
+    weight_blocks: dict = field(default_factory=dict)  # layer -> its weight-gradient Block
 
     def task(
         self,

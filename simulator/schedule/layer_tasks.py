@@ -190,10 +190,13 @@ def layer_weight_grad(
 ) -> int:
     """``layer``'s weight gradient; it releases the layer's activations and may take
     ``mem_alloc`` bytes (ZeRO-3: the unit's unsharded gradient)."""
-    cost = cost_of(b, layer)
-    block = cost.attn_local + cost.attn_remote + cost.ffn + (cost.experts or Block())
+    block = b.weight_blocks.get(layer)
+    if block is None:
+        cost = cost_of(b, layer)
+        block = cost.attn_local + cost.attn_remote + cost.ffn + (cost.experts or Block())
+        b.weight_blocks[layer] = block
     return b.task(
         rank, "compute", "weight_grad", block.w, deps,
         flops=block.flops_w, phase="weight_grad", layer=layer, microbatch=j,
-        mem_alloc=mem_alloc, mem_free=cost.act_kept,
+        mem_alloc=mem_alloc, mem_free=cost_of(b, layer).act_kept,
     )  # fmt: skip

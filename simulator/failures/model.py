@@ -133,7 +133,10 @@ def resolve_job(
     if ck.mode == "blocking":
         pause, drain = ck.overhead + state / ck.write_bandwidth, 0.0
     else:
-        pause, drain = ck.overhead + state / gpus / ck.host_copy_bandwidth, state / ck.write_bandwidth
+        pause, drain = (
+            ck.overhead + state / gpus / ck.host_copy_bandwidth,
+            state / ck.write_bandwidth,
+        )
     load = state / (ck.read_bandwidth or ck.write_bandwidth)
     r = f.restart
     p = scenario.parallelism

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from simulator import api
+from simulator.failures.commands import register as register_goodput
 from simulator.hardware import CATALOG
 from simulator.scenario import ScenarioError
 from simulator.scenario.model_catalog import MODEL_CATALOG
@@ -442,6 +443,9 @@ def models(format: FormatOpt = Format.table) -> None:
 def accelerators(format: FormatOpt = Format.json) -> None:
     """The accelerator catalog (SI units: FLOP/s, bytes, B/s)."""
     typer.echo(json.dumps([a.model_dump() for a in CATALOG.values()], indent=2))
+
+
+register_goodput(app)
 
 
 def main() -> None:

@@ -454,6 +454,9 @@ class SimulationConfig(Frozen):
     mode: Literal["symmetric", "full"] = "symmetric"
 
 
+from simulator.scenario.failures import FailuresConfig  # noqa: E402 (it builds on Frozen)
+
+
 class Scenario(Frozen):
     """One training run. ``failures`` and ``sweep`` are reserved for later sections."""
 
@@ -466,7 +469,7 @@ class Scenario(Frozen):
     training: TrainingConfig
     precision: PrecisionConfig = PrecisionConfig()
     simulation: SimulationConfig = SimulationConfig()
-    failures: dict[str, Any] | None = None
+    failures: FailuresConfig | None = None
     sweep: dict[str, Any] | None = None
 
     @property

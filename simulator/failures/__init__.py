@@ -1,0 +1,24 @@
+"""Job-level failures over days: interruptions, checkpoints, restarts, spares, goodput.
+
+The step layer gives the step time and the state bytes (:mod:`simulator.failures.adapter`);
+:func:`resolve_job` turns a scenario's ``failures:`` section into a :class:`JobModel` of SI
+numbers; :func:`simulate_seeds` runs a SimPy process per seed over the job's wall clock and
+returns pandas DataFrames; :mod:`simulator.failures.optimum` holds the closed forms (Young,
+Daly, Kokolis et al.) the simulation is checked against.
+"""
+
+from simulator.failures.model import JobModel, resolve_job
+from simulator.failures.montecarlo import GoodputResult, simulate_seeds, summarise, sweep_intervals
+from simulator.failures.optimum import daly_interval, kokolis_ettr, young_interval
+
+__all__ = [
+    "GoodputResult",
+    "JobModel",
+    "daly_interval",
+    "kokolis_ettr",
+    "resolve_job",
+    "simulate_seeds",
+    "summarise",
+    "sweep_intervals",
+    "young_interval",
+]

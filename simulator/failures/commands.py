@@ -1,0 +1,181 @@
+"""``trainsim goodput``: the job over days - interruptions, checkpoints, restarts, ETTR.
+
+Registered on the CLI's app by :func:`register`; bad input exits 2 with file:line:col.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from simulator import api
+from simulator.failures import adapter
+from simulator.failures.montecarlo import simulate_seeds, summarise, sweep_intervals
+from simulator.scenario import Position, ScenarioError
+from simulator.scenario.failures import check_failures, located_error
+from simulator.units import UnitError, parse_quantity
+
+log = logging.getLogger("trainsim.failures")
+SWEEP_POINTS = 12
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+
+
+def parse_interval_range(spec: str) -> list[float]:
+    """``"5min:4h"`` -> 12 intervals (s) evenly spaced in log between them; ``"A:B:N"`` -> N.
+
+    >>> [round(x) for x in parse_interval_range("10min:40min:3")]
+    [600, 1200, 2400]
+    """
+    parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"--sweep-checkpoint-interval reads A:B[:N], e.g. 5min:4h (got {spec!r})")
+    lo, hi = (parse_quantity(p.strip(), "time") for p in parts[:2])
+    n = int(parts[2]) if len(parts) == 3 else SWEEP_POINTS
+    if not 0 < lo < hi or n < 2:
+        raise ValueError(f"--sweep-checkpoint-interval needs 0 < A < B and N >= 2 (got {spec!r})")
+    return list(np.geomspace(lo, hi, n))
+
+
+def _exit_bad_input(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _load(path: Path, overrides: list[str]):
+    try:
+        scenario = api.load(path, overrides)
+    except ScenarioError as exc:
+        _exit_bad_input(str(exc))
+    if scenario.failures is None:
+        _exit_bad_input(
+            str(ScenarioError.single(Position(str(path)), "failures", "no failures: section"))
+        )
+    findings = check_failures(scenario)
+    if findings:
+        _exit_bad_input(str(located_error(path, overrides, findings)))
+    return scenario
+
+
+def goodput(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML with a failures: section.")],
+    days: Annotated[float, typer.Option("--days", min=0.001, help="Wall-clock days.")] = 54.0,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Random seeds.")] = 100,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a field (repeatable).")
+    ] = None,
+    format: Annotated[Format, typer.Option("--format", help="table or json.")] = Format.table,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the timeline, the ETTR distribution (PNG, Parquet)."),
+    ] = None,
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep-checkpoint-interval",
+            help="A:B[:N]: ETTR against N (12) intervals from A to B, e.g. 5min:4h.",
+        ),
+    ] = None,
+) -> None:
+    """Effective training time over days of failures, checkpoints and restarts (Monte Carlo)."""
+    overrides = set_ or []
+    s = _load(scenario, overrides)
+    try:
+        intervals = parse_interval_range(sweep) if sweep else None
+    except (ValueError, UnitError) as exc:
+        _exit_bad_input(str(exc))
+    log.info("simulating one step of %s on %d GPUs", s.name or scenario.name, s.num_gpus)
+    try:
+        inputs = adapter.step_inputs(s)
+    except ValueError as exc:
+        _exit_bad_input(f"{scenario}: {exc}")
+    findings = check_failures(s, inputs.step_time_s)
+    if findings:
+        _exit_bad_input(str(located_error(scenario, overrides, findings)))
+    try:
+        model = adapter.job_model(s, inputs)
+    except ValueError as exc:
+        _exit_bad_input(f"{scenario}: {exc}")
+    log.info("%d seeds of %g days", seeds, days)
+    result = simulate_seeds(model, days, seeds, record_seed=0 if out else None)
+    summary = summarise(result)
+    table = sweep_intervals(model, intervals, days, seeds) if intervals else None
+    if out is not None:
+        from simulator.failures.report import write_goodput
+
+        written = write_goodput(result, summary, out, s.name or scenario.stem, table)
+        log.info("wrote %s", ", ".join(str(p) for p in written))
+    if format is Format.json:
+        shown = dict(summary)
+        if table is not None:
+            shown["checkpoint_interval_sweep"] = table.to_dict("records")
+        typer.echo(json.dumps(shown, indent=2))
+        return
+    _print_table(s.name or scenario.stem, summary, table)
+
+
+def _hours(v: float) -> str:
+    return f"{v:,.1f} h"
+
+
+def _print_table(name: str, summary: dict, table) -> None:
+    d = summary
+    opt = d["optimal_checkpoint_interval_s"]
+    lines = [
+        f"{name}: {d['seeds']} seeds of {d['days']:g} days",
+        f"  step time                  {d['step_time_s']:.3f} s",
+        f"  interruptions              {d['interruptions_mean']:.1f} (MTTI {d['mtti_hours']:.2f} h)"
+        if d["mtti_hours"]
+        else "  interruptions              0",
+        f"  ETTR                       {d['ettr_mean']:.3f} "
+        f"(5%: {d['ettr_p5']:.3f}, 95%: {d['ettr_p95']:.3f})",
+        f"  goodput                    {d['goodput_tokens_per_s']:,.0f} tokens/s",
+        f"  checkpoint interval        {d['checkpoint_interval_s'] / 60:.1f} min",
+    ]
+    if opt["young"]:
+        lines.append(
+            f"  optimum (Young / Daly)     {opt['young'] / 60:.1f} / {opt['daly'] / 60:.1f} min"
+        )
+    lines.append("  lost time (mean per seed)")
+    for k, v in d["lost_hours_by_category"].items():
+        lines.append(f"    {k:<24} {_hours(v)}")
+    lines.append("  interruptions by cause (mean)")
+    for k, v in sorted(d["interruptions_by_cause"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {k:<24} {v:.1f}")
+    if table is not None:
+        lines.append("  ETTR against the checkpoint interval")
+        best = table["ettr_mean"].idxmax()
+        for i, row in table.iterrows():
+            mark = _marks(row["effective_interval_s"], table, opt, i == best)
+            lines.append(
+                f"    {row['effective_interval_s'] / 60:8.1f} min  {row['ettr_mean']:.4f}  "
+                f"[{row['ettr_p5']:.4f}, {row['ettr_p95']:.4f}]{mark}"
+            )
+    typer.echo("\n".join(lines))
+
+
+def _marks(x: float, table, opt: dict, best: bool) -> str:
+    """Mark the grid point nearest (in log) to each optimum, and the simulated best."""
+    marks = ["best"] if best else []
+    grid = np.log(table["effective_interval_s"].to_numpy())
+    for name in ("young", "daly"):
+        if opt.get(name):
+            nearest = grid[np.argmin(np.abs(grid - math.log(opt[name])))]
+            if math.isclose(nearest, math.log(x)):
+                marks.append(f"<- {name.capitalize()} {opt[name] / 60:.1f} min")
+    return ("  " + "  ".join(marks)) if marks else ""
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``goodput`` to the ``trainsim`` app."""
+    app.command("goodput")(goodput)

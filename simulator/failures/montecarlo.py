@@ -1,0 +1,132 @@
+"""Many seeds of the job-level simulation, as pandas DataFrames, and their summary.
+
+>>> import numpy as np
+>>> from simulator.failures.model import JobModel
+>>> m = JobModel(step_time_s=10.0, gpus=8, nodes=1, dp=8, gpus_per_node=8, gpus_per_replica=1,
+...     tokens_per_step=1e6, cause_names=("crash",), cause_rate_s=np.array([1 / 36000]),
+...     cause_shape=np.array([1.0]), cause_nodes_out=np.array([0]),
+...     cause_detect_s=np.array([0.0]), maintenance_rate_s=0.0, maintenance_periodic=True,
+...     maintenance_duration_s=0.0, spares=0, repair_law="fixed", repair_mean_s=0.0,
+...     repair_sigma=1.0, restart_fixed_s=600.0, init_per_rank_s=0.0, interval_s=3600.0,
+...     pause_s=60.0, drain_s=0.0, policy="restart_on_spares")
+>>> r = simulate_seeds(m, days=30, seeds=4)
+>>> bool(0.85 < r.per_seed["ettr"].mean() < 0.95)
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulator.failures.job import CATEGORIES, simulate_job
+from simulator.failures.model import JobModel
+from simulator.failures.optimum import daly_interval, young_interval
+
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class GoodputResult:
+    """Per-seed rows, interruption counts per seed and cause, and one seed's timeline.
+
+    ``per_seed``: seed, ettr, interruptions, and hours of each lost-time category.
+    ``by_cause``: seed, cause, count (planned maintenance as cause ``maintenance``).
+    ``timeline``: seed, start_s, end_s, state, cause (None unless recorded).
+    """
+
+    model: JobModel
+    days: float
+    per_seed: pd.DataFrame
+    by_cause: pd.DataFrame
+    timeline: pd.DataFrame | None
+
+
+def simulate_seeds(
+    model: JobModel,
+    days: float,
+    seeds: int,
+    first_seed: int = 0,
+    record_seed: int | None = None,
+) -> GoodputResult:
+    """Run ``seeds`` seeds (``first_seed``, ``first_seed + 1``, ...) of ``days`` of wall clock."""
+    horizon = days * DAY_S
+    rows, counts, timeline = [], [], None
+    names = [*model.cause_names, "maintenance"]
+    for seed in range(first_seed, first_seed + seeds):
+        res = simulate_job(model, horizon, seed, record=seed == record_seed)
+        row = {"seed": seed, "ettr": res.ettr, "interruptions": int(res.counts.sum())}
+        row["productive_h"] = res.productive_s / 3600.0
+        row.update({f"{k}_h": v / 3600.0 for k, v in res.lost_s.items()})
+        rows.append(row)
+        counts.append(res.counts)
+        if res.segments is not None:
+            timeline = pd.DataFrame(res.segments, columns=["start_s", "end_s", "state", "cause"])
+            timeline.insert(0, "seed", seed)
+    per_seed = pd.DataFrame(rows)
+    matrix = np.array(counts, dtype=np.int64).reshape(len(rows), len(names))
+    by_cause = pd.DataFrame(matrix, columns=names)
+    by_cause.insert(0, "seed", per_seed["seed"])
+    by_cause = by_cause.melt(id_vars="seed", var_name="cause", value_name="count")
+    return GoodputResult(model, days, per_seed, by_cause, timeline)
+
+
+def optimal_intervals(model: JobModel) -> dict[str, float | None]:
+    """Young and Daly optimum intervals (s) for the job's own unplanned MTTI and pause."""
+    mtti = model.mtti_s
+    if math.isinf(mtti) or model.pause_s <= 0:
+        return {"young": None, "daly": None}
+    return {
+        "young": young_interval(model.pause_s, mtti),
+        "daly": daly_interval(model.pause_s, mtti),
+    }
+
+
+def summarise(result: GoodputResult) -> dict:
+    """The ``trainsim goodput --format json`` object (times in s or h as named)."""
+    m, per = result.model, result.per_seed
+    mean_counts = result.by_cause.groupby("cause", sort=False)["count"].mean()
+    interruptions = float(per["interruptions"].mean())
+    ettr = per["ettr"].to_numpy()
+    return {
+        "step_time_s": m.step_time_s,
+        "days": result.days,
+        "seeds": len(per),
+        "interruptions_mean": interruptions,
+        "interruptions_by_cause": {k: float(v) for k, v in mean_counts.items()},
+        "mtti_hours": result.days * 24.0 / interruptions if interruptions else None,
+        "ettr_mean": float(ettr.mean()),
+        "ettr_p5": float(np.percentile(ettr, 5)),
+        "ettr_p95": float(np.percentile(ettr, 95)),
+        "goodput_tokens_per_s": float(ettr.mean() * m.tokens_per_step / m.step_time_s),
+        "lost_hours_by_category": {k: float(per[f"{k}_h"].mean()) for k in CATEGORIES},
+        "checkpoint_interval_s": m.interval_s,
+        "optimal_checkpoint_interval_s": optimal_intervals(m),
+    }
+
+
+def sweep_intervals(
+    model: JobModel, intervals: list[float], days: float, seeds: int
+) -> pd.DataFrame:
+    """ETTR against the checkpoint interval, the same seeds (failures) at every interval.
+
+    Columns: interval_s (as requested), effective_interval_s (rounded to whole steps),
+    ettr_mean, ettr_p5, ettr_p95.
+    """
+    rows = []
+    for interval in intervals:
+        m = model.with_interval(interval)
+        ettr = simulate_seeds(m, days, seeds).per_seed["ettr"].to_numpy()
+        rows.append(
+            {
+                "interval_s": interval,
+                "effective_interval_s": m.interval_s,
+                "ettr_mean": float(ettr.mean()),
+                "ettr_p5": float(np.percentile(ettr, 5)),
+                "ettr_p95": float(np.percentile(ettr, 95)),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,436 @@
+"""The ``failures:`` section: what breaks, how often, and what recovery costs.
+
+A job-level model (days) of interruptions: failure causes with a rate per component and unit
+of time, planned maintenance, detection, hot spares and repair, restart cost, checkpoints,
+the policy after a failure, and stragglers. :mod:`simulator.failures` simulates it.
+
+Rates are events per component per second; a string reads ``COUNT / [DIVISOR /]... TIME``, so
+the arithmetic of a published count can stay in the file: ``"148 / 16384 / 54 d"`` is 148
+interruptions over 16,384 GPUs in 54 days. ``preset: llama3-table5`` starts from the Llama 3
+paper's Table 5 (:data:`PRESETS`); keys given beside it win, as for ``model: NAME``.
+
+>>> f = FailuresConfig(preset="llama3-table5")
+>>> round(f.causes["faulty_gpu"].rate * 86400 * 16384 * 54, 6)
+148.0
+>>> round(FailuresConfig(node_rate="6.5 / 1000 / d").node_rate * 86400 * 1000, 9)
+6.5
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from simulator.scenario.schema import Bandwidth, Bytes, Frozen, Seconds
+from simulator.units import parse_quantity
+
+
+def parse_rate(value: Any) -> float:
+    """A rate in events per second from a number (already per second) or ``"N / ... / TIME"``.
+
+    >>> parse_rate("0.5 / h") * 3600
+    0.5
+    >>> round(parse_rate("148 / 16384 / 54 d") * 86400, 10)
+    0.0001672815
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("a rate is a number per second or a string like '148 / 16384 / 54 d'")
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split("/")]
+        if len(parts) < 2 or not all(parts):
+            raise ValueError(f"a rate reads COUNT / TIME, e.g. '0.3 / d' (got {value!r})")
+        try:
+            number = float(parts[0])
+            for divisor in parts[1:-1]:
+                number /= float(divisor)
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f"cannot read {value!r} as COUNT / ... / TIME") from None
+        time = parts[-1] if parts[-1][0].isdigit() else "1 " + parts[-1]
+        seconds = parse_quantity(time, "time")
+        if seconds <= 0:
+            raise ValueError(f"the time in {value!r} must be positive")
+        value = number / seconds
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"a rate must be finite and non-negative (got {value!r})")
+    return float(value)
+
+
+Rate = Annotated[float, BeforeValidator(parse_rate)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+# What a cause's rate is counted per, and what it takes out. A node is the unit of replacement:
+# a GPU, host or NIC fault removes its node until repaired; a link or software fault removes
+# nothing (the job restarts on the same nodes).
+Per = Literal["gpu", "node", "switch", "link", "job"]
+Component = Literal["gpu", "host", "nic", "switch", "link", "software"]
+NODES_OUT = {"gpu": 1, "host": 1, "nic": 1, "switch": 1, "link": 0, "software": 0}
+
+
+class Cause(Frozen):
+    """One failure cause.
+
+    ``rate`` is per component (``per``) per second; the job has ``count`` such components
+    (default: its GPUs, nodes, or 1 for ``job``; switches and links from the topology).
+    ``law`` is the inter-arrival law of the cause's stream over the whole job (exponential, or
+    Weibull with ``shape``; shape < 1 clusters failures, as fitted to HPC logs by Schroeder and
+    Gibson 2006). ``nodes_out`` nodes leave the job until repaired (default by ``takes_out``).
+    ``detected_by`` picks the timeout that notices it: a crash or lost heartbeat, or a hang
+    that only the collective watchdog sees.
+    """
+
+    rate: Rate
+    per: Per = "gpu"
+    count: Annotated[int, Field(ge=1)] | None = None
+    takes_out: Component = "gpu"
+    nodes_out: Annotated[int, Field(ge=0, le=1024)] | None = None
+    law: Literal["exponential", "weibull"] = "exponential"
+    shape: Annotated[float, Field(gt=0, le=100)] | None = None
+    detected_by: Literal["heartbeat", "watchdog"] = "heartbeat"
+    category: str | None = None
+
+    @model_validator(mode="after")
+    def shape_given_for_weibull(self):
+        if self.law == "weibull" and self.shape is None:
+            raise ValueError("law: weibull needs a shape > 0")
+        if self.law == "exponential" and self.shape not in (None, 1.0):
+            raise ValueError("shape applies to law: weibull (exponential is shape 1)")
+        return self
+
+    @property
+    def nodes_lost(self) -> int:
+        return self.nodes_out if self.nodes_out is not None else NODES_OUT[self.takes_out]
+
+
+class Maintenance(Frozen):
+    """Planned interruptions (firmware, kernel, configuration): job-wide ``rate``, each taking
+    a checkpoint first, then ``duration`` down, then a restart. ``periodic`` spaces them
+    evenly; ``exponential`` at random."""
+
+    rate: Rate = 0.0
+    law: Literal["periodic", "exponential"] = "periodic"
+    duration: Seconds = 0.0
+
+
+class Detection(Frozen):
+    """Time from a failure to the job knowing of it, then to find and evict the culprit.
+
+    ``heartbeat_timeout``: torch.distributed.elastic's rendezvous keep-alive (every 5 s, 3
+    missed = 15 s). ``watchdog_timeout``: PyTorch's ProcessGroupNCCL default timeout (10 min).
+    ``diagnosis`` and ``eviction``: not modelled unless given (0).
+    """
+
+    heartbeat_timeout: Seconds = 15.0
+    watchdog_timeout: Seconds = 600.0
+    diagnosis: Seconds = 0.0
+    eviction: Seconds = 0.0
+
+
+class Repair(Frozen):
+    """Time to bring a failed node back (it then joins the spare pool). No public figure for
+    H100 nodes; 2 days (exponential) is our assumption - give your cluster's."""
+
+    law: Literal["exponential", "lognormal", "fixed"] = "exponential"
+    mean: Seconds = 2 * 86400.0
+    sigma: Annotated[float, Field(gt=0, le=10)] = 1.0  # lognormal: std of log(time)
+
+
+class Restart(Frozen):
+    """Restart cost: scheduling, process start (imports, model build), then communicator
+    initialisation ``init_fixed + init_per_rank x world size``, then the checkpoint load.
+
+    Init defaults from ByteDance's MegaScale (Jiang et al., NSDI 2024, sec. 3.5): under 30 s
+    for more than 10,000 GPUs after their fixes; 5 s fixed plus (30 - 5) s over 12,288 GPUs
+    ~ 2 ms per rank. Scheduling and process start: not modelled unless given (0).
+    """
+
+    scheduling: Seconds = 0.0
+    process_start: Seconds = 0.0
+    init_fixed: Seconds = 5.0
+    init_per_rank: Seconds = 2e-3
+
+
+class Checkpoint(Frozen):
+    """Checkpoints every ``interval`` of training (None: Daly's optimum).
+
+    ``blocking`` pauses training while the state (``state_bytes``, default from the memory
+    ledger: parameters and optimizer state) goes to storage at ``write_bandwidth`` shared by
+    all writers, plus ``overhead``. ``async`` pauses only to copy each GPU's share to host memory
+    at ``host_copy_bandwidth`` (PCIe Gen5 x16, 64 GB/s a direction), then drains in the
+    background; a failure before the drain ends loses that checkpoint. Loading reads the state
+    at ``read_bandwidth`` (default: the write bandwidth). Storage default: Llama 3's Tectonic,
+    2 TB/s sustained (sec. 3.3.1).
+    """
+
+    interval: Seconds | None = None
+    mode: Literal["blocking", "async"] = "blocking"
+    write_bandwidth: Bandwidth = 2e12
+    read_bandwidth: Bandwidth | None = None
+    host_copy_bandwidth: Bandwidth = 64e9
+    overhead: Seconds = 0.0
+    state_bytes: Bytes | None = None
+
+
+class SlowGPU(Frozen):
+    """A GPU computing ``factor`` times slower, or capped at ``power_cap`` of peak."""
+
+    rank: Annotated[int, Field(ge=0)]
+    factor: Annotated[float, Field(ge=1, le=1000)] | None = None
+    power_cap: Fraction | None = None
+
+    @model_validator(mode="after")
+    def one_of(self):
+        if (self.factor is None) == (self.power_cap is None):
+            raise ValueError("give factor or power_cap (one of them)")
+        return self
+
+    @property
+    def slowdown(self) -> float:
+        """Compute-time multiplier; a power cap at fraction f of peak runs 1/f slower."""
+        return self.factor if self.factor is not None else 1.0 / self.power_cap
+
+
+class SlowLink(Frozen):
+    """A link between two topology nodes at ``fraction`` of its bandwidth, or ``down`` (routed
+    around); ``flap_period`` makes it alternate between healthy and degraded."""
+
+    src: str | int
+    dst: str | int
+    fraction: Fraction | None = None
+    down: bool = False
+    flap_period: Seconds | None = None
+
+    @model_validator(mode="after")
+    def one_of(self):
+        if (self.fraction is None) == (not self.down):
+            raise ValueError("give fraction, or down: true (one of them)")
+        return self
+
+
+class RandomStragglers(Frozen):
+    """Each step, each GPU is independently slow with probability ``fraction``, computing
+    ``factor`` times slower; ``exposure`` is the share of the step that waits for it (1 for a
+    straggler in a TP group or pipeline stage, which gates every layer)."""
+
+    fraction: Annotated[float, Field(ge=0, le=1)]
+    factor: Annotated[float, Field(ge=1, le=1000)]
+    exposure: Fraction = 1.0
+
+
+class Stragglers(Frozen):
+    gpus: list[SlowGPU] = []
+    links: list[SlowLink] = []
+    random: RandomStragglers | None = None
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Llama 3 paper (arXiv:2407.21783) sec. 3.3.4 and Table 5: 419 unexpected interruptions in
+    # a 54-day snapshot of 405B pre-training on 16,384 H100 (2,048 nodes of 8), plus 47 planned.
+    # Counts, not the printed percentages (they sum to 94.9%). GPU causes are counted per GPU
+    # (count / 16,384 / 54 d), all others per node (count / 2,048 / 54 d): the paper gives no
+    # switch or link inventory for the job, so network faults scale with nodes. Sum: 268 GPU
+    # + 54 + 35 + 32 + 7 + 7 + 3 + 3 + 2 + 2 + 2 + 2 + 2 = 419.
+    "llama3-table5": {
+        "causes": {
+            "faulty_gpu": {"rate": "148 / 16384 / 54 d", "per": "gpu", "category": "GPU"},
+            "gpu_hbm3": {"rate": "72 / 16384 / 54 d", "per": "gpu", "category": "GPU"},
+            "software_bug": {
+                "rate": "54 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "software",
+                "category": "Dependency",
+            },
+            "network_switch_cable": {
+                "rate": "35 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "switch",
+                "category": "Network",
+            },
+            "host_maintenance": {
+                "rate": "32 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "host",
+                "category": "Unplanned Maintenance",
+            },
+            "gpu_sram": {"rate": "19 / 16384 / 54 d", "per": "gpu", "category": "GPU"},
+            "gpu_system_processor": {"rate": "17 / 16384 / 54 d", "per": "gpu", "category": "GPU"},
+            "nic": {"rate": "7 / 2048 / 54 d", "per": "node", "takes_out": "nic", "category": "Host"},
+            "nccl_watchdog": {
+                "rate": "7 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "software",
+                "detected_by": "watchdog",
+                "category": "Unknown",
+            },
+            "silent_data_corruption": {"rate": "6 / 16384 / 54 d", "per": "gpu", "category": "GPU"},
+            "gpu_thermal": {"rate": "6 / 16384 / 54 d", "per": "gpu", "category": "GPU"},
+            "ssd": {"rate": "3 / 2048 / 54 d", "per": "node", "takes_out": "host", "category": "Host"},
+            "power_supply": {
+                "rate": "3 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "host",
+                "category": "Host",
+            },
+            "server_chassis": {
+                "rate": "2 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "host",
+                "category": "Host",
+            },
+            "io_expansion_board": {
+                "rate": "2 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "host",
+                "category": "Host",
+            },
+            "dependency": {
+                "rate": "2 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "software",
+                "category": "Dependency",
+            },
+            "cpu": {"rate": "2 / 2048 / 54 d", "per": "node", "takes_out": "host", "category": "Host"},
+            "system_memory": {
+                "rate": "2 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "host",
+                "category": "Host",
+            },
+        },
+        # 47 planned interruptions in 54 days ("at least one a day"), at random times.
+        "maintenance": {"rate": "47 / 54 d", "law": "exponential"},
+    },
+}
+
+
+def _merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {k: _merge(base[k], v) if k in base else v for k, v in {**base, **over}.items()}
+    return over
+
+
+def _resolve_preset(data: Any) -> Any:
+    if isinstance(data, dict) and "preset" in data:
+        name = data["preset"]
+        if name not in PRESETS:
+            raise ValueError(f"unknown failures preset {name!r}; known: {', '.join(PRESETS)}")
+        rest = {k: v for k, v in data.items() if k != "preset"}
+        return _merge(PRESETS[name], rest)
+    return data
+
+
+class FailuresConfig(Frozen):
+    """The ``failures:`` section (see the module docstring).
+
+    ``causes`` (name -> :class:`Cause`) or ``node_rate``, one total rate per node (per
+    node-day in cluster studies: ``"6.5 / 1000 / d"``), which acts as one cause taking out a
+    host. ``spares``: hot-spare nodes. ``policy``: ``restart_on_spares`` waits for a spare or a
+    repair; ``elastic`` continues with fewer data-parallel replicas until repair.
+    """
+
+    causes: dict[str, Cause] = {}
+    node_rate: Rate | None = None
+    maintenance: Maintenance = Maintenance()
+    detection: Detection = Detection()
+    spares: Annotated[int, Field(ge=0, le=10**6)] = 0
+    repair: Repair = Repair()
+    restart: Restart = Restart()
+    checkpoint: Checkpoint = Checkpoint()
+    policy: Literal["restart_on_spares", "elastic"] = "restart_on_spares"
+    stragglers: Stragglers = Stragglers()
+
+    @model_validator(mode="before")
+    @classmethod
+    def resolve_preset(cls, data: Any) -> Any:
+        return _resolve_preset(data)
+
+    @model_validator(mode="after")
+    def one_rate_model(self):
+        if self.causes and self.node_rate is not None:
+            raise ValueError("give causes or node_rate, not both")
+        return self
+
+    def all_causes(self) -> dict[str, Cause]:
+        """The causes, with ``node_rate`` as one cause ``node`` taking out a host."""
+        if self.node_rate is not None:
+            return {"node": Cause(rate=self.node_rate, per="node", takes_out="host")}
+        return dict(self.causes)
+
+
+# ----------------------------------------------------------------------------- checks
+
+Finding = tuple[tuple[str | int, ...], str]
+
+
+def check_failures(scenario, step_time_s: float | None = None) -> list[Finding]:
+    """Problems of the failures section that need the rest of the scenario (and, for the
+    checkpoint interval, the step time), as (field path, message) like
+    :func:`simulator.scenario.checks.check_scenario`."""
+    f = scenario.failures
+    if f is None:
+        return []
+    out: list[Finding] = []
+    nodes = nodes_of(scenario)
+    if f.spares > nodes:
+        out.append((("failures", "spares"), f"{f.spares} hot spares exceed the job's {nodes} nodes"))
+    for i, gpu in enumerate(f.stragglers.gpus):
+        if gpu.rank >= scenario.num_gpus:
+            out.append(
+                (
+                    ("failures", "stragglers", "gpus", i, "rank"),
+                    f"rank {gpu.rank} is not one of the {scenario.num_gpus} GPUs",
+                )
+            )
+    interval = f.checkpoint.interval
+    if step_time_s is not None and interval is not None and interval < step_time_s:
+        out.append(
+            (
+                ("failures", "checkpoint", "interval"),
+                f"checkpoint interval {interval:g} s is shorter than one step "
+                f"({step_time_s:.3g} s)",
+            )
+        )
+    return out
+
+
+def _gpus_per_node(scenario) -> int:
+    """GPUs per node (the unit of replacement): the topology's node; a TPU host has 4 chips;
+    8 (a DGX or HGX server) when no topology is given."""
+    topo = scenario.cluster.topology
+    node = getattr(topo, "node", None)
+    if node is not None:
+        return node.gpus
+    return 4 if getattr(topo, "kind", None) == "torus" else 8
+
+
+def nodes_of(scenario) -> int:
+    """Nodes of the job (at least 1)."""
+    return max(1, scenario.num_gpus // _gpus_per_node(scenario))
+
+
+def located_error(source, overrides, findings: list[Finding]):
+    """A :class:`ScenarioError` for ``findings``, each at the file:line:col (or ``--set``)
+    where its field was written, found by re-reading ``source`` (a path) as the loader does."""
+    from pathlib import Path
+
+    from simulator.scenario.errors import Position, Problem, ScenarioError, dotted
+    from simulator.scenario.loader import PROJECT_ROOT, apply_override
+    from simulator.scenario.yaml_source import expand_includes, read_yaml_file
+
+    positions: dict = {}
+    if source is not None:
+        path = Path(source)
+        data, positions = read_yaml_file(path)
+        data = expand_includes(data, positions, path.parent, [Path.cwd(), PROJECT_ROOT])
+        for text in overrides or ():
+            if isinstance(data, dict):
+                apply_override(data, positions, text)
+    problems = []
+    for field, message in findings:
+        key = tuple(field)
+        while key not in positions and key:
+            key = key[:-1]
+        where = positions.get(key, Position(str(source) if source else "<scenario>"))
+        problems.append(Problem(where, dotted(tuple(field)), message))
+    return ScenarioError(problems)

@@ -20,6 +20,7 @@ from simulator.hardware import CATALOG
 from simulator.scenario import ScenarioError
 from simulator.scenario.model_catalog import MODEL_CATALOG
 from simulator.scenario.schema import ModelConfig
+from simulator.sweep import commands as sweep_commands
 
 log = logging.getLogger("trainsim")
 
@@ -442,6 +443,9 @@ def models(format: FormatOpt = Format.table) -> None:
 def accelerators(format: FormatOpt = Format.json) -> None:
     """The accelerator catalog (SI units: FLOP/s, bytes, B/s)."""
     typer.echo(json.dumps([a.model_dump() for a in CATALOG.values()], indent=2))
+
+
+sweep_commands.register(app)  # trainsim sweep, trainsim plan (simulator/sweep/commands.py)
 
 
 def main() -> None:

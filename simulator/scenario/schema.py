@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from simulator.hardware import CATALOG as ACCELERATORS
 from simulator.hardware import Accelerator, get_accelerator
@@ -441,7 +448,17 @@ class Scenario(Frozen):
     precision: PrecisionConfig = PrecisionConfig()
     simulation: SimulationConfig = SimulationConfig()
     failures: dict[str, Any] | None = None
-    sweep: dict[str, Any] | None = None
+    sweep: None = None  # studies are separate spec files: `trainsim sweep SPEC`
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def sweep_is_a_spec_file(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(
+                "a scenario holds no sweep: write a spec file (base: this scenario; grid:, zip:"
+                " or samples: of dotted keys) and run `trainsim sweep SPEC`; see scenarios/sweeps/"
+            )
+        return None
 
     @property
     def num_gpus(self) -> int:

@@ -258,23 +258,26 @@ def load_spec(path: str | Path) -> SweepSpec:
     return spec
 
 
-def _value_sites(spec: SweepSpec) -> list[tuple[str, Any, Position]]:
-    """(key, value, where it was written) for every swept and set value."""
+def _value_sites(spec: SweepSpec) -> list[tuple[str, Any, Position, Position]]:
+    """(key, value, where the value was written, where the key was) for every swept and set
+    value."""
     m, pos = spec.model, spec.positions
-    sites = [(k, v, pos[("set", k)]) for k, v in m.set.items()]
+    sites = [(k, v, pos[("set", k)], pos[("set", k)]) for k, v in m.set.items()]
     for section in ("grid", "zip"):
         for key, values in getattr(m, section).items():
-            sites += [(key, v, pos[(section, key, i)]) for i, v in enumerate(values)]
+            at = pos[(section, key)]
+            sites += [(key, v, pos[(section, key, i)], at) for i, v in enumerate(values)]
     if m.samples:
         for key, dist in m.samples.keys.items():
             where = ("samples", "keys", key)
             if isinstance(dist, Range):
                 probe = [dist.low, dist.high]
                 sites += [
-                    (key, int(round(v)) if dist.integer else v, pos[where]) for v in probe
+                    (key, int(round(v)) if dist.integer else v, pos[where], pos[where])
+                    for v in probe
                 ]
             else:
-                sites += [(key, v, pos[where + (i,)]) for i, v in enumerate(dist)]
+                sites += [(key, v, pos[where + (i,)], pos[where]) for i, v in enumerate(dist)]
     return sites
 
 
@@ -285,7 +288,7 @@ def _check_values(spec: SweepSpec) -> None:
     base_set = {k: v for k, v in spec.model.set.items()}
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
-    for key, value, where in _value_sites(spec):
+    for key, value, where, key_at in _value_sites(spec):
         shown = override_text(key, value)
         if (key, shown) in seen:
             continue
@@ -299,7 +302,9 @@ def _check_values(spec: SweepSpec) -> None:
             if not _field_level(data):
                 continue  # a consistency finding: this point will be infeasible, not wrong
             for p in exc.problems:
-                if p.field == key or p.field.startswith((key + ".", key + "[")):
+                if p.field == key and p.message == "unknown field":
+                    problems.append(Problem(key_at, key, p.message))
+                elif p.field == key or p.field.startswith((key + ".", key + "[")):
                     problems.append(Problem(where, key, p.message))
                 elif p.position.source.startswith("--set ") and not p.field:
                     problems.append(Problem(where, key, p.message))

@@ -28,18 +28,21 @@ class BackendName(StrEnum):
 
 
 FormatOpt = Annotated[Format, typer.Option("--format", help="table or json.")]
-BackendOpt = Annotated[
-    BackendName, typer.Option("--backend", help="local (process pool) or ray.")
-]
+BackendOpt = Annotated[BackendName, typer.Option("--backend", help="local (process pool) or ray.")]
 WorkersOpt = Annotated[
     int | None,
-    typer.Option("--workers", min=1, help="Processes (local, capped at the core count) or CPUs "
-                 "of a local Ray; default: the core count."),
+    typer.Option(
+        "--workers",
+        min=1,
+        help="Processes (local, capped at the core count) or CPUs "
+        "of a local Ray; default: the core count.",
+    ),
 ]
 AddressOpt = Annotated[
     str | None,
-    typer.Option("--address", help="Ray cluster to join ('auto' or host:port); none starts a "
-                 "local Ray."),
+    typer.Option(
+        "--address", help="Ray cluster to join ('auto' or host:port); none starts a local Ray."
+    ),
 ]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar.")]
 
@@ -77,8 +80,11 @@ def sweep(
     address: AddressOpt = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Folder for results.parquet, deltas.csv and the pictures "
-                     "(default reports/sweeps/NAME)."),
+        typer.Option(
+            "--out",
+            help="Folder for results.parquet, deltas.csv and the pictures "
+            "(default reports/sweeps/NAME).",
+        ),
     ] = None,
     format: FormatOpt = Format.table,
     retry_errors: Annotated[
@@ -109,8 +115,13 @@ def sweep(
     log.info("wrote %s", out_dir / "results.parquet")
     if format is Format.json:
         rows = frame.sort_values("point").to_dict("records")
-        typer.echo(json.dumps({"name": loaded.name, "results": str(out_dir / "results.parquet"),
-                               "rows": rows}, indent=2, default=_jsonable))
+        typer.echo(
+            json.dumps(
+                {"name": loaded.name, "results": str(out_dir / "results.parquet"), "rows": rows},
+                indent=2,
+                default=_jsonable,
+            )
+        )
         return
     typer.echo(f"{loaded.name}: {len(frame) - 1} points, base {loaded.base_path}")
     typer.echo(format_table(points_table(frame, keys), keys))
@@ -128,19 +139,23 @@ def _jsonable(value):
 
 
 def plan(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML (model, cluster, batch).",
-                                             show_default=False)],
+    scenario: Annotated[
+        Path, typer.Argument(help="Scenario YAML (model, cluster, batch).", show_default=False)
+    ],
     gpus: Annotated[
-        int | None, typer.Option("--gpus", min=1, help="GPUs to plan for (default: the "
-                                 "scenario's).")
+        int | None,
+        typer.Option("--gpus", min=1, help="GPUs to plan for (default: the scenario's)."),
     ] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Candidates to simulate.")] = 5,
     backend: BackendOpt = BackendName.local,
     workers: WorkersOpt = None,
     address: AddressOpt = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Folder for results.parquet and candidates.csv "
-                                  "(default reports/plans/NAME).")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder for results.parquet and candidates.csv (default reports/plans/NAME).",
+        ),
     ] = None,
     format: FormatOpt = Format.table,
     progress: ProgressOpt = True,

@@ -97,18 +97,40 @@ def line_plot(
         ax.plot(ok["_x"], ok[metric].astype(float) * scale, marker="o", label=label)
         oom = sub[sub["status"] == "oom"]
         if not oom.empty and metric in oom:
-            ax.scatter(oom["_x"], oom[metric].astype(float) * scale, marker="x", color="red", s=60,
-                       zorder=3, label=once("out of memory"))
+            ax.scatter(
+                oom["_x"],
+                oom[metric].astype(float) * scale,
+                marker="x",
+                color="red",
+                s=60,
+                zorder=3,
+                label=once("out of memory"),
+            )
         bad = sub[sub["status"].isin(["infeasible", "error"])]
         if not bad.empty:
-            ax.scatter(bad["_x"], np.zeros(len(bad)), marker="|", color="grey", s=120,
-                       transform=ax.get_xaxis_transform(), clip_on=False,
-                       label=once("infeasible"))
+            ax.scatter(
+                bad["_x"],
+                np.zeros(len(bad)),
+                marker="|",
+                color="grey",
+                s=120,
+                transform=ax.get_xaxis_transform(),
+                clip_on=False,
+                label=once("infeasible"),
+            )
     best = best_point(frame, metric)
     if best is not None:
         row = pts[pts["point"] == best].iloc[0]
-        ax.scatter([pos[_text(row[x])]], [float(row[metric]) * scale], marker="*", s=260,
-                   color="gold", edgecolor="black", zorder=4, label="best")
+        ax.scatter(
+            [pos[_text(row[x])]],
+            [float(row[metric]) * scale],
+            marker="*",
+            s=260,
+            color="gold",
+            edgecolor="black",
+            zorder=4,
+            label="best",
+        )
     ax.set_xticks(range(len(xs)), [_text(v) for v in xs])
     ax.set_xlabel(x)
     ax.set_ylabel(_label(metric))
@@ -153,8 +175,16 @@ def heatmap(frame: pd.DataFrame, metric: str, x: str, y: str, path: Path, title:
     best = best_point(frame, metric)
     if best is not None:
         row = pts[pts["point"] == best].iloc[0]
-        ax.add_patch(plt.Rectangle((xi[_text(row[x])] - 0.5, yi[_text(row[y])] - 0.5), 1, 1,
-                                   fill=False, edgecolor="black", linewidth=2.5))
+        ax.add_patch(
+            plt.Rectangle(
+                (xi[_text(row[x])] - 0.5, yi[_text(row[y])] - 0.5),
+                1,
+                1,
+                fill=False,
+                edgecolor="black",
+                linewidth=2.5,
+            )
+        )
     ax.set_xticks(range(len(xs)), [_text(v) for v in xs])
     ax.set_yticks(range(len(ys)), [_text(v) for v in ys])
     ax.set_xlabel(x)

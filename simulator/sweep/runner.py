@@ -42,7 +42,9 @@ class ResolvedPoint:
     reason: str = ""
 
 
-def resolve_points(spec: SweepSpec, points: list[tuple[int, dict[str, Any]]]) -> list[ResolvedPoint]:
+def resolve_points(
+    spec: SweepSpec, points: list[tuple[int, dict[str, Any]]]
+) -> list[ResolvedPoint]:
     """Build each point's scenario; a ScenarioError makes the point infeasible with the
     loader's message (file:line:col or the ``--set`` override, and the field)."""
     out = []

@@ -186,7 +186,9 @@ def override_text(key: str, value: Any) -> str:
 
 def expand(spec: SweepSpecModel) -> list[dict[str, Any]]:
     """The points of ``spec`` as dicts of dotted key -> value: grid x zip x samples."""
-    grid = [dict(zip(spec.grid, combo, strict=True)) for combo in itertools.product(*spec.grid.values())]
+    grid = [
+        dict(zip(spec.grid, combo, strict=True)) for combo in itertools.product(*spec.grid.values())
+    ]
     n_zip = len(next(iter(spec.zip.values()))) if spec.zip else 0
     zipped = [{k: v[i] for k, v in spec.zip.items()} for i in range(n_zip)] or [{}]
     sampled = draw_samples(spec.samples) if spec.samples else [{}]
@@ -244,18 +246,29 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise ScenarioError.single(
             positions.get((), Position(str(path))), "", "give grid, zip or samples: no points"
         )
+    spec = spec_from_model(model, path, positions)
+    _check_values(spec)
+    return spec
+
+
+def spec_from_model(
+    model: SweepSpecModel, path: Path, positions: Positions | None = None
+) -> SweepSpec:
+    """A spec from its validated fields (``path`` names it and anchors a relative base);
+    used by :func:`load_spec` and by plan search, which writes its candidates as a ``zip``."""
+    positions = positions or {}
     base_path = _resolve_base(model.base, path.parent)
     if base_path is None:
         raise ScenarioError.single(
-            positions[("base",)], "base", f"base scenario {model.base!r} not found"
+            positions.get(("base",), Position(str(path))),
+            "base",
+            f"base scenario {model.base!r} not found",
         )
     base_data, base_positions = read_yaml_file(base_path)
     base_data = expand_includes(
         base_data, base_positions, base_path.parent, [Path.cwd(), PROJECT_ROOT]
     )
-    spec = SweepSpec(path, model, base_path, base_data, base_positions, positions)
-    _check_values(spec)
-    return spec
+    return SweepSpec(path, model, base_path, base_data, base_positions, positions)
 
 
 def _value_sites(spec: SweepSpec) -> list[tuple[str, Any, Position, Position]]:

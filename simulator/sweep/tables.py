@@ -66,7 +66,7 @@ def format_table(table: pd.DataFrame, keys: list[str] = ()) -> str:
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:+.1%}")
         elif col == "peak_memory_bytes":
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v / 1e9:,.1f} GB")
-        elif col == "step_time_s":
+        elif col in ("step_time_s", "estimate_s"):
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:,.4g}")
         elif col == "tokens_per_s":
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:,.0f}")

@@ -29,7 +29,9 @@ def counted(monkeypatch):
 
 
 def test_rerunning_a_finished_sweep_simulates_nothing(write_spec, tmp_path, counted):
-    spec = load_spec(write_spec("grid:\n  parallelism.zero: [0, 1]\n  training.micro_batch: [1, 2]\n"))
+    spec = load_spec(
+        write_spec("grid:\n  parallelism.zero: [0, 1]\n  training.micro_batch: [1, 2]\n")
+    )
     out = tmp_path / "out"
     first = run_sweep(spec, out, IN_PROCESS, progress=False)
     # 4 points + the base; the base (zero 1, micro-batch 1) equals point 2, simulated once
@@ -46,11 +48,16 @@ def test_rerunning_a_finished_sweep_simulates_nothing(write_spec, tmp_path, coun
 
 def test_a_grown_spec_simulates_only_the_new_points(write_spec, tmp_path, counted):
     out = tmp_path / "out"
-    run_sweep(load_spec(write_spec("grid:\n  parallelism.zero: [0]\n")), out, IN_PROCESS,
-              progress=False)
+    run_sweep(
+        load_spec(write_spec("grid:\n  parallelism.zero: [0]\n")), out, IN_PROCESS, progress=False
+    )
     assert len(counted) == 2  # the point and the base
-    run_sweep(load_spec(write_spec("grid:\n  parallelism.zero: [0, 2]\n")), out, IN_PROCESS,
-              progress=False)
+    run_sweep(
+        load_spec(write_spec("grid:\n  parallelism.zero: [0, 2]\n")),
+        out,
+        IN_PROCESS,
+        progress=False,
+    )
     assert len(counted) == 3
 
 

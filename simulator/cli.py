@@ -21,6 +21,7 @@ from simulator.hardware import CATALOG
 from simulator.scenario import ScenarioError
 from simulator.scenario.model_catalog import MODEL_CATALOG
 from simulator.scenario.schema import ModelConfig
+from simulator.sweep import commands as sweep_commands
 
 log = logging.getLogger("trainsim")
 
@@ -446,6 +447,7 @@ def accelerators(format: FormatOpt = Format.json) -> None:
 
 
 register_goodput(app)
+sweep_commands.register(app)  # trainsim sweep, trainsim plan (simulator/sweep/commands.py)
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    field_validator,
     model_validator,
 )
 
@@ -470,7 +471,17 @@ class Scenario(Frozen):
     precision: PrecisionConfig = PrecisionConfig()
     simulation: SimulationConfig = SimulationConfig()
     failures: FailuresConfig | None = None
-    sweep: dict[str, Any] | None = None
+    sweep: None = None  # studies are separate spec files: `trainsim sweep SPEC`
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def sweep_is_a_spec_file(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(
+                "a scenario holds no sweep: write a spec file (base: this scenario; grid:, zip:"
+                " or samples: of dotted keys) and run `trainsim sweep SPEC`; see scenarios/sweeps/"
+            )
+        return None
 
     @property
     def num_gpus(self) -> int:

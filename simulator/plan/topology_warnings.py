@@ -1,0 +1,224 @@
+"""Warnings where a what-if study would mislead: settings that touch no traffic, a NIC capped by
+its host link, communication groups that straddle the NVLink domain.
+
+Each check is physics the simulator already gets right; the warning only says so before a user
+draws a conclusion from a flat curve. Which ranks talk is taken from the rank grid
+(:mod:`simulator.plan.grid`, rank ``r`` on device ``r``): every pair inside a process group is
+treated as talking, a superset of any collective algorithm's pairs, so "no group crosses X"
+means no traffic crosses X.
+
+>>> from simulator.scenario import load_scenario_text
+>>> from simulator.topology import build_topology
+>>> s = load_scenario_text('''
+... model: {name: llama3-8b, layers: 4}
+... cluster:
+...   accelerator: H100-SXM
+...   topology: {kind: fat_tree, nodes: 2, nodes_per_leaf: 2, nic_bandwidth: 800 Gb/s,
+...              oversubscription: [4]}
+... parallelism: {tp: 8}
+... training: {global_batch: 4, seq_len: 1024}
+... ''')
+>>> for w in topology_warnings(s, build_topology(s.cluster)): print(w[:60])
+oversubscription 1:4 touches no traffic: every communication
+NIC line rate 100 GB/s per direction (cluster.topology.nic_b
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from simulator.plan.grid import RankGrid
+from simulator.scenario import Scenario
+from simulator.scenario.schema import FatTreeTopology
+from simulator.topology import Topology
+
+# Groups whose traffic is per layer (slide 42: TP belongs inside the node; EP and CP are the
+# other per-layer collectives). DP and PP are expected to cross nodes and are not flagged.
+_PER_LAYER = ("tp", "cp", "ep")
+
+
+def rank_grid(scenario: Scenario) -> RankGrid:
+    """The scenario's rank grid (degrees and layout order)."""
+    p = scenario.parallelism
+    return RankGrid(
+        dp=scenario.dp, pp=p.pp, cp=p.cp, tp=p.tp, ep=p.ep, order=tuple(p.order)
+    )
+
+
+def communication_groups(scenario: Scenario) -> dict[str, list[tuple[int, ...]]]:
+    """Each kind of process group that communicates, with every group of that kind.
+
+    ``dp`` is the gradient group (data x context parallel, as Megatron's distributed optimizer
+    reduces over DP x CP); ``ep`` and ``edp`` (expert data parallel) exist for MoE models.
+    """
+    grid = rank_grid(scenario)
+    p = scenario.parallelism
+    out: dict[str, list[tuple[int, ...]]] = {}
+    for kind, dims in (("tp", ("tp",)), ("cp", ("cp",)), ("pp", ("pp",)), ("dp", ("dp", "cp"))):
+        if all(getattr(grid, d) == 1 for d in dims):
+            continue
+        out[kind] = grid.groups(*dims)
+    if scenario.model.moe is not None:
+        if p.ep > 1:
+            out["ep"] = sorted({grid.ep_group(r) for r in range(grid.size)})
+        if grid.dp * grid.cp > p.ep:
+            out["edp"] = sorted({grid.expert_dp_group(r) for r in range(grid.size)})
+    return out
+
+
+def _leaf_and_pod(topo: Topology) -> tuple[dict[int, str], dict[str, int]]:
+    """Device -> its NIC's leaf switch; leaf -> pod (from the graph's node kinds)."""
+    g = topo.graph
+    leaf_of: dict[int, str] = {}
+    for d in topo.devices:
+        nic = f"nic{d}"
+        if nic in g:
+            for nb in g.successors(nic):
+                if g.nodes[nb].get("kind") == "leaf":
+                    leaf_of[d] = nb
+    pod_of: dict[str, int] = {}
+    for leaf in set(leaf_of.values()):
+        for nb in g.successors(leaf):
+            if g.nodes[nb].get("kind") == "spine":
+                pod_of[leaf] = g.nodes[nb].get("pod", 0)
+                break
+    return leaf_of, pod_of
+
+
+def _spans(
+    groups: dict[str, list[tuple[int, ...]]],
+    where: dict[int, object],
+    host_of: dict[int, int] | None = None,
+) -> bool:
+    """Whether two ranks of one group sit at different ``where`` (leaf, pod, host). With
+    ``host_of``, only pairs on different hosts count: ranks of one host talk over NVLink."""
+    for gs in groups.values():
+        for grp in gs:
+            if host_of is None:
+                if len({where[r] for r in grp}) > 1:
+                    return True
+                continue
+            sites = {(host_of[r], where[r]) for r in grp}
+            if any(h1 != h2 and w1 != w2 for h1, w1 in sites for h2, w2 in sites):
+                return True
+    return False
+
+
+def _fmt_ratio(x: float) -> str:
+    return f"1:{x:g}"
+
+
+def _fat_tree_warnings(
+    t: FatTreeTopology, topo: Topology, groups: dict[str, list[tuple[int, ...]]]
+) -> list[str]:
+    out: list[str] = []
+    hosts = len(set(topo.host_of.values()))
+    if hosts < 2:
+        return out
+    crosses_nodes = _spans(groups, topo.host_of)
+    if not crosses_nodes:
+        out.append(
+            "no communication group spans two nodes: all traffic stays on NVLink, so NIC, "
+            "PCIe and fabric settings (cluster.topology.nic_bandwidth, oversubscription, "
+            "nodes_per_leaf, rail_optimized) touch no traffic"
+        )
+    leaf_of, pod_of = _leaf_and_pod(topo)
+    over = list(t.oversubscription)
+    if crosses_nodes and leaf_of and over and over[0] > 1:
+        if not _spans(groups, leaf_of, topo.host_of):
+            why = (
+                f"all {t.nodes} nodes sit under one leaf group (nodes_per_leaf {t.nodes_per_leaf})"
+                if t.nodes <= t.nodes_per_leaf
+                else "every group's ranks share a leaf"
+            )
+            out.append(
+                f"oversubscription {_fmt_ratio(over[0])} touches no traffic: every "
+                f"communication group stays under one leaf switch ({why}), and oversubscription "
+                "only thins the leaf-spine links"
+            )
+    if crosses_nodes and t.levels >= 3 and len(over) > 1 and over[1] > 1 and pod_of:
+        pods = {d: pod_of.get(leaf, 0) for d, leaf in leaf_of.items()}
+        if not _spans(groups, pods, topo.host_of):
+            out.append(
+                f"oversubscription {_fmt_ratio(over[1])} above the pods touches no traffic: "
+                "every communication group stays inside one pod"
+            )
+    out += _host_link_warnings(topo)
+    return out
+
+
+def _host_link_warnings(topo: Topology) -> list[str]:
+    """A NIC whose line rate exceeds its GPU's PCIe link is capped by the PCIe link."""
+    g = topo.graph
+    d = topo.devices[0]
+    nic = f"nic{d}"
+    if nic not in g or not g.has_edge(d, nic):
+        return []
+    pcie = g.edges[d, nic]["bandwidth"]
+    ups = [g.edges[nic, nb]["bandwidth"] for nb in g.successors(nic) if nb != d]
+    if not ups or max(ups) <= pcie:
+        return []
+    nic_bw = max(ups)
+    return [
+        f"NIC line rate {nic_bw / 1e9:,.0f} GB/s per direction (cluster.topology.nic_bandwidth"
+        f" = {nic_bw * 8 / 1e9:,.0f} Gb/s) is faster than its {pcie / 1e9:,.0f} GB/s PCIe host "
+        "link (cluster.topology.node.pcie_bandwidth): GPU-NIC traffic is capped at "
+        f"{pcie / 1e9:,.0f} GB/s, so NIC speed-ups beyond it change nothing"
+    ]
+
+
+def _straddle_warnings(topo: Topology, groups: dict[str, list[tuple[int, ...]]]) -> list[str]:
+    """Per-layer groups (TP, CP, EP) that leave their NVLink domain."""
+    per_host: dict[int, int] = defaultdict(int)
+    for d in topo.devices:
+        per_host[topo.host_of[d]] += 1
+    domain = max(per_host.values())
+    if len(per_host) < 2:
+        return []
+    out = []
+    for kind in _PER_LAYER:
+        gs = groups.get(kind, [])
+        if not gs:
+            continue
+        size = len(gs[0])
+        spread = [len({topo.host_of[r] for r in grp}) for grp in gs]
+        crossing = sum(1 for s in spread if s > 1)
+        if not crossing:
+            continue
+        if size <= domain:
+            fits = [k for k in range(size, 0, -1) if domain % k == 0][0]
+            out.append(
+                f"{crossing} of {len(gs)} {kind.upper()} groups ({size} ranks each) straddle "
+                f"NVLink domains of {domain} GPUs although a group fits in one: their "
+                f"{kind.upper()} traffic crosses the scale-out network (a group size dividing "
+                f"{domain}, e.g. {fits}, or another parallelism.order stays inside)"
+            )
+        elif kind == "tp":
+            out.append(
+                f"TP groups of {size} ranks span {max(spread)} NVLink domains of {domain} GPUs: "
+                "every layer's tensor-parallel collectives cross the scale-out network (TP "
+                "belongs inside the NVLink domain, lecture 8 slide 42)"
+            )
+    return out
+
+
+def topology_warnings(scenario: Scenario, topo: Topology) -> list[str]:
+    """Warnings (plain sentences) about ``scenario`` on its built topology ``topo`` that a
+    what-if study should see: settings that touch no traffic (oversubscription when every
+    group stays under one leaf, fabric settings when no group leaves a node), a NIC faster
+    than its PCIe host link, and TP/CP/EP groups that straddle the NVLink domain.
+
+    Returns an empty list when the grid needs more devices than ``topo`` has (the run itself
+    reports that) or when nothing applies.
+    """
+    grid = rank_grid(scenario)
+    if grid.size > topo.num_devices or grid.size < 1:
+        return []
+    groups = communication_groups(scenario)
+    out: list[str] = []
+    t = scenario.cluster.topology
+    if isinstance(t, FatTreeTopology) and topo.meta.get("kind") == "fat_tree":
+        out += _fat_tree_warnings(t, topo, groups)
+    if topo.meta.get("kind") != "torus":
+        out += _straddle_warnings(topo, groups)
+    return out

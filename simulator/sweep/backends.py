@@ -1,0 +1,92 @@
+"""Where points run: in this process, on a local process pool, or on a Ray cluster.
+
+Every backend takes a list of :class:`~simulator.sweep.worker.Task` and yields result rows
+as they finish (in any order); the caller keys them by scenario hash.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+
+from simulator.sweep.worker import Task, simulate_task
+
+log = logging.getLogger("trainsim.sweep")
+
+
+def cpu_count() -> int:
+    """Cores this process may use (the affinity mask, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def local_workers(requested: int | None, tasks: int) -> int:
+    """Pool size: the request capped at the core count (more CPU-bound workers than cores only
+    adds switching; tqdm's process_map defaults to more) and at the number of tasks."""
+    cores = cpu_count()
+    n = cores if requested is None else min(requested, cores)
+    return max(1, min(n, tasks))
+
+
+def run_local(tasks: list[Task], workers: int | None = None) -> Iterator[dict]:
+    """Simulate ``tasks`` on a process pool of :func:`local_workers` processes; with one worker,
+    in this process (no pickling, and monkeypatching works in tests)."""
+    n = local_workers(workers, len(tasks))
+    if n == 1:
+        for task in tasks:
+            yield simulate_task(task)
+        return
+    # fork: workers inherit the imported simulator instead of importing it again per process
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        pending = {pool.submit(simulate_task, t) for t in tasks}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+
+
+def run_ray(
+    tasks: list[Task], address: str | None = None, workers: int | None = None
+) -> Iterator[dict]:
+    """Simulate ``tasks`` as Ray tasks (one CPU each). ``address`` None starts a local Ray with
+    ``workers`` CPUs (default: the core count); ``"auto"`` or ``host:port`` joins a running
+    cluster. The simulator package is shipped to the workers (runtime_env py_modules), so they
+    run this code, not whatever version the cluster has installed."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError(
+            "the Ray backend needs ray: pip install 'trainsim[ray]' (or pip install ray)"
+        ) from None
+    import simulator
+
+    started = False
+    if not ray.is_initialized():
+        package = str(Path(simulator.__file__).resolve().parent)
+        kwargs: dict = {
+            "runtime_env": {"py_modules": [package]},
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "logging_level": logging.WARNING,
+        }
+        if address is None:
+            kwargs["num_cpus"] = workers or cpu_count()
+        ray.init(address=address, **kwargs)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1)(simulate_task)
+        pending = [remote.remote(t) for t in tasks]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                yield ray.get(ref)
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,186 @@
+"""``trainsim sweep`` and ``trainsim plan``: registered on the CLI's typer app by
+:func:`register`. Results to stdout, progress and logs to stderr, exit 2 for bad input."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simulator.scenario import ScenarioError
+
+log = logging.getLogger("trainsim.sweep")
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+
+
+class BackendName(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
+FormatOpt = Annotated[Format, typer.Option("--format", help="table or json.")]
+BackendOpt = Annotated[BackendName, typer.Option("--backend", help="local (process pool) or ray.")]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        min=1,
+        help="Processes (local, capped at the core count) or CPUs "
+        "of a local Ray; default: the core count.",
+    ),
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--address", help="Ray cluster to join ('auto' or host:port); none starts a local Ray."
+    ),
+]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar.")]
+
+
+def _bad_input(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _backend(backend: BackendName, workers: int | None, address: str | None):
+    from simulator.sweep.runner import make_backend
+
+    if address is not None and backend is not BackendName.ray:
+        _bad_input("--address needs --backend ray")
+    if backend is BackendName.ray:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            _bad_input("the Ray backend needs ray: pip install 'trainsim[ray]'")
+    return make_backend(backend.value, workers, address)
+
+
+def _log_warnings(frame) -> None:
+    if "warnings" not in frame:
+        return
+    counts = Counter(w for ws in frame["warnings"] for w in ws)
+    for text, n in counts.items():
+        log.warning("%d point%s: %s", n, "s" if n > 1 else "", text)
+
+
+def sweep(
+    spec: Annotated[Path, typer.Argument(help="Sweep spec YAML.", show_default=False)],
+    backend: BackendOpt = BackendName.local,
+    workers: WorkersOpt = None,
+    address: AddressOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder for results.parquet, deltas.csv and the pictures "
+            "(default reports/sweeps/NAME).",
+        ),
+    ] = None,
+    format: FormatOpt = Format.table,
+    retry_errors: Annotated[
+        bool, typer.Option("--retry-errors", help="Simulate stored error rows again.")
+    ] = False,
+    progress: ProgressOpt = True,
+) -> None:
+    """Run a what-if study: every point of a spec (grid, zip, samples), resumable."""
+    from simulator.sweep import plots
+    from simulator.sweep.runner import run_sweep
+    from simulator.sweep.spec import load_spec
+    from simulator.sweep.tables import deltas_table, format_table, points_table
+
+    try:
+        loaded = load_spec(spec)
+    except ScenarioError as exc:
+        _bad_input(str(exc))
+    run_backend = _backend(backend, workers, address)
+    out_dir = out or Path("reports") / "sweeps" / loaded.name
+    frame = run_sweep(loaded, out_dir, run_backend, retry_errors, progress)
+    keys = loaded.keys
+    deltas = deltas_table(frame, keys)
+    deltas.to_csv(out_dir / "deltas.csv", index=False)
+    wanted = [p.model_dump() for p in loaded.model.plots] or plots.default_plots(keys)
+    for plot in wanted:
+        log.info("wrote %s", plots.draw(frame, plot, out_dir, loaded.name))
+    _log_warnings(frame)
+    log.info("wrote %s", out_dir / "results.parquet")
+    if format is Format.json:
+        rows = frame.sort_values("point").to_dict("records")
+        typer.echo(
+            json.dumps(
+                {"name": loaded.name, "results": str(out_dir / "results.parquet"), "rows": rows},
+                indent=2,
+                default=_jsonable,
+            )
+        )
+        return
+    typer.echo(f"{loaded.name}: {len(frame) - 1} points, base {loaded.base_path}")
+    typer.echo(format_table(points_table(frame, keys), keys))
+    typer.echo("")
+    typer.echo("against the base scenario (pt -1):")
+    typer.echo(format_table(deltas.drop(columns=["status"]), keys))
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def plan(
+    scenario: Annotated[
+        Path, typer.Argument(help="Scenario YAML (model, cluster, batch).", show_default=False)
+    ],
+    gpus: Annotated[
+        int | None,
+        typer.Option("--gpus", min=1, help="GPUs to plan for (default: the scenario's)."),
+    ] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Candidates to simulate.")] = 5,
+    backend: BackendOpt = BackendName.local,
+    workers: WorkersOpt = None,
+    address: AddressOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder for results.parquet and candidates.csv (default reports/plans/NAME).",
+        ),
+    ] = None,
+    format: FormatOpt = Format.table,
+    progress: ProgressOpt = True,
+) -> None:
+    """Search parallel plans: enumerate DP/TP/PP/CP/EP/ZeRO/schedule/micro-batch/recompute,
+    screen by the memory ledger and an analytic estimate, simulate the best, rank them."""
+    from simulator.sweep.search import rejection_summary, search_plans
+    from simulator.sweep.tables import format_table
+
+    run_backend = _backend(backend, workers, address)
+    try:
+        result = search_plans(scenario, gpus, top, run_backend, out, progress)
+    except ScenarioError as exc:
+        _bad_input(str(exc))
+    if format is Format.json:
+        typer.echo(json.dumps(result.as_dict(), indent=2, default=_jsonable))
+        return
+    typer.echo(result.headline())
+    typer.echo(format_table(result.ranked))
+    typer.echo("")
+    typer.echo("rejected:")
+    typer.echo(rejection_summary(result.candidates).to_string(index=False))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sweep`` and ``plan`` to the ``trainsim`` app."""
+    app.command()(sweep)
+    app.command()(plan)

@@ -1,0 +1,128 @@
+"""A quick analytic step-time estimate used only to order parallel-plan candidates before the
+full step simulation (which alone decides the ranking shown to users).
+
+Terms, each from the lecture 8 / DESIGN.md ledger:
+
+- compute: training FLOPs per token ``6 P_active + 6 L s h`` (causal attention, DESIGN.md)
+  over the GPUs at ``GEMM_EFFICIENCY`` of peak; full recompute adds a forward (x 4/3),
+  selective recompute re-runs the attention core (``2 L s h`` per token);
+- pipeline bubble: ``(p-1)/(m+p-1)`` for 1F1B, ``(p-1)/(v m+p-1)`` interleaved, a third of
+  1F1B's for ZB-H1 (Qi et al. 2023);
+- TP: four all-reduce-sized collectives per layer and micro-batch (two forward, two backward;
+  two more under full recompute) of ``b s h`` activations, busbw factor ``2(t-1)/t``;
+- CP: the K/V ring, ``cp - 1`` steps forward and twice that backward; EP: four all-to-alls
+  per MoE layer of the routed tokens, factor ``(e-1)/e``; both exposed;
+- DP: the gradient reduction ``2(d-1)/d`` x gradient bytes (ZeRO-3 x 1.5: two all-gathers and
+  a reduce-scatter), hidden behind one micro-batch's backward; PP: two sends per micro-batch.
+
+Links: NVLink per GPU (x 0.8 payload efficiency) when a group fits in the NVLink domain, else
+the NIC capped by its PCIe link.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Large-GEMM efficiency of the H200 calibration (simulator/model/calibration.py: e_max 0.71).
+GEMM_EFFICIENCY = 0.71
+NVLINK_PAYLOAD = 0.8  # NodeSpec.nvlink_efficiency's default (nccl-tests issue 149)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the estimate needs of the cluster: GPUs, NVLink domain, bandwidths, peak."""
+
+    gpus: int
+    domain: int
+    nvlink_Bps: float
+    nic_Bps: float
+    peak_flops: float
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the estimate needs of the model and batch."""
+
+    layers: int
+    moe_layers: int
+    hidden: int
+    attn_dim: int  # heads x head_dim
+    kv_dim: int  # kv_heads x head_dim
+    params: float
+    active_params: float
+    top_k: int
+    global_batch: int
+    seq_len: int
+    grad_bytes: float  # per parameter
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One parallel plan."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    dp: int
+    zero: int
+    schedule: str
+    micro_batch: int
+    recompute: str
+
+    @property
+    def virtual_stages(self) -> int:
+        return 2 if self.schedule == "interleaved" else 1
+
+
+def bubble_fraction(c: Choice, micro_batches: int) -> float:
+    """Idle fraction of the pipeline schedule (DESIGN.md formulas)."""
+    if c.pp == 1:
+        return 0.0
+    p, m = c.pp, micro_batches
+    if c.schedule == "interleaved":
+        return (p - 1) / (c.virtual_stages * m + p - 1)
+    base = (p - 1) / (m + p - 1)
+    if c.schedule == "zb-h1":
+        return base / 3
+    if c.schedule == "zb-h2":
+        return 0.0
+    return base
+
+
+def estimate_step_s(c: Choice, m: ModelShape, hw: Machine) -> float:
+    """Estimated step time (s) of choice ``c``; see the module doc for the terms."""
+    tokens = m.global_batch * m.seq_len
+    attn = 6 * m.layers * m.seq_len * m.attn_dim
+    flops = tokens * (6 * m.active_params + attn)
+    extra = {"none": 0.0, "selective": tokens * attn / 3, "full": flops / 3}[c.recompute]
+    compute = (flops + extra) / (hw.gpus * hw.peak_flops * GEMM_EFFICIENCY)
+    micro = m.global_batch // (c.dp * c.micro_batch)
+    tokens_mb = c.micro_batch * m.seq_len / c.cp  # per rank of a TP group, per micro-batch
+    nv = hw.nvlink_Bps * NVLINK_PAYLOAD
+    layers_here = m.layers / c.pp
+    ops = 6 if c.recompute == "full" else 4
+    tp = 0.0
+    if c.tp > 1:
+        size = tokens_mb * m.hidden * 2
+        tp = layers_here * micro * ops * 2 * (c.tp - 1) / c.tp * size / nv
+    cp = 0.0
+    if c.cp > 1:
+        bw = nv if c.tp * c.cp <= hw.domain else hw.nic_Bps
+        kv = 2 * tokens_mb * m.kv_dim / c.tp * 2
+        cp = layers_here * micro * 3 * (c.cp - 1) * kv / bw
+    ep = 0.0
+    if c.ep > 1 and m.moe_layers:
+        bw = nv if c.ep * c.tp * c.cp * c.pp <= hw.domain else hw.nic_Bps
+        routed = tokens_mb / c.tp * m.top_k * m.hidden * 2
+        ep = m.moe_layers / c.pp * micro * 4 * (c.ep - 1) / c.ep * routed / bw
+    per_rank = (m.active_params + (m.params - m.active_params) / c.ep) / (c.tp * c.pp)
+    d = c.dp * c.cp
+    dp = 0.0
+    if d > 1:
+        dp = 2 * (d - 1) / d * per_rank * m.grad_bytes / hw.nic_Bps
+        dp *= 1.5 if c.zero == 3 else 1.0
+        dp = max(0.0, dp - (2 / 3) * compute / micro)
+    pp = 2 * micro * tokens_mb * m.hidden * 2 / hw.nic_Bps if c.pp > 1 else 0.0
+    busy = compute + tp + cp + ep
+    return busy / (1 - bubble_fraction(c, micro)) + dp + pp

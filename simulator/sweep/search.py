@@ -1,0 +1,388 @@
+"""``trainsim plan``: search the parallel plans of a scenario's model, cluster and batch.
+
+1. Enumerate DP/TP/PP/CP/EP, ZeRO stage, pipeline schedule, micro-batch and recompute. Pruned
+   by rules with sources: TP stays inside the NVLink domain (lecture 8 slide 42); ZeRO-2/3 are
+   not combined with pipeline parallelism (DeepSpeed's pipeline engine supports ZeRO 0 and 1
+   only); sequence parallelism whenever TP > 1 (Korthikanti et al. 2022: same communication
+   volume, less activation memory). Pipelines whose layers do not split evenly get shorter
+   first and last stages, as Llama 3 405B does (7 + 14 x 8 + 7).
+2. Order the candidates by the analytic estimate (:mod:`simulator.sweep.estimate`).
+3. Walk that order through the loader (consistency checks) and the memory ledger until
+   ``top`` candidates fit, at most ``PER_COMBO`` of them with the same degrees. A degree
+   combination whose most frugal variant (highest ZeRO stage, full recompute, micro-batch 1,
+   1F1B) does not fit is rejected whole: those knobs only add memory.
+4. Simulate the ``top`` candidates with the full step simulation, through the sweep machinery
+   (so on either backend, and resumable), and rank them by simulated step time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from simulator.scenario import Scenario, ScenarioError
+from simulator.scenario.schema import FatTreeTopology, NVSwitchTopology, TorusTopology
+from simulator.sweep import adapter
+from simulator.sweep.estimate import Choice, Machine, ModelShape, estimate_step_s
+from simulator.sweep.runner import Backend, run_sweep
+from simulator.sweep.spec import SweepSpecModel, spec_from_model
+
+SCHEDULES = ("1f1b", "interleaved", "zb-h1")
+RECOMPUTE = ("none", "selective", "full")
+MICRO_BATCHES = (1, 2, 4)
+MAX_DEGREE = 64
+# At most this many simulated plans share one (tp, pp, cp, ep): the estimate does not tell
+# ZeRO stages apart, so without it the top K are often one layout K times.
+PER_COMBO = 2
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [2**i for i in range(int(math.log2(max(1, limit))) + 1)]
+
+
+def gpu_overrides(s: Scenario, gpus: int | None) -> dict[str, Any]:
+    """Overrides that put the scenario on ``gpus`` GPUs (a fat-tree grows its nodes)."""
+    if gpus is None or gpus == s.num_gpus:
+        return {}
+    t = s.cluster.topology
+    if isinstance(t, FatTreeTopology):
+        return {"cluster.topology.nodes": -(-gpus // t.node.gpus), "cluster.gpus": gpus}
+    return {"cluster.gpus": gpus}
+
+
+def machine_of(s: Scenario) -> Machine:
+    """The estimate's view of the cluster (see :class:`Machine`)."""
+    acc, t = s.cluster.accelerator, s.cluster.topology
+    nvlink, nic, domain = acc.scale_up_bandwidth_Bps, acc.scale_up_bandwidth_Bps, 8
+    if isinstance(t, FatTreeTopology | NVSwitchTopology):
+        nvlink = t.node.nvlink_bandwidth or nvlink
+        domain = t.node.gpus
+    if isinstance(t, FatTreeTopology):
+        nic = min(t.nic_bandwidth * t.nic_efficiency, t.node.pcie_bandwidth)
+    elif isinstance(t, NVSwitchTopology):
+        domain = max(domain, t.node.gpus)
+    elif isinstance(t, TorusTopology):
+        domain, nic = s.num_gpus, t.ici_link_bandwidth
+    elif t is None:
+        nic = 50e9  # build_topology's default fabric: one 400 Gb/s NIC per GPU
+    return Machine(s.num_gpus, domain, nvlink, nic, acc.peak(s.precision.compute_dtype))
+
+
+def shape_of(s: Scenario) -> ModelShape:
+    """The estimate's view of the model and batch."""
+    m, report = s.model, adapter.memory_report(s)
+    moe_layers = sum(m.is_moe_layer(i) for i in range(m.layers))
+    _, grads, _ = s.precision.bytes_per_param(s.training.optimizer)
+    return ModelShape(
+        layers=m.layers,
+        moe_layers=moe_layers,
+        hidden=m.hidden,
+        attn_dim=m.heads * m.d_head,
+        kv_dim=m.n_kv_heads * m.d_head,
+        params=float(report.parameter_count),
+        active_params=float(report.active_parameter_count),
+        top_k=m.moe.top_k if m.moe else 0,
+        global_batch=s.training.global_batch,
+        seq_len=s.training.seq_len,
+        grad_bytes=grads,
+    )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A choice, its estimate, and what became of it."""
+
+    choice: Choice
+    estimate_s: float
+    status: str = "not checked"  # infeasible | oom | fits | not checked
+    reason: str = ""
+
+
+def enumerate_choices(s: Scenario, hw: Machine) -> tuple[list[Choice], list[Candidate]]:
+    """Every structurally possible choice, and the degree combinations rejected outright."""
+    m, t = s.model, s.training
+    rejected: list[Candidate] = []
+    choices: list[Choice] = []
+    for tp in _powers_of_two(hw.domain):
+        for cp in _powers_of_two(min(MAX_DEGREE, hw.gpus // tp)):
+            if t.seq_len % (2 * cp):
+                continue
+            for pp in _powers_of_two(min(MAX_DEGREE, m.layers, hw.gpus // (tp * cp))):
+                if hw.gpus % (tp * cp * pp):
+                    continue
+                dp = hw.gpus // (tp * cp * pp)
+                if t.global_batch % dp:
+                    rejected.append(
+                        Candidate(
+                            Choice(tp, pp, cp, 1, dp, 0, "1f1b", 1, "none"),
+                            math.inf,
+                            "infeasible",
+                            f"global batch {t.global_batch} does not split over dp = {dp}",
+                        )
+                    )
+                    continue
+                for ep in _expert_degrees(s, tp, cp, dp):
+                    choices += _variants(s, tp, pp, cp, ep, dp)
+    return choices, rejected
+
+
+def _expert_degrees(s: Scenario, tp: int, cp: int, dp: int) -> list[int]:
+    moe = s.model.moe
+    if moe is None:
+        return [1]
+    return [
+        e
+        for e in _powers_of_two(min(MAX_DEGREE, moe.experts))
+        if moe.experts % e == 0 and (dp * cp * tp) % (e * tp) == 0
+    ]
+
+
+def _variants(s: Scenario, tp, pp, cp, ep, dp) -> list[Choice]:
+    per_replica = s.training.global_batch // dp
+    zeros = (0, 1) if pp > 1 else (0, 1, 2, 3)
+    if dp * cp == 1:
+        zeros = (0,)  # nothing to shard over
+    out = []
+    for schedule in SCHEDULES if pp > 1 else ("1f1b",):
+        for mb in MICRO_BATCHES:
+            if per_replica % mb:
+                continue
+            micro = per_replica // mb
+            if schedule == "interleaved" and (micro % pp or s.model.layers % (2 * pp)):
+                continue
+            for zero in zeros:
+                for rc in RECOMPUTE:
+                    out.append(Choice(tp, pp, cp, ep, dp, zero, schedule, mb, rc))
+    return out
+
+
+def overrides_of(s: Scenario, c: Choice) -> dict[str, Any]:
+    """The choice as dotted-key overrides of the scenario."""
+    first = last = None
+    layers = s.model.layers
+    if c.pp > 2 and layers % c.pp:
+        per = -(-layers // c.pp)
+        rest = layers - (c.pp - 2) * per
+        first, last = rest - rest // 2, rest // 2
+    return {
+        "parallelism.dp": c.dp,
+        "parallelism.tp": c.tp,
+        "parallelism.pp": c.pp,
+        "parallelism.cp": c.cp,
+        "parallelism.ep": c.ep,
+        "parallelism.expert_tp": None,
+        "parallelism.zero": c.zero,
+        "parallelism.sequence_parallel": c.tp > 1,
+        "parallelism.recompute": c.recompute,
+        "parallelism.pipeline.schedule": c.schedule,
+        "parallelism.pipeline.virtual_stages": c.virtual_stages,
+        "parallelism.pipeline.first_stage_layers": first,
+        "parallelism.pipeline.last_stage_layers": last,
+        "training.micro_batch": c.micro_batch,
+    }
+
+
+def _frugal(c: Choice) -> Choice:
+    return replace(
+        c,
+        zero=max(z for z in (0, 1, 2, 3) if c.pp == 1 or z <= 1) if c.dp * c.cp > 1 else 0,
+        recompute="full",
+        micro_batch=1,
+        schedule="1f1b",
+    )
+
+
+def _memory_status(spec, fixed: dict, s: Scenario, c: Choice) -> tuple[str, str]:
+    try:
+        scenario = spec.scenario({**fixed, **overrides_of(s, c)})
+    except ScenarioError as exc:
+        return "infeasible", str(exc).splitlines()[0]
+    report = adapter.memory_report(scenario)
+    if report.fits:
+        return "fits", ""
+    worst = max(report.ranks, key=lambda r: r.total)
+    return "oom", (
+        f"memory ledger: {worst.total / 1e9:,.1f} GB on {worst.rank_kind} ranks "
+        f"> {worst.capacity / 1e9:,.0f} GB"
+    )
+
+
+def screen(
+    spec, fixed: dict, s: Scenario, choices: list[Choice], hw: Machine, top: int
+) -> list[Candidate]:
+    """Estimate every choice, then check memory in estimate order until ``top`` fit."""
+    shape = shape_of(s)
+    ranked = sorted(
+        (Candidate(c, estimate_step_s(c, shape, hw)) for c in choices),
+        key=lambda k: k.estimate_s,
+    )
+    combo_verdict: dict[tuple, tuple[str, str]] = {}
+    per_combo: dict[tuple, int] = {}
+    fitting = 0
+    out = []
+    for cand in ranked:
+        c = cand.choice
+        combo = (c.tp, c.pp, c.cp, c.ep)
+        if fitting >= top:
+            out.append(
+                replace(
+                    cand,
+                    status="not simulated",
+                    reason=f"estimated slower than the best {top} that fit",
+                )
+            )
+            continue
+        if per_combo.get(combo, 0) >= PER_COMBO and top > PER_COMBO:
+            out.append(
+                replace(
+                    cand,
+                    status="not simulated",
+                    reason=f"{PER_COMBO} faster variants of tp{c.tp} pp{c.pp} "
+                    f"cp{c.cp} ep{c.ep} are simulated",
+                )
+            )
+            continue
+        if combo not in combo_verdict:
+            status, reason = _memory_status(spec, fixed, s, _frugal(c))
+            combo_verdict[combo] = (status, reason)
+        status, reason = combo_verdict[combo]
+        if status != "fits":
+            out.append(
+                replace(
+                    cand,
+                    status=status,
+                    reason=reason + " (even with full recompute, micro-batch 1, highest ZeRO)"
+                    if status == "oom"
+                    else reason,
+                )
+            )
+            continue
+        status, reason = _memory_status(spec, fixed, s, c)
+        fitting += status == "fits"
+        per_combo[combo] = per_combo.get(combo, 0) + (status == "fits")
+        out.append(replace(cand, status=status, reason=reason))
+    return out
+
+
+@dataclass
+class PlanSearch:
+    """The outcome: every candidate with its fate, and the simulated ones ranked."""
+
+    name: str
+    gpus: int
+    candidates: pd.DataFrame
+    ranked: pd.DataFrame
+    results: pd.DataFrame
+
+    def headline(self) -> str:
+        n = len(self.candidates)
+        return (
+            f"{self.name}: {n:,} candidate plans on {self.gpus:,} GPUs, "
+            f"{len(self.ranked)} simulated (best first)"
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "gpus": self.gpus,
+            "ranked": self.ranked.to_dict("records"),
+            "rejected": rejection_summary(self.candidates).to_dict("records"),
+        }
+
+
+def _candidate_rows(cands: list[Candidate]) -> pd.DataFrame:
+    rows = []
+    for k in cands:
+        row = asdict(k.choice)
+        row.update(estimate_s=k.estimate_s, status=k.status, reason=k.reason)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def rejection_summary(candidates: pd.DataFrame) -> pd.DataFrame:
+    """Rejected candidates by fate and reason (first line), with a count and an example."""
+    rej = candidates[candidates["status"] != "fits"]
+    if rej.empty:
+        return pd.DataFrame(columns=["status", "count", "reason", "example"])
+    kind = rej["reason"].str.replace(r"[\d.,]+", "#", regex=True)
+    rows = []
+    for (status, _), grp in rej.groupby([rej["status"], kind], sort=False):
+        ex = grp.iloc[0]
+        rows.append(
+            {
+                "status": status,
+                "count": len(grp),
+                "reason": _clip(ex["reason"]),
+                "example": f"tp{ex.tp} pp{ex.pp} cp{ex.cp} ep{ex.ep} dp{ex.dp} z{ex.zero} "
+                f"{ex.schedule} mb{ex.micro_batch} {ex.recompute}",
+            }
+        )
+    return pd.DataFrame(rows).sort_values("count", ascending=False).reset_index(drop=True)
+
+
+def _clip(text: str, n: int = 80) -> str:
+    text = text.split(": ", 1)[-1] if text.startswith("--set") else text
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+KEYS = ["dp", "tp", "pp", "cp", "ep", "zero", "schedule", "micro_batch", "recompute"]
+
+
+def search_plans(
+    path: Path,
+    gpus: int | None,
+    top: int,
+    backend: Backend,
+    out: Path | None = None,
+    progress: bool = True,
+) -> PlanSearch:
+    """Search the plans of the scenario in ``path`` (see the module doc)."""
+    base = adapter.load_scenario(path)
+    fixed = gpu_overrides(base, gpus)
+    probe = spec_from_model(
+        SweepSpecModel(base=str(path.resolve()), set=fixed, zip={"parallelism.tp": [1]}), path
+    )
+    scenario = probe.scenario({}) if fixed else base
+    hw = machine_of(scenario)
+    choices, rejected = enumerate_choices(scenario, hw)
+    screened = screen(probe, {}, scenario, choices, hw, top) + rejected
+    frame = _candidate_rows(screened)
+    chosen = [k.choice for k in screened if k.status == "fits"]
+    name = base.name or path.stem
+    out_dir = out or Path("reports") / "plans" / name
+    if not chosen:
+        return PlanSearch(name, hw.gpus, frame, pd.DataFrame(), pd.DataFrame())
+    zipped: dict[str, list] = {}
+    for c in chosen:
+        for k, v in overrides_of(scenario, c).items():
+            zipped.setdefault(k, []).append(v)
+    spec = spec_from_model(
+        SweepSpecModel(name=f"plan-{name}", base=str(path.resolve()), set=fixed, zip=zipped), path
+    )
+    results = run_sweep(spec, out_dir, backend, progress=progress)
+    frame.to_csv(out_dir / "candidates.csv", index=False)
+    return PlanSearch(name, hw.gpus, frame, _ranked(results, chosen, screened), results)
+
+
+def _ranked(results: pd.DataFrame, chosen: list[Choice], screened: list[Candidate]) -> pd.DataFrame:
+    est = {k.choice: k.estimate_s for k in screened}
+    rows = []
+    for r in results[results["point"] >= 0].to_dict("records"):
+        c = chosen[int(r["point"])]
+        row = {k: getattr(c, k) for k in KEYS}
+        row.update(
+            estimate_s=est[c],
+            step_time_s=r.get("step_time_s"),
+            mfu=r.get("mfu"),
+            peak_memory_bytes=r.get("peak_memory_bytes"),
+            status=r["status"],
+            reason=r.get("reason", ""),
+        )
+        rows.append(row)
+    frame = pd.DataFrame(rows).sort_values("step_time_s", na_position="last")
+    frame.insert(0, "rank", range(1, len(frame) + 1))
+    return frame.reset_index(drop=True)

@@ -1,0 +1,336 @@
+"""Sweep spec files: a base scenario and the points to run, validated before anything runs.
+
+A spec is YAML::
+
+    name: nic-x-oversubscription            # optional; names the study
+    base: ../examples/mixtral-8x22b.yaml    # the base scenario (relative to this file)
+    set:                                    # optional overrides of the base for every point
+      training.global_batch: 64
+    grid:                                   # product of the lists
+      cluster.topology.nic_bandwidth: [100 Gb/s, 400 Gb/s]
+      cluster.topology.oversubscription: [[1], [4]]
+    zip:                                    # lists walked together (equal lengths)
+      parallelism.tp: [1, 2]
+      parallelism.pp: [2, 1]
+    samples:                                # random points, seeded
+      count: 8
+      seed: 0
+      keys:
+        parallelism.pp: [1, 2, 4]               # a choice
+        training.micro_batch: {low: 1, high: 8, log: true, integer: true}
+    plots:                                  # optional pictures of the results
+      - {kind: heatmap, metric: step_time_s, x: ..., y: ...}
+
+Keys are dotted scenario paths, exactly as ``trainsim run --set key=value`` takes them. The
+points are the product grid x zip x samples (each absent part counts as one empty point).
+
+Every key is checked against the base scenario with each of its values before any point runs:
+an unknown key, an empty list or a value of the wrong type is a :class:`ScenarioError` naming
+the spec's file:line:col. Combinations that are inconsistent (``tp`` that does not divide the
+heads) are not spec errors: they become rows marked infeasible, with the loader's message.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from simulator.scenario import Scenario, ScenarioError
+from simulator.scenario.errors import Position, Problem
+from simulator.scenario.loader import PROJECT_ROOT, _validation_problems, build_scenario
+from simulator.scenario.yaml_source import Positions, expand_includes, read_yaml_file
+
+Values = Annotated[list[Any], Field(min_length=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Range(_Strict):
+    """A sampled number: uniform in [low, high], or log-uniform with ``log``; rounded to an
+    integer with ``integer``."""
+
+    low: float
+    high: float
+    log: bool = False
+    integer: bool = False
+
+    @model_validator(mode="after")
+    def ordered(self):
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) is below low ({self.low})")
+        if self.log and self.low <= 0:
+            raise ValueError("a log range needs low > 0")
+        return self
+
+
+class Samples(_Strict):
+    """``count`` random points, each key drawn independently from its choices or range."""
+
+    count: Annotated[int, Field(ge=1, le=1_000_000)]
+    seed: Annotated[int, Field(ge=0)] = 0
+    keys: Annotated[dict[str, Values | Range], Field(min_length=1)]
+
+
+class PlotSpec(_Strict):
+    """A picture of the results: ``line`` draws ``metric`` against ``x`` with one line per
+    value of ``group``; ``heatmap`` colours ``metric`` over ``x`` by ``y``."""
+
+    kind: Literal["line", "heatmap"]
+    metric: str = "step_time_s"
+    x: str
+    y: str | None = None
+    group: str | None = None
+    file: str | None = None
+
+    @model_validator(mode="after")
+    def heatmap_has_y(self):
+        if self.kind == "heatmap" and self.y is None:
+            raise ValueError("a heatmap needs y")
+        return self
+
+
+class SweepSpecModel(_Strict):
+    """The schema of a spec file (see the module doc)."""
+
+    name: str | None = None
+    description: str | None = None
+    base: str
+    set: dict[str, Any] = {}
+    grid: dict[str, Values] = {}
+    zip: dict[str, Values] = {}
+    samples: Samples | None = None
+    plots: list[PlotSpec] = []
+
+    @model_validator(mode="after")
+    def zip_lengths_agree(self):
+        lengths = {len(v) for v in self.zip.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"zip lists must have equal lengths (got {sorted(lengths)})")
+        return self
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep: its index and the overrides (dotted key -> value as written)."""
+
+    index: int
+    values: dict[str, Any]
+
+
+@dataclass
+class SweepSpec:
+    """A loaded, checked spec: the base scenario's data (includes expanded), its positions, and
+    where each swept value was written."""
+
+    path: Path
+    model: SweepSpecModel
+    base_path: Path
+    base_data: dict
+    base_positions: Positions
+    positions: Positions = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.model.name or self.path.stem
+
+    @property
+    def keys(self) -> list[str]:
+        """Every swept key, in spec order (grid, zip, samples)."""
+        m = self.model
+        out = list(m.grid) + [k for k in m.zip if k not in m.grid]
+        if m.samples:
+            out += [k for k in m.samples.keys if k not in out]
+        return out
+
+    def points(self) -> list[Point]:
+        """The points: grid x zip x samples, in a stable order."""
+        return [Point(i, v) for i, v in enumerate(expand(self.model))]
+
+    def base_overrides(self) -> list[str]:
+        """The spec's ``set:`` as ``key=value`` overrides."""
+        return [override_text(k, v) for k, v in self.model.set.items()]
+
+    def overrides(self, values: dict[str, Any]) -> list[str]:
+        """``set:`` plus one point's values, as ``key=value`` overrides (point values win)."""
+        merged = {**self.model.set, **values}
+        return [override_text(k, v) for k, v in merged.items()]
+
+    def scenario(self, values: dict[str, Any]) -> Scenario:
+        """The resolved scenario of a point; ScenarioError if the point is infeasible."""
+        data = copy.deepcopy(self.base_data)
+        positions = dict(self.base_positions)
+        return build_scenario(data, positions, str(self.base_path), self.overrides(values))
+
+
+def override_text(key: str, value: Any) -> str:
+    """``("parallelism.tp", 4)`` -> ``"parallelism.tp=4"``: the value written as one-line YAML,
+    so that :func:`simulator.scenario.loader.parse_override` reads back the same value."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False)
+    text = text.strip()
+    if text.endswith("\n..."):
+        text = text[: -len("\n...")]
+    elif text.endswith("..."):
+        text = text[:-3].strip()
+    return f"{key}={text}"
+
+
+def expand(spec: SweepSpecModel) -> list[dict[str, Any]]:
+    """The points of ``spec`` as dicts of dotted key -> value: grid x zip x samples."""
+    grid = [
+        dict(zip(spec.grid, combo, strict=True)) for combo in itertools.product(*spec.grid.values())
+    ]
+    n_zip = len(next(iter(spec.zip.values()))) if spec.zip else 0
+    zipped = [{k: v[i] for k, v in spec.zip.items()} for i in range(n_zip)] or [{}]
+    sampled = draw_samples(spec.samples) if spec.samples else [{}]
+    return [{**g, **z, **s} for g in grid for z in zipped for s in sampled]
+
+
+def draw_samples(samples: Samples) -> list[dict[str, Any]]:
+    """``samples.count`` points drawn with :class:`random.Random` seeded by ``samples.seed``
+    (the same seed gives the same points on every machine and Python version >= 3.2)."""
+    rng = random.Random(samples.seed)
+    out = []
+    for _ in range(samples.count):
+        point = {}
+        for key, dist in samples.keys.items():
+            if isinstance(dist, Range):
+                if dist.log:
+                    x = math.exp(rng.uniform(math.log(dist.low), math.log(dist.high)))
+                else:
+                    x = rng.uniform(dist.low, dist.high)
+                point[key] = int(round(x)) if dist.integer else x
+            else:
+                point[key] = dist[rng.randrange(len(dist))]
+        out.append(point)
+    return out
+
+
+def _resolve_base(target: str, here: Path) -> Path | None:
+    for folder in (here, Path.cwd(), PROJECT_ROOT):
+        candidate = (folder / target).expanduser()
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and check a spec file.
+
+    Raises
+    ------
+    ScenarioError
+        For an unreadable file, a bad field, a missing base scenario, an unknown key, an empty
+        list or a value of the wrong type; each problem names the spec's file:line:col.
+    """
+    path = Path(path)
+    data, positions = read_yaml_file(path)
+    if not isinstance(data, dict):
+        raise ScenarioError.single(
+            positions.get((), Position(str(path))), "", "a sweep spec must be a YAML mapping"
+        )
+    try:
+        model = SweepSpecModel.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_validation_problems(exc, data, positions)) from None
+    if not (model.grid or model.zip or model.samples):
+        raise ScenarioError.single(
+            positions.get((), Position(str(path))), "", "give grid, zip or samples: no points"
+        )
+    spec = spec_from_model(model, path, positions)
+    _check_values(spec)
+    return spec
+
+
+def spec_from_model(
+    model: SweepSpecModel, path: Path, positions: Positions | None = None
+) -> SweepSpec:
+    """A spec from its validated fields (``path`` names it and anchors a relative base);
+    used by :func:`load_spec` and by plan search, which writes its candidates as a ``zip``."""
+    positions = positions or {}
+    base_path = _resolve_base(model.base, path.parent)
+    if base_path is None:
+        raise ScenarioError.single(
+            positions.get(("base",), Position(str(path))),
+            "base",
+            f"base scenario {model.base!r} not found",
+        )
+    base_data, base_positions = read_yaml_file(base_path)
+    base_data = expand_includes(
+        base_data, base_positions, base_path.parent, [Path.cwd(), PROJECT_ROOT]
+    )
+    return SweepSpec(path, model, base_path, base_data, base_positions, positions)
+
+
+def _value_sites(spec: SweepSpec) -> list[tuple[str, Any, Position, Position]]:
+    """(key, value, where the value was written, where the key was) for every swept and set
+    value."""
+    m, pos = spec.model, spec.positions
+    sites = [(k, v, pos[("set", k)], pos[("set", k)]) for k, v in m.set.items()]
+    for section in ("grid", "zip"):
+        for key, values in getattr(m, section).items():
+            at = pos[(section, key)]
+            sites += [(key, v, pos[(section, key, i)], at) for i, v in enumerate(values)]
+    if m.samples:
+        for key, dist in m.samples.keys.items():
+            where = ("samples", "keys", key)
+            if isinstance(dist, Range):
+                probe = [dist.low, dist.high]
+                sites += [
+                    (key, int(round(v)) if dist.integer else v, pos[where], pos[where])
+                    for v in probe
+                ]
+            else:
+                sites += [(key, v, pos[where + (i,)], pos[where]) for i, v in enumerate(dist)]
+    return sites
+
+
+def _check_values(spec: SweepSpec) -> None:
+    """Apply each value on its own to the base; a field-level error about the key itself is a
+    spec error, located at the value in the spec. Errors elsewhere (cross-section
+    consistency, validators of an enclosing section) only make some points infeasible."""
+    base_set = {k: v for k, v in spec.model.set.items()}
+    problems: list[Problem] = []
+    seen: set[tuple[str, str]] = set()
+    for key, value, where, key_at in _value_sites(spec):
+        shown = override_text(key, value)
+        if (key, shown) in seen:
+            continue
+        seen.add((key, shown))
+        data = copy.deepcopy(spec.base_data)
+        positions = dict(spec.base_positions)
+        overrides = [override_text(k, v) for k, v in {**base_set, key: value}.items()]
+        try:
+            build_scenario(data, positions, str(spec.base_path), overrides)
+        except ScenarioError as exc:
+            if not _field_level(data):
+                continue  # a consistency finding: this point will be infeasible, not wrong
+            for p in exc.problems:
+                if p.field == key and p.message == "unknown field":
+                    problems.append(Problem(key_at, key, p.message))
+                elif p.field == key or p.field.startswith((key + ".", key + "[")):
+                    problems.append(Problem(where, key, p.message))
+                elif p.position.source.startswith("--set ") and not p.field:
+                    problems.append(Problem(where, key, p.message))
+    if problems:
+        raise ScenarioError(problems)
+
+
+def _field_level(data: Any) -> bool:
+    """Whether ``data`` (overrides applied) fails the schema itself, not only the checks."""
+    try:
+        Scenario.model_validate(data)
+    except ValidationError:
+        return True
+    except (TypeError, ValueError):
+        return True
+    return False

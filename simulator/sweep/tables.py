@@ -1,0 +1,93 @@
+"""Tables of a sweep's results: the points with their headline metrics, and deltas against the
+base scenario. Each function takes the results frame and returns a DataFrame."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+HEADLINE = ["step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes", "exposed_comm_fraction"]
+
+
+def best_point(frame: pd.DataFrame, metric: str = "step_time_s") -> int | None:
+    """Index (``point``) of the best simulated point that fits in memory: lowest ``metric`` for
+    times and memory, highest for MFU, HFU and throughput. None if no point ran ``ok``."""
+    ok = frame[(frame["status"] == "ok") & (frame["point"] >= 0)]
+    if ok.empty or metric not in ok:
+        return None
+    values = ok[metric].astype(float)
+    row = values.idxmax() if higher_is_better(metric) else values.idxmin()
+    return int(ok.loc[row, "point"])
+
+
+def higher_is_better(metric: str) -> bool:
+    return metric in ("mfu", "hfu", "tokens_per_s", "model_tflops_per_gpu", "overlap_fraction")
+
+
+def points_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Swept values, status, headline metrics and reason of every point (base first), with
+    ``best`` marking the fastest point that fits."""
+    cols = ["point", *keys, "status"] + [m for m in HEADLINE if m in frame] + ["reason"]
+    shown = frame.sort_values("point")[[c for c in cols if c in frame]].copy()
+    best = best_point(frame)
+    shown.insert(1, "best", shown["point"] == best)
+    return shown.reset_index(drop=True)
+
+
+def deltas_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Each point against the base scenario (point -1): step time, MFU, tokens/s and peak
+    memory, as values and relative changes (``d_*``: (point - base) / base)."""
+    base = frame[frame["point"] == -1]
+    pts = frame[frame["point"] >= 0].sort_values("point")
+    out = pts[["point", *[k for k in keys if k in pts], "status"]].copy()
+    metrics = [m for m in ("step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes") if m in pts]
+    for m in metrics:
+        out[m] = pts[m].astype(float)
+        if base.empty or m not in base or pd.isna(base[m].iloc[0]):
+            out["d_" + m] = float("nan")
+        else:
+            b = float(base[m].iloc[0])
+            out["d_" + m] = (pts[m].astype(float) - b) / b
+    return out.reset_index(drop=True)
+
+
+def format_table(table: pd.DataFrame, keys: list[str] = ()) -> str:
+    """Human units for the terminal: seconds, percentages, GB (1e9 bytes); swept values as
+    written ("base" on the base scenario's row)."""
+    shown = table.copy()
+    for col in shown.columns:
+        if col in keys:
+            shown[col] = [
+                "base" if p == -1 else _value(v)
+                for p, v in zip(table["point"], table[col], strict=True)
+            ]
+        elif col in ("mfu", "exposed_comm_fraction"):
+            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.1%}")
+        elif col.startswith("d_"):
+            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:+.1%}")
+        elif col == "peak_memory_bytes":
+            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v / 1e9:,.1f} GB")
+        elif col in ("step_time_s", "estimate_s"):
+            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:,.4g}")
+        elif col == "tokens_per_s":
+            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:,.0f}")
+        elif col == "best":
+            shown[col] = shown[col].map(lambda v: "*" if v else "")
+        elif col == "reason":
+            shown[col] = shown[col].map(_short)
+    shown = shown.rename(columns={"peak_memory_bytes": "peak_memory", "point": "pt"})
+    return shown.to_string(index=False)
+
+
+def _value(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _short(text) -> str:
+    if not isinstance(text, str):
+        return ""
+    first = text.splitlines()[0] if text else ""
+    return first if len(first) <= 90 else first[:87] + "..."

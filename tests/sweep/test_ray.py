@@ -1,0 +1,25 @@
+"""The Ray backend on a small local Ray (one CPU) gives the local backend's results."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from simulator.sweep.runner import make_backend, run_sweep
+from simulator.sweep.spec import load_spec
+
+ray = pytest.importorskip("ray")
+
+
+def test_ray_gives_the_local_results(write_spec, tmp_path):
+    spec = load_spec(write_spec("grid:\n  parallelism.zero: [0, 1]\n  parallelism.tp: [2, 3]\n"))
+    local = run_sweep(spec, tmp_path / "local", make_backend("local", workers=1), progress=False)
+    on_ray = run_sweep(spec, tmp_path / "ray", make_backend("ray", workers=1), progress=False)
+    assert not ray.is_initialized()  # the backend shuts down the Ray it started
+    assert set(on_ray["status"]) == {"ok", "infeasible"}
+    cols = ["point", "scenario_hash", "status", "reason", "step_time_s", "mfu", "warnings"]
+    # the step simulation is deterministic, so the numbers are identical, not just close
+    pd.testing.assert_frame_equal(
+        local[cols].sort_values("point").reset_index(drop=True),
+        on_ray[cols].sort_values("point").reset_index(drop=True),
+    )

@@ -1,0 +1,111 @@
+"""Spec files: expansion of grid, zip and samples; bad specs fail before any point runs."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.scenario import ScenarioError
+from simulator.sweep import adapter
+from simulator.sweep.spec import Range, Samples, draw_samples, load_spec, override_text
+
+
+def test_grid_is_the_product_in_order(write_spec):
+    spec = load_spec(write_spec("grid:\n  parallelism.tp: [1, 2]\n  parallelism.pp: [1, 2, 4]\n"))
+    values = [p.values for p in spec.points()]
+    assert len(values) == 6
+    assert values[0] == {"parallelism.tp": 1, "parallelism.pp": 1}
+    assert values[1] == {"parallelism.tp": 1, "parallelism.pp": 2}
+    assert values[-1] == {"parallelism.tp": 2, "parallelism.pp": 4}
+
+
+def test_zip_walks_lists_together_and_multiplies_the_grid(write_spec):
+    spec = load_spec(
+        write_spec(
+            "grid:\n  parallelism.zero: [0, 1]\n"
+            "zip:\n  parallelism.tp: [1, 2, 4]\n  parallelism.pp: [4, 2, 1]\n"
+        )
+    )
+    values = [p.values for p in spec.points()]
+    assert len(values) == 2 * 3
+    assert [(v["parallelism.tp"], v["parallelism.pp"]) for v in values[:3]] == [
+        (1, 4),
+        (2, 2),
+        (4, 1),
+    ]
+    assert spec.keys == ["parallelism.zero", "parallelism.tp", "parallelism.pp"]
+
+
+def test_samples_are_seeded_and_within_their_ranges():
+    samples = Samples(
+        count=50,
+        seed=7,
+        keys={
+            "parallelism.tp": [1, 2, 4],
+            "training.micro_batch": Range(low=1, high=8, log=True, integer=True),
+        },
+    )
+    a, b = draw_samples(samples), draw_samples(samples)
+    assert a == b  # same seed, same points
+    assert a != draw_samples(samples.model_copy(update={"seed": 8}))
+    assert {p["parallelism.tp"] for p in a} == {1, 2, 4}  # 50 draws of 3 choices hit all
+    assert all(1 <= p["training.micro_batch"] <= 8 for p in a)
+    assert all(isinstance(p["training.micro_batch"], int) for p in a)
+
+
+@pytest.mark.parametrize("value", [4, "400 Gb/s", [1, 4], {"a": 1}, True, 1e-6, "1e9", "on", None])
+def test_override_text_reads_back_the_same_value(value):
+    from simulator.scenario.loader import parse_override
+
+    assert parse_override(override_text("a.b", value)) == (("a", "b"), value)
+
+
+def _error(spec_path) -> str:
+    with pytest.raises(ScenarioError) as exc:
+        load_spec(spec_path)
+    return str(exc.value)
+
+
+def test_unknown_key_names_the_spec_line_and_column(write_spec):
+    path = write_spec("grid:\n  parallelism.tp: [1, 2]\n  parallelism.tpp: [1]\n")
+    # line 1 is "base:", so the grid's second key is on line 4, column 3
+    assert _error(path).startswith(f"{path}:4:3: parallelism.tpp: unknown field")
+
+
+def test_wrong_type_names_the_value(write_spec):
+    path = write_spec("grid:\n  parallelism.tp: [1, two]\n")
+    message = _error(path)
+    assert message.startswith(f"{path}:3:23: parallelism.tp:")
+    assert "integer" in message
+
+
+def test_empty_list_and_unequal_zip(write_spec):
+    path = write_spec("grid:\n  parallelism.tp: []\n")
+    assert _error(path).startswith(f"{path}:3:3: grid.parallelism.tp: List should have at least 1")
+    path = write_spec("zip:\n  parallelism.tp: [1, 2]\n  parallelism.pp: [1]\n")
+    assert "equal lengths" in _error(path)
+
+
+def test_missing_base_and_no_points(write_spec, tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("base: nowhere.yaml\ngrid: {parallelism.tp: [1]}\n")
+    assert _error(spec).startswith(f"{spec}:1:1: base: base scenario 'nowhere.yaml' not found")
+    assert "no points" in _error(write_spec("name: x\n"))
+
+
+def test_inconsistent_values_are_not_spec_errors(write_spec):
+    # tp 3 does not divide 32 heads: the point is infeasible, the spec is fine
+    spec = load_spec(write_spec("grid:\n  parallelism.tp: [2, 3]\n"))
+    assert len(spec.points()) == 2
+
+
+def test_bad_spec_exits_2_before_any_point_runs(write_spec, monkeypatch):
+    calls = []
+    monkeypatch.setattr(adapter, "simulate", lambda s: calls.append(s))
+    path = write_spec("grid:\n  parallelism.tp: [1, 2]\n  parallelism.tpp: [1]\n")
+    result = CliRunner().invoke(app, ["sweep", str(path), "--workers", "1", "--no-progress"])
+    assert result.exit_code == 2
+    assert f"{path}:4:3: parallelism.tpp: unknown field" in result.stderr
+    assert "Traceback" not in result.output
+    assert calls == []

@@ -62,6 +62,14 @@ class RankGrid:
             offsets = [o + i * st[d] for o in offsets for i in range(self._degree(d))]
         return tuple(sorted(base + o for o in offsets))
 
+    def groups(self, *dims: str) -> list[tuple[int, ...]]:
+        """Every group over ``dims``, each once, ordered by its first rank."""
+        seen: dict[int, tuple[int, ...]] = {}
+        for r in range(self.size):
+            g = self.group(r, *dims)
+            seen.setdefault(g[0], g)
+        return [seen[k] for k in sorted(seen)]
+
     def ep_group(self, rank: int) -> tuple[int, ...]:
         """The expert-parallel group: ``ep`` consecutive (dp, cp) positions, same tp and pp."""
         c = self.coords(rank)

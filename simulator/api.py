@@ -347,17 +347,77 @@ def step_metrics(sim: Simulation, step: StepGraph) -> metrics.StepMetrics:
 
 @dataclass(frozen=True)
 class RunResult:
-    """One simulated step: its metrics, the trace, the memory timeline (DataFrames)."""
+    """One simulated step: its metrics, the trace, the memory timeline (DataFrames).
+
+    With perturbations (stragglers, slow links), ``healthy_step_time_s`` is the same step
+    without them, for the slowdown."""
 
     metrics: metrics.StepMetrics
     trace: pd.DataFrame
     memory: pd.DataFrame
     links: pd.DataFrame | None = None  # utilisation over time of the busiest links
+    healthy_step_time_s: float | None = None
 
     @property
     def summary(self) -> dict:
         """The metrics as a plain dict (summary.json)."""
-        return self.metrics.as_dict()
+        out = self.metrics.as_dict()
+        if self.healthy_step_time_s is not None:
+            out["healthy_step_time_s"] = self.healthy_step_time_s
+            out["straggler_slowdown"] = self.metrics.step_time_s / self.healthy_step_time_s
+        return out
+
+
+FULL_MODE_MAX_GPUS = 1024  # past this, a slow rank stands for its pipeline stage (see run)
+
+
+def scenario_perturbations(scenario: Scenario) -> list[Perturbation]:
+    """The scenario's ``failures.stragglers`` (slow GPUs and links) as perturbations.
+
+    A flapping link counts as degraded for the whole step (the step's worst case); a link that
+    is down would need rerouting, which the step simulation does not model (ValueError)."""
+    f = scenario.failures
+    if f is None:
+        return []
+    out: list[Perturbation] = [SlowCompute(g.rank, g.slowdown) for g in f.stragglers.gpus]
+    for i, link in enumerate(f.stragglers.links):
+        if link.down:
+            raise ValueError(
+                f"failures.stragglers.links.{i}: a link that is down needs rerouting, which the "
+                "step simulation does not model; give the fraction of bandwidth left instead"
+            )
+        out.append(SlowLink(_node(link.src), _node(link.dst), link.fraction))
+    return out
+
+
+def _node(name):
+    """Topology node ids: devices are integers, a YAML "12" names device 12 too."""
+    return int(name) if isinstance(name, str) and name.isdigit() else name
+
+
+def _placed(scenario: Scenario, perturbations) -> tuple[Scenario, list]:
+    """Where slow ranks are simulated: every rank (full mode) up to ``FULL_MODE_MAX_GPUS``;
+    beyond, the slow rank's stage representative. Training is synchronous, so every replica
+    waits for the slowest at the gradient synchronisation and a slow rank gates its TP, CP and
+    pipeline peers: the step is that of its stage slowed in every replica, bar the network's
+    contention details."""
+    slow = [p for p in perturbations if isinstance(p, SlowCompute)]
+    for p in slow:
+        if not 0 <= p.rank < scenario.num_gpus:
+            raise ValueError(f"rank {p.rank} is not in the job's {scenario.num_gpus} GPUs")
+    if not slow or scenario.simulation.mode == "full":
+        return scenario, list(perturbations)
+    if scenario.num_gpus <= FULL_MODE_MAX_GPUS:
+        full = scenario.simulation.model_copy(update={"mode": "full"})
+        return scenario.model_copy(update={"simulation": full}), list(perturbations)
+    grid = make_plan(scenario).grid
+    placed = [
+        SlowCompute(grid.rank(tp=0, cp=0, dp=0, pp=grid.coords(p.rank)["pp"]), p.factor)
+        if isinstance(p, SlowCompute)
+        else p
+        for p in perturbations
+    ]
+    return scenario, placed
 
 
 def run(
@@ -371,14 +431,21 @@ def run(
 
     ``topo`` and ``compute_model`` default to the scenario's; tests pass idealised ones.
     ``track_links`` records every link's load over time (for the run report).
-    ``perturbations`` slow ranks or links (:mod:`simulator.schedule.perturb`); slowing a rank
-    simulates every rank (full mode).
+    ``perturbations`` slow ranks or links (:mod:`simulator.schedule.perturb`), added to the
+    scenario's own ``failures.stragglers``; then the healthy step is simulated too, for the
+    slowdown. Slowing a rank simulates every rank up to 1,024 GPUs (see :func:`_placed`).
     """
-    if any(isinstance(p, SlowCompute) for p in perturbations):
-        scenario = scenario.model_copy(
-            update={"simulation": scenario.simulation.model_copy(update={"mode": "full"})}
-        )
+    perturbations = [*perturbations, *scenario_perturbations(scenario)]
     topo = topo or build_topology(scenario.cluster)
+    healthy = None
+    if perturbations:
+        healthy = _run_once(scenario, topo, compute_model, False, []).metrics.step_time_s
+        scenario, perturbations = _placed(scenario, perturbations)
+    result = _run_once(scenario, topo, compute_model, track_links, perturbations)
+    return dataclasses.replace(result, healthy_step_time_s=healthy)
+
+
+def _run_once(scenario, topo, compute_model, track_links, perturbations) -> RunResult:
     step = perturb(build_step(build_plan(scenario, topo), compute_model), perturbations)
     sim = simulate(step, topo, perturbations, track_links)
     m = step_metrics(sim, step)

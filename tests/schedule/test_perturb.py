@@ -67,3 +67,58 @@ def test_a_slow_link_slows_the_collectives_that_cross_it():
     assert slowed.exposed_comm_fraction > healthy.exposed_comm_fraction
     with pytest.raises(ValueError, match="fraction"):
         SlowLink(src, dst, 0.0)
+
+
+STRAGGLER = "failures: {stragglers: {gpus: [{rank: 5, factor: 2}]}}"
+
+
+def test_configured_straggler_reports_the_slowdown():
+    s = load_scenario_text(TP_JOB.replace("simulation: {mode: full}", STRAGGLER))
+    r = api.run(s)
+    assert r.summary["healthy_step_time_s"] == pytest.approx(
+        api.run(load_scenario_text(TP_JOB)).summary["step_time_s"], rel=1e-12
+    )
+    assert r.summary["straggler_slowdown"] == pytest.approx(
+        r.summary["step_time_s"] / r.summary["healthy_step_time_s"]
+    )
+    assert 1.5 < r.summary["straggler_slowdown"] <= 2.0
+    assert r.summary["simulated_ranks"] == 8  # a small job: every rank simulated
+
+
+def test_large_jobs_slow_the_stragglers_stage_representative(monkeypatch):
+    # Past FULL_MODE_MAX_GPUS a slow rank stands for its stage in every replica: synchronous
+    # training makes every replica wait for it at the gradient all-reduce. Here that
+    # approximation gives the full simulation's step time exactly.
+    s = load_scenario_text(TP_JOB.replace("simulation: {mode: full}", STRAGGLER))
+    full = api.run(s).summary["step_time_s"]
+    monkeypatch.setattr(api, "FULL_MODE_MAX_GPUS", 4)
+    approx = api.run(s)
+    assert approx.summary["simulated_ranks"] == 1
+    assert approx.summary["step_time_s"] == pytest.approx(full, rel=1e-9)
+
+
+def test_a_straggler_in_another_replica_costs_the_healthy_ones_only_waiting():
+    # Rank 5 is in the second DP replica: rank 1 (first replica) computes as fast as before
+    # and waits for rank 5 at the gradient all-reduce instead.
+    s = load_scenario_text(TP_JOB.replace("simulation: {mode: full}", STRAGGLER))
+    healthy = api.run(load_scenario_text(TP_JOB))
+    slow = api.run(s)
+    assert _compute_time(slow, 1) == pytest.approx(_compute_time(healthy, 1), rel=1e-9)
+    waited = slow.trace[(slow.trace["rank"] == 1) & (slow.trace["name"] == "dp_all_reduce")]
+    before = healthy.trace[
+        (healthy.trace["rank"] == 1) & (healthy.trace["name"] == "dp_all_reduce")
+    ]
+    assert waited["start_s"].min() > before["start_s"].min() * 1.5
+
+
+def test_down_links_and_ranks_outside_the_job_are_refused():
+    s = load_scenario_text(
+        TP_JOB.replace(
+            "simulation: {mode: full}",
+            "failures: {stragglers: {links: [{src: 0, dst: nvswitch0, down: true}]}}",
+        )
+    )
+    with pytest.raises(ValueError, match="down needs rerouting"):
+        api.run(s)
+    with pytest.raises(ValueError, match="not in the job"):
+        api.run(load_scenario_text(TP_JOB), perturbations=[SlowCompute(99, 2.0)])

@@ -58,3 +58,38 @@ def test_same_seed_same_result_other_seed_other_result():
     ettr_a, ettr_c = a.per_seed["ettr"].to_numpy(), c.per_seed["ettr"].to_numpy()
     np.testing.assert_array_equal(ettr_a[1:], ettr_c[:-1])  # seeds 12-15 in both runs
     assert ettr_a[0] != ettr_c[0]  # seed 11 against seed 12
+
+
+def test_a_weibull_shape_one_cause_simulates_as_the_exponential_one():
+    from simulator.failures.model import resolve_job
+    from simulator.scenario import load_scenario_text
+
+    text = """\
+model: llama3-8b
+cluster: {accelerator: H100, gpus: 16}
+training: {global_batch: 16, seq_len: 4096}
+failures:
+  causes: {gpu: {rate: 1 / 16 / 6 h, LAW}}
+"""
+    exp = load_scenario_text(text.replace("LAW", "law: exponential"))
+    wei = load_scenario_text(text.replace("LAW", "law: weibull, shape: 1"))
+    a = simulate_seeds(resolve_job(exp, 1.0, 1e11), 10, 5)
+    b = simulate_seeds(resolve_job(wei, 1.0, 1e11), 10, 5)
+    assert a.per_seed.equals(b.per_seed)
+
+
+@pytest.mark.parametrize("law", ["exponential", "lognormal", "fixed"])
+def test_repair_times_keep_their_mean(law):
+    from simulator.failures.arrivals import RepairTimes
+
+    repairs = RepairTimes(0, law, 2 * DAY, 1.0)
+    draws = np.array([repairs.draw() for _ in range(20000)])
+    # 20,000 draws, CV <= 1.31 (lognormal sigma 1): standard error of the mean < 1%
+    assert draws.mean() == pytest.approx(2 * DAY, rel=0.04)
+
+
+def test_periodic_maintenance_comes_every_period():
+    from simulator.failures.arrivals import maintenance_times
+
+    times = maintenance_times(5, 1 / DAY, True, 54 * DAY)
+    assert len(times) == 54 and np.diff(times) == pytest.approx(DAY)

@@ -106,3 +106,13 @@ def test_async_checkpoint_lost_if_the_failure_comes_before_the_drain_ends():
     failures = 54 * 24 / 10  # 1 per 10 h
     # lost work per failure: ~I/2 blocking, ~I/2 + drain async (1,800 s more), in hours
     assert (a - b) / failures == pytest.approx(0.5, rel=0.15)
+
+
+def test_planned_maintenance_saves_first_and_loses_no_work():
+    # only maintenance, once a day at a fixed period: each costs a save (60 s), 10 min down
+    # and a restart (600 s); no training is ever rolled back
+    m = job(cause_rate_s=[0.0], maintenance_rate_s=1 / DAY, maintenance_duration_s=600.0)
+    r = simulate_job(m, 10 * DAY, 3)
+    assert r.counts[-1] == 10 and r.lost_s["lost_work"] == 0.0
+    completed = r.counts[-1] - 1  # the last one may run past the horizon
+    assert completed * 1260.0 <= r.lost_s["maintenance"] <= 10 * 1260.0

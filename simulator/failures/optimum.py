@@ -52,6 +52,9 @@ def kokolis_ettr(rate: float, restart: float, interval: float, write: float) -> 
     First order in ``rate x (restart + interval)``: it charges each failure half an interval
     of lost work and one restart, and ignores failures during restarts and checkpoint writes,
     waiting for spares, and non-exponential arrivals. It holds when the job's MTTI is much
-    longer than ``restart + interval``; it overestimates ETTR as they become comparable.
+    longer than ``restart + interval``. As they become comparable it underestimates ETTR:
+    a failure soon after a restart loses less than half an interval, and the linear term
+    keeps charging it in full (1 h MTTI, 10 min restart, 30 min interval: 0.56 against 0.63
+    simulated).
     """
     return (1.0 - rate * (restart + interval / 2.0)) / (1.0 + write / interval)

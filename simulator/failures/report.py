@@ -98,6 +98,8 @@ def draw_sweep(sweep: pd.DataFrame, optimum: dict, path: Path, title: str) -> No
                 label=f"{name.capitalize()} {optimum[name] / 60:.1f} min",
             )
     ax.set_xscale("log")
+    ticks = [t for t in (1, 2, 5, 10, 20, 30, 60, 120, 240, 480) if x.min() <= t <= x.max()]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel("checkpoint interval (min of training)")
     ax.set_ylabel("ETTR")
     ax.set_title(title)

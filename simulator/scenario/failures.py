@@ -192,14 +192,13 @@ class SlowGPU(Frozen):
 
 
 class SlowLink(Frozen):
-    """A link between two topology nodes at ``fraction`` of its bandwidth, or ``down`` (routed
-    around); ``flap_period`` makes it alternate between healthy and degraded."""
+    """A link between two topology nodes at ``fraction`` of its bandwidth, or ``down`` (its
+    traffic routed around it)."""
 
     src: str | int
     dst: str | int
     fraction: Fraction | None = None
     down: bool = False
-    flap_period: Seconds | None = None
 
     @model_validator(mode="after")
     def one_of(self):
@@ -219,9 +218,25 @@ class RandomStragglers(Frozen):
 
 
 class Stragglers(Frozen):
+    """Slow parts inside the step (``gpus``, ``links``: through the step layer's perturb
+    seam) and the random straggler model that inflates the job-level step time."""
+
     gpus: list[SlowGPU] = []
     links: list[SlowLink] = []
     random: RandomStragglers | None = None
+
+    def in_step(self) -> list[tuple]:
+        """The fixed stragglers as plain tuples for the step layer:
+        ``("slow_compute", rank, factor)`` and ``("slow_link", src, dst, fraction)``
+        (fraction 0 for a link that is down).
+
+        >>> Stragglers(gpus=[{"rank": 3, "power_cap": 0.5}]).in_step()
+        [('slow_compute', 3, 2.0)]
+        """
+        out: list[tuple] = [("slow_compute", g.rank, g.slowdown) for g in self.gpus]
+        for link in self.links:
+            out.append(("slow_link", link.src, link.dst, 0.0 if link.down else link.fraction))
+        return out
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -255,7 +270,12 @@ PRESETS: dict[str, dict[str, Any]] = {
             },
             "gpu_sram": {"rate": "19 / 16384 / 54 d", "per": "gpu", "category": "GPU"},
             "gpu_system_processor": {"rate": "17 / 16384 / 54 d", "per": "gpu", "category": "GPU"},
-            "nic": {"rate": "7 / 2048 / 54 d", "per": "node", "takes_out": "nic", "category": "Host"},
+            "nic": {
+                "rate": "7 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "nic",
+                "category": "Host",
+            },
             "nccl_watchdog": {
                 "rate": "7 / 2048 / 54 d",
                 "per": "node",
@@ -265,7 +285,12 @@ PRESETS: dict[str, dict[str, Any]] = {
             },
             "silent_data_corruption": {"rate": "6 / 16384 / 54 d", "per": "gpu", "category": "GPU"},
             "gpu_thermal": {"rate": "6 / 16384 / 54 d", "per": "gpu", "category": "GPU"},
-            "ssd": {"rate": "3 / 2048 / 54 d", "per": "node", "takes_out": "host", "category": "Host"},
+            "ssd": {
+                "rate": "3 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "host",
+                "category": "Host",
+            },
             "power_supply": {
                 "rate": "3 / 2048 / 54 d",
                 "per": "node",
@@ -290,7 +315,12 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "takes_out": "software",
                 "category": "Dependency",
             },
-            "cpu": {"rate": "2 / 2048 / 54 d", "per": "node", "takes_out": "host", "category": "Host"},
+            "cpu": {
+                "rate": "2 / 2048 / 54 d",
+                "per": "node",
+                "takes_out": "host",
+                "category": "Host",
+            },
             "system_memory": {
                 "rate": "2 / 2048 / 54 d",
                 "per": "node",
@@ -373,7 +403,9 @@ def check_failures(scenario, step_time_s: float | None = None) -> list[Finding]:
     out: list[Finding] = []
     nodes = nodes_of(scenario)
     if f.spares > nodes:
-        out.append((("failures", "spares"), f"{f.spares} hot spares exceed the job's {nodes} nodes"))
+        out.append(
+            (("failures", "spares"), f"{f.spares} hot spares exceed the job's {nodes} nodes")
+        )
     for i, gpu in enumerate(f.stragglers.gpus):
         if gpu.rank >= scenario.num_gpus:
             out.append(

@@ -1,0 +1,124 @@
+"""``trainsim goodput``: the JSON contract, the files of --out, the sweep, exit code 2."""
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.failures.commands import parse_interval_range
+
+runner = CliRunner()
+KEYS = {
+    "step_time_s",
+    "days",
+    "seeds",
+    "interruptions_mean",
+    "interruptions_by_cause",
+    "mtti_hours",
+    "ettr_mean",
+    "ettr_p5",
+    "ettr_p95",
+    "goodput_tokens_per_s",
+    "lost_hours_by_category",
+    "checkpoint_interval_s",
+    "optimal_checkpoint_interval_s",
+}
+# 32 A100 in 4 nodes; one failure per node-day so a few days see some
+SCENARIO = """\
+include: {root}/scenarios/examples/ddp-megatron-1.7b.yaml
+failures:
+  node_rate: 1 / d
+  spares: 1
+  repair: {{law: fixed, mean: 12 h}}
+  restart: {{scheduling: 1 min}}
+  checkpoint: {{interval: 10 min}}
+"""
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory, root):
+    path = tmp_path_factory.mktemp("goodput") / "job.yaml"
+    path.write_text(SCENARIO.format(root=root))
+    return path
+
+
+def _run(*args):
+    return runner.invoke(app, ["goodput", *map(str, args)])
+
+
+def test_json_has_exactly_the_issues_keys(scenario):
+    result = _run(scenario, "--days", 5, "--seeds", 4, "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) == KEYS
+    assert data["seeds"] == 4 and data["days"] == 5
+    assert data["interruptions_by_cause"].keys() == {"node", "maintenance"}
+    assert 0 < data["ettr_p5"] <= data["ettr_mean"] <= data["ettr_p95"] <= 1
+    assert set(data["optimal_checkpoint_interval_s"]) == {"young", "daly"}
+    # 600 s of training rounded up to whole steps
+    steps = data["checkpoint_interval_s"] / data["step_time_s"]
+    assert steps == pytest.approx(round(steps)) and 600 <= data["checkpoint_interval_s"] < 601
+
+
+def test_out_writes_timeline_and_ettr_distribution(scenario, tmp_path):
+    out = tmp_path / "gp"
+    result = _run(
+        scenario,
+        "--days",
+        3,
+        "--seeds",
+        3,
+        "--out",
+        out,
+        "--sweep-checkpoint-interval",
+        "2min:1h:3",
+    )
+    assert result.exit_code == 0, result.output
+    for name in ("timeline.png", "ettr.png", "checkpoint_interval.png", "summary.json"):
+        assert (out / name).stat().st_size > 0
+    timeline = pd.read_parquet(out / "timeline.parquet")
+    assert set(timeline["state"]) >= {"training", "checkpoint"}
+    # segments tile the 3 days of seed 0 without overlap
+    spans = timeline.sort_values("start_s")
+    assert (spans["start_s"].to_numpy()[1:] >= spans["end_s"].to_numpy()[:-1] - 1e-6).all()
+    assert (spans["end_s"] - spans["start_s"]).sum() == pytest.approx(3 * 86400, rel=1e-9)
+    assert len(pd.read_parquet(out / "ettr.parquet")) == 3
+    assert "ETTR against the checkpoint interval" in result.stdout
+    assert len(pd.read_parquet(out / "checkpoint_interval.parquet")) == 3
+
+
+def test_interval_shorter_than_a_step_exits_2_naming_the_option(scenario):
+    result = _run(scenario, "--days", 1, "--seeds", 1, "--set", "failures.checkpoint.interval=0.1")
+    assert result.exit_code == 2
+    assert (
+        "--set failures.checkpoint.interval=0.1: failures.checkpoint.interval: checkpoint "
+        "interval 0.1 s is shorter than one step" in result.stderr
+    )
+
+
+def test_too_many_spares_exits_2_at_file_line_col(tmp_path, root):
+    path = tmp_path / "job.yaml"
+    path.write_text(SCENARIO.format(root=root).replace("spares: 1", "spares: 5"))
+    result = _run(path, "--days", 1, "--seeds", 1)
+    assert result.exit_code == 2
+    assert f"{path}:4:3: failures.spares: 5 hot spares exceed the job's 4 nodes" in result.stderr
+
+
+def test_scenario_without_failures_exits_2(root):
+    result = _run(root / "scenarios/examples/ddp-megatron-1.7b.yaml", "--days", 1)
+    assert result.exit_code == 2
+    assert "failures: no failures: section" in result.stderr
+
+
+def test_bad_sweep_range_exits_2(scenario):
+    result = _run(scenario, "--sweep-checkpoint-interval", "1h:5min")
+    assert result.exit_code == 2 and "0 < A < B" in result.stderr
+
+
+def test_interval_range_is_log_spaced():
+    assert parse_interval_range("1min:100min:3") == pytest.approx([60, 600, 6000])
+    assert len(parse_interval_range("5min:4h")) == 12
+    with pytest.raises(ValueError):
+        parse_interval_range("5min")

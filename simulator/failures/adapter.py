@@ -34,36 +34,10 @@ def checkpoint_bytes(scenario) -> float:
 
 
 def step_inputs(scenario) -> StepInputs:
-    """Step time (s) of the job, with its fixed stragglers once the step layer takes them,
-    and its checkpoint bytes."""
-    perturbations = in_step_perturbations(scenario)
-    if perturbations:
-        step = api.run(scenario, perturbations=perturbations).summary["step_time_s"]
-    else:
-        step = api.run(scenario).summary["step_time_s"]
+    """Step time (s) of the job, with its fixed stragglers (``failures.stragglers.gpus`` and
+    ``links``, which the step simulation applies itself), and its checkpoint bytes."""
+    step = api.run(scenario).summary["step_time_s"]
     return StepInputs(float(step), float(checkpoint_bytes(scenario)))
-
-
-def in_step_perturbations(scenario) -> list:
-    """``failures.stragglers.gpus/links`` as the step layer's perturbations
-    (``simulator.schedule.perturb``: SlowCompute(rank, factor), SlowLink(src, dst, fraction)).
-
-    Until that seam exists (issue 9) they cannot enter the step: a warning says so and the
-    healthy step time is used.
-    """
-    specs = scenario.failures.stragglers.in_step()
-    if not specs:
-        return []
-    try:
-        from simulator.schedule.perturb import SlowCompute, SlowLink
-    except ImportError:
-        log.warning(
-            "failures.stragglers.gpus/links need the step layer's perturb seam (issue 9), "
-            "not there yet: using the healthy step time"
-        )
-        return []
-    kinds = {"slow_compute": SlowCompute, "slow_link": SlowLink}
-    return [kinds[kind](*args) for kind, *args in specs]
 
 
 def step_time_for(scenario):

@@ -93,25 +93,23 @@ def test_random_stragglers_slow_the_job_by_their_expected_inflation():
     assert r.lost_s["degraded"] == pytest.approx(86400 * (1 - 1 / expected), rel=1e-9)
 
 
-def test_fixed_stragglers_wait_for_the_perturb_seam(caplog):
-    from simulator.failures.adapter import in_step_perturbations
+def test_fixed_stragglers_enter_the_step():
+    from simulator import api
+    from simulator.schedule.perturb import SlowCompute, SlowLink
 
     extra = (
         "  stragglers:\n"
         "    gpus: [{rank: 5, factor: 2}, {rank: 9, power_cap: 0.8}]\n"
-        "    links: [{src: 0, dst: 1, down: true}]\n"
+        "    links: [{src: 0, dst: 1, fraction: 0.5}]\n"
     )
     s = load_scenario_text(SCENARIO.split("  causes:")[0] + extra)
     assert s.failures.stragglers.in_step() == [
         ("slow_compute", 5, 2.0),
         ("slow_compute", 9, 1.25),  # capped at 80% of peak: 1 / 0.8 slower
-        ("slow_link", 0, 1, 0.0),
+        ("slow_link", 0, 1, 0.5),
     ]
-    try:
-        import simulator.schedule.perturb  # noqa: F401
-    except ImportError:
-        with caplog.at_level("WARNING"):
-            assert in_step_perturbations(s) == []
-        assert "perturb seam" in caplog.text
-    else:  # the seam has landed: one perturbation per straggler
-        assert len(in_step_perturbations(s)) == 3
+    assert api.scenario_perturbations(s) == [
+        SlowCompute(5, 2.0),
+        SlowCompute(9, 1.25),
+        SlowLink(0, 1, 0.5),
+    ]

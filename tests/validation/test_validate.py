@@ -19,7 +19,7 @@ from simulator.validation import summary_frame, validate
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 5 + 6 + 5 + 10 + 54 + 6 + 3
+    assert len(frame) == 5 + 6 + 5 + 10 + 54 + 6 + 3 + 3
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: ZB-2p's searched schedule
@@ -27,8 +27,10 @@ def test_every_row_within_tolerance():
     # ZeRO-3 rows (the 2021 DeepSpeed implementation's overheads are not modelled).
     assert (failing["expected_miss"] != "").all(), failing.to_string()
     # 5 + the three public FSDP throughput rows, which the simulator overestimates by 21-39%
-    # (eager-framework costs not modelled: issue 10)
-    assert len(failing) <= 8
+    # (eager-framework costs not modelled: issue 10), + Llama 3's 8K-GPU row (out of memory)
+    assert len(failing) <= 9
+    llama = frame[frame["group"] == "Llama 3 Table 4"].set_index("row")
+    assert llama.loc[["llama3-405b-16k", "llama3-405b-16k-128k"], "within"].all()
     summary = summary_frame(frame).set_index("group")
     assert summary.loc["Megatron SC21 Table 1", "worst_abs_error"] <= 0.10
     table2 = frame[frame["group"] == "Megatron SC21 Table 2"]

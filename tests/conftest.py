@@ -23,4 +23,8 @@ def root() -> Path:
 
 def scenario_files() -> list[Path]:
     """Every shipped scenario (the published tables beside them are data, not scenarios)."""
-    return sorted(p for p in (ROOT / "scenarios").rglob("*.yaml") if "published" not in p.parts)
+    return sorted(
+        p
+        for p in (ROOT / "scenarios").rglob("*.yaml")
+        if "published" not in p.parts and not p.name.endswith(".sweep.yaml")  # sweep specs
+    )

@@ -316,7 +316,18 @@ class PlanSearch:
             "gpus": self.gpus,
             "ranked": self.ranked.to_dict("records"),
             "rejected": rejection_summary(self.candidates).to_dict("records"),
+            "own_plan": self._own_plan(),
         }
+
+    def _own_plan(self) -> dict | None:
+        """The scenario's own parallelism, simulated as the sweep's base point."""
+        if self.results.empty:
+            return None
+        base = self.results[self.results["point"] == -1]
+        if base.empty:
+            return None
+        keep = ["status", "reason", "step_time_s", "mfu", "peak_memory_bytes"]
+        return {k: v for k, v in base.iloc[0].to_dict().items() if k in keep}
 
 
 def _candidate_rows(cands: list[Candidate]) -> pd.DataFrame:

@@ -36,12 +36,14 @@ training: {global_batch: 8, micro_batch: 1, seq_len: 1024}
 BIG = ROOT / "scenarios" / "examples" / "gpt3-175b-dgx-a100.yaml"
 
 
-def _spec(folder: Path, base: str | Path, points: int) -> Path:
+def _spec(folder: Path, base: str | Path, points: int, offset: int = 0) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
     if isinstance(base, str):
         (folder / "base.yaml").write_text(base)
         base = folder / "base.yaml"
     spec = folder / "spec.yaml"
-    spec.write_text(f"base: {base}\ngrid:\n  seed: {list(range(1, points + 1))}\n")
+    seeds = list(range(offset + 1, offset + points + 1))
+    spec.write_text(f"base: {base}\ngrid:\n  seed: {seeds}\n")
     return spec
 
 
@@ -73,19 +75,20 @@ def machinery(points: int) -> None:
 
 
 def ray_overhead(points: int, repeats: int) -> None:
-    """Per-point wall time on a 1-CPU local Ray minus in-process, for the same tiny points."""
+    """Per-point wall time on a 1-CPU local Ray minus in-process, for tiny points: on a fresh
+    worker (which starts and imports the simulator once) and on a warm one."""
+    import ray as ray_mod
+
+    import simulator
+
+    package = str(Path(simulator.__file__).parent)
     with tempfile.TemporaryDirectory() as d:
-        spec_path = _spec(Path(d), TINY, points)
-        local, ray = [], []
+        first = _spec(Path(d) / "a", TINY, points)
+        second = _spec(Path(d) / "b", TINY, points, offset=10_000)  # new hashes
+        local, cold, warm = [], [], []
         for _ in range(repeats):
-            t, _ = _timed_sweep(spec_path, make_backend("local", 1))
-            local.append(t)
+            local.append(_timed_sweep(first, make_backend("local", 1))[0])
             start = time.perf_counter()
-            import ray as ray_mod
-
-            import simulator
-
-            package = str(Path(simulator.__file__).parent)
             ray_mod.init(
                 num_cpus=1,
                 include_dashboard=False,
@@ -93,14 +96,15 @@ def ray_overhead(points: int, repeats: int) -> None:
                 runtime_env={"py_modules": [package]},
             )
             init = time.perf_counter() - start
-            t, _ = _timed_sweep(spec_path, make_backend("ray", 1))
+            cold.append(_timed_sweep(first, make_backend("ray", 1))[0])
+            warm.append(_timed_sweep(second, make_backend("ray", 1))[0])
             ray_mod.shutdown()
-            ray.append(t)
-        lo, ra = statistics.median(local), statistics.median(ray)
+        n = points + 1  # the base scenario runs too
+        lo, co, wa = (statistics.median(x) / n * 1e3 for x in (local, cold, warm))
         print(
-            f"ray: {points} tiny points, in-process {lo / points * 1e3:.1f} ms/point, Ray (1 CPU,"
-            f" started) {ra / points * 1e3:.1f} ms/point: overhead {(ra - lo) / points * 1e3:.1f}"
-            f" ms/point (median of {repeats}); ray.init itself {init:.1f} s"
+            f"ray: {points} tiny points, in-process {lo:.1f} ms/point; Ray (1 CPU) on a warm "
+            f"worker {wa:.1f} ms/point = overhead {wa - lo:.1f} ms/point; first sweep on a fresh "
+            f"worker {co:.1f} ms/point (median of {repeats}); ray.init itself {init:.1f} s"
         )
 
 

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from simulator.sweep.backends import cpu_count
-from simulator.sweep.runner import make_backend, resolve_points, run_sweep
-from simulator.sweep.spec import load_spec
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's simulator
+
+from simulator.sweep.backends import cpu_count  # noqa: E402
+from simulator.sweep.runner import make_backend, resolve_points, run_sweep  # noqa: E402
+from simulator.sweep.spec import load_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = """\

@@ -22,9 +22,9 @@ def root() -> Path:
 
 
 def scenario_files() -> list[Path]:
-    """Every shipped scenario (the published tables beside them are data, and sweep and study
-    specs are not scenarios)."""
-    not_scenarios = {"published", "sweeps", "studies"}
+    """Every shipped scenario (the published tables beside them are data, not scenarios)."""
     return sorted(
-        p for p in (ROOT / "scenarios").rglob("*.yaml") if not not_scenarios & set(p.parts)
+        p
+        for p in (ROOT / "scenarios").rglob("*.yaml")
+        if "published" not in p.parts and not p.name.endswith(".sweep.yaml")  # sweep specs
     )

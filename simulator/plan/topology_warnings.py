@@ -40,9 +40,7 @@ _PER_LAYER = ("tp", "cp", "ep")
 def rank_grid(scenario: Scenario) -> RankGrid:
     """The scenario's rank grid (degrees and layout order)."""
     p = scenario.parallelism
-    return RankGrid(
-        dp=scenario.dp, pp=p.pp, cp=p.cp, tp=p.tp, ep=p.ep, order=tuple(p.order)
-    )
+    return RankGrid(dp=scenario.dp, pp=p.pp, cp=p.cp, tp=p.tp, ep=p.ep, order=tuple(p.order))
 
 
 def communication_groups(scenario: Scenario) -> dict[str, list[tuple[int, ...]]]:
@@ -186,12 +184,18 @@ def _straddle_warnings(topo: Topology, groups: dict[str, list[tuple[int, ...]]])
         if not crossing:
             continue
         if size <= domain:
-            fits = [k for k in range(size, 0, -1) if domain % k == 0][0]
+            if domain % size:
+                fits = [k for k in range(size, 0, -1) if domain % k == 0][0]
+                hint = f"a group size dividing {domain}, e.g. {fits}, stays inside"
+            else:
+                hint = (
+                    "its ranks are strided by the inner dimensions of parallelism.order; "
+                    "an order or degrees that keep it contiguous stay inside"
+                )
             out.append(
                 f"{crossing} of {len(gs)} {kind.upper()} groups ({size} ranks each) straddle "
                 f"NVLink domains of {domain} GPUs although a group fits in one: their "
-                f"{kind.upper()} traffic crosses the scale-out network (a group size dividing "
-                f"{domain}, e.g. {fits}, or another parallelism.order stays inside)"
+                f"{kind.upper()} traffic crosses the scale-out network ({hint})"
             )
         elif kind == "tp":
             out.append(

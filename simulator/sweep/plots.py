@@ -33,7 +33,10 @@ def _label(key: str) -> str:
 
 
 def _order(values: pd.Series) -> list:
-    uniq = list(dict.fromkeys(values.tolist()))
+    seen: dict[str, object] = {}
+    for v in values.tolist():  # lists (oversubscription) are unhashable: key by their text
+        seen.setdefault(_text(v), v)
+    uniq = list(seen.values())
     try:
         return sorted(uniq, key=_sort_key)
     except TypeError:
@@ -162,8 +165,8 @@ def heatmap(frame: pd.DataFrame, metric: str, x: str, y: str, path: Path, title:
         else:
             notes[(i, j)] = {"oom": "OOM", "infeasible": "n/a", "error": "error"}[status]
     fig, ax = plt.subplots(figsize=(1.2 * len(xs) + 3, 0.8 * len(ys) + 2))
-    cmap = plt.get_cmap("viridis" if higher_is_better(metric) else "viridis_r").copy()
-    cmap.set_bad("#dddddd")
+    cmap = plt.get_cmap("viridis" if higher_is_better(metric) else "viridis_r")
+    cmap = cmap.with_extremes(bad="#dddddd")
     im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto", origin="lower")
     fig.colorbar(im, ax=ax, label=_label(metric))
     fmt = "{:.1%}" if metric in ("mfu", "hfu") else "{:,.3g}"

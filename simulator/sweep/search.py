@@ -112,7 +112,7 @@ def enumerate_choices(s: Scenario, hw: Machine) -> tuple[list[Choice], list[Cand
             if t.seq_len % (2 * cp):
                 continue
             for pp in _powers_of_two(min(MAX_DEGREE, m.layers, hw.gpus // (tp * cp))):
-                if hw.gpus % (tp * cp * pp):
+                if hw.gpus % (tp * cp * pp) or stage_split(m.layers, pp) is None:
                     continue
                 dp = hw.gpus // (tp * cp * pp)
                 if t.global_batch % dp:
@@ -154,20 +154,33 @@ def _variants(s: Scenario, tp, pp, cp, ep, dp) -> list[Choice]:
             micro = per_replica // mb
             if schedule == "interleaved" and (micro % pp or s.model.layers % (2 * pp)):
                 continue
+            if schedule.startswith("zb") and s.model.layers % pp:  # uneven stages: 1F1B only
+                continue
             for zero in zeros:
                 for rc in RECOMPUTE:
                     out.append(Choice(tp, pp, cp, ep, dp, zero, schedule, mb, rc))
     return out
 
 
+def stage_split(layers: int, pp: int) -> tuple[int | None, int | None] | None:
+    """(first, last) stage layers for ``pp`` stages: (None, None) when the layers split
+    evenly, shorter first and last stages around ``ceil(layers / pp)``-layer middle stages
+    otherwise (Llama 3 405B: 126 = 7 + 14 x 8 + 7), None if neither works."""
+    if layers % pp == 0:
+        return None, None
+    if pp <= 2:
+        return None
+    per = -(-layers // pp)
+    rest = layers - (pp - 2) * per
+    first, last = rest - rest // 2, rest // 2
+    if last < 1 or first > per:
+        return None
+    return first, last
+
+
 def overrides_of(s: Scenario, c: Choice) -> dict[str, Any]:
     """The choice as dotted-key overrides of the scenario."""
-    first = last = None
-    layers = s.model.layers
-    if c.pp > 2 and layers % c.pp:
-        per = -(-layers // c.pp)
-        rest = layers - (c.pp - 2) * per
-        first, last = rest - rest // 2, rest // 2
+    first, last = stage_split(s.model.layers, c.pp) or (None, None)
     return {
         "parallelism.dp": c.dp,
         "parallelism.tp": c.tp,
@@ -206,8 +219,9 @@ def _memory_status(spec, fixed: dict, s: Scenario, c: Choice) -> tuple[str, str]
         return "fits", ""
     worst = max(report.ranks, key=lambda r: r.total)
     return "oom", (
-        f"memory ledger: {worst.total / 1e9:,.1f} GB on {worst.rank_kind} ranks "
-        f"> {worst.capacity / 1e9:,.0f} GB"
+        f"memory ledger: {worst.total / 1e9:,.1f} GB on "
+        + ("every rank" if worst.rank_kind == "every rank" else f"{worst.rank_kind} ranks")
+        + f" > {worst.capacity / 1e9:,.0f} GB"
     )
 
 
@@ -280,9 +294,20 @@ class PlanSearch:
 
     def headline(self) -> str:
         n = len(self.candidates)
-        return (
+        text = (
             f"{self.name}: {n:,} candidate plans on {self.gpus:,} GPUs, "
             f"{len(self.ranked)} simulated (best first)"
+        )
+        base = self.results[self.results["point"] == -1] if not self.results.empty else None
+        if base is None or base.empty:
+            return text
+        b = base.iloc[0]
+        if b["status"] not in ("ok", "oom"):
+            return text + f"\nthe scenario's own plan: {b['status']}: {b['reason']}"
+        return text + (
+            f"\nthe scenario's own plan: step {b['step_time_s']:.4g} s, MFU {b['mfu']:.1%}, "
+            f"peak {b['peak_memory_bytes'] / 1e9:,.1f} GB"
+            + (" (OOM)" if b["status"] == "oom" else "")
         )
 
     def as_dict(self) -> dict:
@@ -291,7 +316,18 @@ class PlanSearch:
             "gpus": self.gpus,
             "ranked": self.ranked.to_dict("records"),
             "rejected": rejection_summary(self.candidates).to_dict("records"),
+            "own_plan": self._own_plan(),
         }
+
+    def _own_plan(self) -> dict | None:
+        """The scenario's own parallelism, simulated as the sweep's base point."""
+        if self.results.empty:
+            return None
+        base = self.results[self.results["point"] == -1]
+        if base.empty:
+            return None
+        keep = ["status", "reason", "step_time_s", "mfu", "peak_memory_bytes"]
+        return {k: v for k, v in base.iloc[0].to_dict().items() if k in keep}
 
 
 def _candidate_rows(cands: list[Candidate]) -> pd.DataFrame:

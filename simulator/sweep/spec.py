@@ -247,8 +247,22 @@ def load_spec(path: str | Path) -> SweepSpec:
             positions.get((), Position(str(path))), "", "give grid, zip or samples: no points"
         )
     spec = spec_from_model(model, path, positions)
+    _check_plots(spec)
     _check_values(spec)
     return spec
+
+
+def _check_plots(spec: SweepSpec) -> None:
+    """A plot's x, y and group must be swept keys."""
+    problems = []
+    for i, plot in enumerate(spec.model.plots):
+        for axis in ("x", "y", "group"):
+            key = getattr(plot, axis)
+            if key is not None and key not in spec.keys:
+                where = spec.positions.get(("plots", i, axis), Position(str(spec.path)))
+                problems.append(Problem(where, f"plots[{i}].{axis}", f"{key!r} is not swept"))
+    if problems:
+        raise ScenarioError(problems)
 
 
 def spec_from_model(

@@ -1,0 +1,149 @@
+"""Sweep speed: the machinery's own cost per point, Ray's overhead per point, and the time of a
+1,000-point sweep of a 1,024-GPU scenario on the local backend (extrapolated from a few points).
+
+    python benchmarks/bench_sweep.py                  # all three
+    python benchmarks/bench_sweep.py --skip-ray       # without Ray
+    python benchmarks/bench_sweep.py --big-points 4   # points simulated for the extrapolation
+
+Run it under the shared CPU lock (flock /tmp/trainsim-cpu.lock ...). Points differ only in
+``seed`` (a field the step simulation does not read), so every point has its own scenario hash
+and costs the same: the measured differences are the machinery's, not the simulator's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's simulator
+
+from simulator.sweep.backends import cpu_count  # noqa: E402
+from simulator.sweep.runner import make_backend, resolve_points, run_sweep  # noqa: E402
+from simulator.sweep.spec import load_spec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = """\
+name: bench-tiny
+model: {name: llama3-8b, layers: 4}
+cluster:
+  accelerator: H100-SXM
+  topology: {include: topologies/dgx-h100.yaml}
+parallelism: {tp: 2, pp: 2, zero: 1}
+training: {global_batch: 8, micro_batch: 1, seq_len: 1024}
+"""
+# A 1,024-GPU scenario: GPT-3 175B on 128 DGX A100 (scenarios/examples), TP 8 x PP 16 x DP 8.
+BIG = ROOT / "scenarios" / "examples" / "gpt3-175b-dgx-a100.yaml"
+
+
+def _spec(folder: Path, base: str | Path, points: int, offset: int = 0) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(base, str):
+        (folder / "base.yaml").write_text(base)
+        base = folder / "base.yaml"
+    spec = folder / "spec.yaml"
+    seeds = list(range(offset + 1, offset + points + 1))
+    spec.write_text(f"base: {base}\ngrid:\n  seed: {seeds}\n")
+    return spec
+
+
+def _timed_sweep(spec_path: Path, backend) -> tuple[float, object]:
+    spec = load_spec(spec_path)
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        frame = run_sweep(spec, Path(out), backend, progress=False)
+        return time.perf_counter() - start, frame
+
+
+def machinery(points: int) -> None:
+    """Resolving, hashing and storing points, without simulating (all already stored)."""
+    with tempfile.TemporaryDirectory() as d:
+        spec_path = _spec(Path(d), TINY, points)
+        spec = load_spec(spec_path)
+        start = time.perf_counter()
+        resolve_points(spec, [(p.index, p.values) for p in spec.points()])
+        resolve = (time.perf_counter() - start) / points
+        out = Path(d) / "out"
+        run_sweep(spec, out, make_backend("local", 1), progress=False)
+        start = time.perf_counter()
+        run_sweep(spec, out, make_backend("local", 1), progress=False)  # resumes: no simulation
+        resumed = (time.perf_counter() - start) / points
+    print(
+        f"machinery: resolve + hash {resolve * 1e3:.2f} ms/point; a resumed sweep "
+        f"(resolve, read store, write store) {resumed * 1e3:.2f} ms/point, over {points} points"
+    )
+
+
+def ray_overhead(points: int, repeats: int) -> None:
+    """Per-point wall time on a 1-CPU local Ray minus in-process, for tiny points: on a fresh
+    worker (which starts and imports the simulator once) and on a warm one."""
+    import ray as ray_mod
+
+    import simulator
+
+    package = str(Path(simulator.__file__).parent)
+    with tempfile.TemporaryDirectory() as d:
+        first = _spec(Path(d) / "a", TINY, points)
+        second = _spec(Path(d) / "b", TINY, points, offset=10_000)  # new hashes
+        local, cold, warm = [], [], []
+        for _ in range(repeats):
+            local.append(_timed_sweep(first, make_backend("local", 1))[0])
+            start = time.perf_counter()
+            ray_mod.init(
+                num_cpus=1,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"py_modules": [package]},
+            )
+            init = time.perf_counter() - start
+            cold.append(_timed_sweep(first, make_backend("ray", 1))[0])
+            warm.append(_timed_sweep(second, make_backend("ray", 1))[0])
+            ray_mod.shutdown()
+        n = points + 1  # the base scenario runs too
+        lo, co, wa = (statistics.median(x) / n * 1e3 for x in (local, cold, warm))
+        print(
+            f"ray: {points} tiny points, in-process {lo:.1f} ms/point; Ray (1 CPU) on a warm "
+            f"worker {wa:.1f} ms/point = overhead {wa - lo:.1f} ms/point; first sweep on a fresh "
+            f"worker {co:.1f} ms/point (median of {repeats}); ray.init itself {init:.1f} s"
+        )
+
+
+def big_sweep(points: int, workers: int | None) -> None:
+    """Seconds per point of the 1,024-GPU scenario on the local pool; extrapolate to 1,000."""
+    with tempfile.TemporaryDirectory() as d:
+        spec_path = _spec(Path(d), BIG, points)
+        n = min(workers or cpu_count(), cpu_count())
+        t, frame = _timed_sweep(spec_path, make_backend("local", n))
+        ran = frame[frame["point"] >= 0]
+        sim = ran["sim_time_s"].median()
+        # +1: the base scenario is simulated too (its seed differs from every point's)
+        per_point = t / (points + 1)
+        print(
+            f"1,024-GPU sweep ({BIG.name}): {points} points + base in {t:.1f} s on {n} "
+            f"workers = {per_point:.1f} s/point wall (median simulation {sim:.1f} s/point); "
+            f"1,000 points extrapolate to {1000 * per_point / 60:.0f} min"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--machinery-points", type=int, default=200)
+    parser.add_argument("--ray-points", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--big-points", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--skip-big", action="store_true")
+    args = parser.parse_args()
+    machinery(args.machinery_points)
+    if not args.skip_ray:
+        ray_overhead(args.ray_points, args.repeats)
+    if not args.skip_big:
+        big_sweep(args.big_points, args.workers)
+
+
+if __name__ == "__main__":
+    main()

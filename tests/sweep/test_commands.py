@@ -1,0 +1,108 @@
+"""``trainsim sweep`` and ``trainsim plan`` through the CLI, and the plan estimate's formulas."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.sweep.estimate import (
+    GEMM_EFFICIENCY,
+    Choice,
+    Machine,
+    ModelShape,
+    bubble_fraction,
+    estimate_step_s,
+)
+from tests.sweep.conftest import TINY_BASE
+
+runner = CliRunner()
+
+
+def test_sweep_writes_results_pictures_and_deltas(write_spec, tmp_path, caplog):
+    spec = write_spec(
+        "grid:\n  parallelism.tp: [1, 2, 3]\n  training.micro_batch: [1, 2]\n"
+        "plots:\n  - {kind: line, metric: mfu, x: parallelism.tp, group: training.micro_batch}\n"
+    )
+    out = tmp_path / "out"
+    args = ["sweep", str(spec), "--workers", "1", "--out", str(out), "--no-progress"]
+    result = runner.invoke(app, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    rows = {r["point"]: r for r in data["rows"]}
+    assert len(rows) == 7  # six points and the base
+    assert rows[4]["status"] == "infeasible"  # tp 3 does not split 32 heads
+    assert "heads do not split over tp = 3" in rows[4]["reason"]
+    assert (out / "results.parquet").is_file()
+    assert (out / "deltas.csv").is_file()
+    assert (out / "line-mfu-parallelism.tp.png").stat().st_size > 10_000
+    with caplog.at_level(logging.INFO, logger="trainsim.sweep"):
+        table = runner.invoke(app, [*args, "--format", "table"])  # resumed: nothing new
+    assert table.exit_code == 0, table.output
+    assert "against the base scenario" in table.stdout
+    assert "0 to simulate" in caplog.text
+
+
+def test_bad_backend_address_is_bad_input(write_spec):
+    spec = write_spec("grid:\n  parallelism.tp: [1]\n")
+    result = runner.invoke(app, ["sweep", str(spec), "--address", "auto"])
+    assert result.exit_code == 2
+    assert "--address needs --backend ray" in result.stderr
+
+
+def test_plan_ranks_simulated_candidates(tmp_path):
+    base = tmp_path / "tiny.yaml"
+    base.write_text(TINY_BASE)
+    args = ["plan", str(base), "--top", "3", "--workers", "1", "--out", str(tmp_path / "p")]
+    result = runner.invoke(app, [*args, "--format", "json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    ranked = data["ranked"]
+    assert len(ranked) == 3
+    times = [r["step_time_s"] for r in ranked]
+    assert times == sorted(times)
+    for r in ranked:
+        assert r["dp"] * r["tp"] * r["pp"] * r["cp"] == 8
+        assert r["status"] == "ok"
+    assert data["rejected"], "the other candidates say why they were not simulated"
+
+
+def test_bubble_fractions_match_the_closed_forms():
+    c = Choice(
+        tp=1, pp=4, cp=1, ep=1, dp=1, zero=0, schedule="1f1b", micro_batch=1, recompute="none"
+    )
+    assert bubble_fraction(c, 12) == pytest.approx(3 / 15)  # (p-1)/(m+p-1)
+    inter = Choice(**{**c.__dict__, "schedule": "interleaved"})
+    assert bubble_fraction(inter, 12) == pytest.approx(3 / 27)  # (p-1)/(v m+p-1), v = 2
+    zb = Choice(**{**c.__dict__, "schedule": "zb-h1"})
+    assert bubble_fraction(zb, 12) == pytest.approx(1 / 15)
+
+
+def test_estimate_of_one_gpu_is_the_flop_count():
+    hw = Machine(gpus=1, domain=8, nvlink_Bps=450e9, nic_Bps=50e9, peak_flops=1e15)
+    shape = ModelShape(
+        layers=2,
+        moe_layers=0,
+        hidden=1024,
+        attn_dim=1024,
+        kv_dim=1024,
+        params=1e9,
+        active_params=1e9,
+        top_k=0,
+        global_batch=4,
+        seq_len=2048,
+        grad_bytes=2,
+    )
+    c = Choice(
+        tp=1, pp=1, cp=1, ep=1, dp=1, zero=0, schedule="1f1b", micro_batch=1, recompute="none"
+    )
+    tokens = 4 * 2048
+    flops = tokens * (6 * 1e9 + 6 * 2 * 2048 * 1024)  # 6P + 6 L s h per token (causal)
+    assert estimate_step_s(c, shape, hw) == pytest.approx(flops / (1e15 * GEMM_EFFICIENCY))
+    full = Choice(**{**c.__dict__, "recompute": "full"})
+    assert estimate_step_s(full, shape, hw) == pytest.approx(
+        4 / 3 * flops / (1e15 * GEMM_EFFICIENCY)  # one more forward
+    )

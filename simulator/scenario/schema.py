@@ -11,27 +11,39 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from simulator.hardware import CATALOG as ACCELERATORS
 from simulator.hardware import Accelerator, get_accelerator
 from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
-from simulator.units import parse_quantity
+from simulator.units import Bandwidth, Bytes, LinkLatency, Seconds, parse_quantity
 
 PosInt = Annotated[int, Field(ge=1, le=10**9)]
 
+MAX_DEVICES = 131_072
+"""Largest cluster accepted (2^17 accelerators). The topology graph is built in full: 16,384
+nodes x 8 = 131,072 GPUs take 1.2 GB and a 165 s run (issue 14, F06), while 8M GPUs exhausted
+10 GB. It covers today's largest published training clusters (Llama 3: 24,576 GPUs; 100K-GPU
+clusters)."""
 
-def _q(dimension):
-    return BeforeValidator(lambda v: parse_quantity(v, dimension))
-
-
-Bandwidth = Annotated[float, _q("bandwidth"), Field(gt=0)]
-Seconds = Annotated[float, _q("time"), Field(ge=0)]
-Bytes = Annotated[float, _q("bytes"), Field(ge=0)]
+MIN_BUCKET_BYTES = 1e6
+"""Smallest gradient bucket accepted (1 MB). PyTorch DDP's smallest bucket is its first, 1 MiB
+(``dist._DEFAULT_FIRST_BUCKET_BYTES``), its default 25 MB (``bucket_cap_mb``); a bucket of a
+few bytes makes an all-reduce per few parameters, millions of tasks (issue 14, F01)."""
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict: a count must be an int, a flag a bool; YAML's `true` is no count (issue 14, F12)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 # ----------------------------------------------------------------------------- model
@@ -137,6 +149,15 @@ class ModelConfig(Frozen):
             )
         return self
 
+    @model_validator(mode="after")
+    def heads_split_hidden(self):
+        if self.attention == "mha" and self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(
+                f"hidden {self.hidden} does not split into {self.heads} heads; give head_dim "
+                f"explicitly if the heads are not hidden / heads wide"
+            )
+        return self
+
     @property
     def n_kv_heads(self) -> int:
         return self.kv_heads or self.heads
@@ -168,17 +189,23 @@ class NodeSpec(Frozen):
 
     gpus: PosInt = 8
     nvlink_bandwidth: Bandwidth | None = None
-    nvlink_latency: Seconds = 0.7e-6
+    nvlink_latency: LinkLatency = 0.7e-6
     nvlink_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.8
     pcie_bandwidth: Bandwidth = 64e9
-    pcie_latency: Seconds = 0.5e-6
+    pcie_latency: LinkLatency = 0.5e-6
     nvls: bool = False
 
 
 class NVSwitchTopology(Frozen):
+    """One scale-up domain: ``node.gpus`` devices behind NVSwitch (a DGX, an NVL72 rack)."""
+
     kind: Literal["nvswitch"]
     name: str | None = None
     node: NodeSpec = NodeSpec()
+
+    @model_validator(mode="after")
+    def within_max_devices(self):
+        return _within_max_devices(self)
 
 
 class FatTreeTopology(Frozen):
@@ -200,15 +227,30 @@ class FatTreeTopology(Frozen):
     node: NodeSpec = NodeSpec()
     nodes: PosInt
     nic_bandwidth: Bandwidth = 50e9
-    nic_latency: Seconds = 2e-6
+    nic_latency: LinkLatency = 2e-6
     nic_efficiency: Annotated[float, Field(gt=0, le=1)] = 4096 / 4122
-    switch_latency: Seconds = 0.5e-6
+    switch_latency: LinkLatency = 0.5e-6
     levels: Annotated[int, Field(ge=1, le=3)] = 2
     nodes_per_leaf: PosInt = 16
     leaves_per_pod: PosInt | None = None
     oversubscription: list[Annotated[float, Field(ge=1, le=1000)]] = [1.0]
     rail_optimized: bool = True
     ecmp_flows: Annotated[int, Field(ge=0, le=1024)] = 0
+
+    @field_validator("oversubscription")
+    @classmethod
+    def one_ratio_per_upper_level(cls, ratios: list[float], info: ValidationInfo):
+        levels = info.data.get("levels")  # absent when levels itself was invalid
+        if levels is not None and len(ratios) > levels - 1:
+            raise ValueError(
+                f"{len(ratios)} ratios given but levels = {levels} has {levels - 1} level(s) "
+                f"above the leaves; give one ratio per such level"
+            )
+        return ratios
+
+    @model_validator(mode="after")
+    def within_max_devices(self):
+        return _within_max_devices(self)
 
 
 class TorusTopology(Frozen):
@@ -219,13 +261,28 @@ class TorusTopology(Frozen):
     shape: Annotated[list[PosInt], Field(min_length=1, max_length=3)]
     wraparound: bool = True
     ici_link_bandwidth: Bandwidth = 45e9
-    ici_latency: Seconds = 1e-6
+    ici_latency: LinkLatency = 1e-6
     ici_efficiency: Annotated[float, Field(gt=0, le=1)] = 1.0
 
+    @model_validator(mode="after")
+    def within_max_devices(self):
+        return _within_max_devices(self)
 
-Topology = Annotated[
+
+TopologyConfig = Annotated[
     NVSwitchTopology | FatTreeTopology | TorusTopology, Field(discriminator="kind")
 ]
+"""The ``cluster.topology`` section (the built graph is :class:`simulator.topology.Topology`)."""
+
+
+def _within_max_devices(topology):
+    n = _topology_devices(topology)
+    if n > MAX_DEVICES:
+        raise ValueError(
+            f"{n:,} devices exceed the {MAX_DEVICES:,} supported: the topology graph is "
+            f"built in full (131,072 GPUs take about 1.2 GB)"
+        )
+    return topology
 
 
 def _topology_devices(topology) -> int:
@@ -237,6 +294,15 @@ def _topology_devices(topology) -> int:
     if isinstance(topology, FatTreeTopology):
         return topology.nodes * topology.node.gpus
     return topology.node.gpus
+
+
+def _gpu_count_supported(gpus: int) -> int:
+    if gpus > MAX_DEVICES:
+        raise ValueError(
+            f"{gpus:,} GPUs exceed the {MAX_DEVICES:,} supported: the topology graph is built "
+            f"in full (131,072 GPUs take about 1.2 GB)"
+        )
+    return gpus
 
 
 def _resolve_accelerator(data: Any) -> Any:
@@ -264,8 +330,8 @@ class ClusterConfig(Frozen):
     """
 
     accelerator: Annotated[Accelerator, BeforeValidator(_resolve_accelerator)]
-    gpus: PosInt | None = None
-    topology: Topology | None = None
+    gpus: Annotated[int, Field(ge=1), AfterValidator(_gpu_count_supported)] | None = None
+    topology: TopologyConfig | None = None
 
     @model_validator(mode="after")
     def gpu_count_known(self):
@@ -298,7 +364,20 @@ class PipelineConfig(Frozen):
 
 
 def _zero_stage(value: Any) -> Any:
+    if isinstance(value, bool):  # `zero: true` is not "ZeRO-1" (issue 14, F12)
+        raise ValueError("zero takes a stage 0, 1, 2, 3 or fsdp, not a boolean")
     return 3 if isinstance(value, str) and value.strip().lower() == "fsdp" else value
+
+
+def _bucket_bytes(value: Any) -> float:
+    value = parse_quantity(value, "bytes")
+    if value < MIN_BUCKET_BYTES:
+        raise ValueError(
+            f"{value:g} B is below the 1 MB minimum (bare numbers are bytes: write a unit, "
+            f"e.g. 25 MB). PyTorch DDP's smallest bucket is 1 MiB, its default 25 MB; tinier "
+            f"buckets make an all-reduce per few parameters"
+        )
+    return value
 
 
 class ParallelismConfig(Frozen):
@@ -322,7 +401,7 @@ class ParallelismConfig(Frozen):
     sequence_parallel: bool = False
     pipeline: PipelineConfig = PipelineConfig()
     recompute: Literal["none", "selective", "full"] = "none"
-    bucket_size: Bytes = 25e6
+    bucket_size: Annotated[float, BeforeValidator(_bucket_bytes)] = 25e6
     fsdp_unit_layers: PosInt = 1
     fsdp_prefetch: Annotated[int, Field(ge=0, le=64)] = 1
     order: list[Literal["tp", "cp", "pp", "dp"]] = ["tp", "cp", "pp", "dp"]
@@ -390,7 +469,7 @@ class PrecisionConfig(Frozen):
 
     recipe: str | None = "megatron-bf16"
     params: Annotated[float, Field(gt=0, le=64)] | None = None
-    grads: Annotated[float, Field(ge=0, le=64)] | None = None
+    grads: Annotated[float, Field(gt=0, le=64)] | None = None
     optimizer: Annotated[float, Field(ge=0, le=256)] | None = None
     compute_dtype: Literal["bf16", "fp16", "fp8", "fp32", "tf32"] = "bf16"
     activation_bytes: Annotated[float, Field(gt=0, le=8)] = 2.0
@@ -456,4 +535,5 @@ class Scenario(Frozen):
         return max(1, self.num_gpus // (p.tp * p.pp * p.cp))
 
 
-__all__ = ["ACCELERATORS", "Scenario"]
+# Bandwidth, Bytes and Seconds are re-exported: they live in simulator.units (one definition).
+__all__ = ["ACCELERATORS", "Bandwidth", "Bytes", "Scenario", "Seconds", "TopologyConfig"]

@@ -1,13 +1,15 @@
 """``trainsim``: the command line. Parses arguments, calls :mod:`simulator.api`, prints.
 
 Results go to stdout, logs to stderr. Exit codes: 0 ok, 2 bad input (the message names
-file:line:col and the field), 1 a failure of the program itself.
+file:line:col and the field, or the option), 1 a failure of the program itself, 3 an
+out-of-memory run under ``run --fail-on-oom``. Output paths are checked before simulating.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -42,12 +44,62 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a field: --set parallelism.tp=4 (repeatable)."),
 ]
+TopoSetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a field of the topology file: --set nodes=32, --set node.gpus=4 "
+        "(repeatable).",
+    ),
+]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table or json.")]
 
 
 def _fail_bad_input(exc: ScenarioError) -> None:
     typer.echo(f"error: {exc}", err=True)
     raise typer.Exit(2)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _writable_ancestor(path: Path, option: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a folder we may write in."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        _fail(f"{option} {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        _fail(f"{option} {path}: cannot write in {parent}")
+
+
+def _check_out_dir(path: Path | None, option: str = "--out") -> None:
+    """Refuse, before any work, a folder that cannot be created or written."""
+    if path is None:
+        return
+    if path.exists():
+        if not path.is_dir():
+            _fail(f"{option} {path}: exists and is not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            _fail(f"{option} {path}: cannot write in it")
+        return
+    _writable_ancestor(path, option)
+
+
+def _check_out_file(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an image path whose folder is missing or not writable."""
+    if path is None:
+        return
+    if path.is_dir():
+        _fail(f"{option} {path}: is a folder; give a file name such as {path / 'out.png'}")
+    if not path.parent.exists():
+        _fail(f"{option} {path}: folder {path.parent} does not exist")
+    _writable_ancestor(path, option)
+    if path.exists() and not os.access(path, os.W_OK):
+        _fail(f"{option} {path}: cannot overwrite it")
 
 
 def _load(path: Path, overrides: list[str] | None):
@@ -126,7 +178,7 @@ def _topology(path: Path, accelerator: str, overrides: list[str] | None):
 def topology(
     file: Annotated[Path, typer.Argument(help="Topology YAML.", show_default=False)],
     accelerator: AccelOpt = "H100-SXM",
-    set_: SetOpt = None,
+    set_: TopoSetOpt = None,
     draw: Annotated[
         Path | None,
         typer.Option("--draw", help="Write a PNG: the graph if small, a per-level summary if not."),
@@ -134,6 +186,7 @@ def topology(
     format: FormatOpt = Format.table,
 ) -> None:
     """Devices, links per level, and bisection bandwidth of a topology."""
+    _check_out_file(draw, "--draw")
     topo = _topology(file, accelerator, set_)
     info, levels = api.topology_report(topo)
     if draw is not None:
@@ -172,7 +225,8 @@ def collective(
         ),
     ] = "all_reduce",
     ranks: Annotated[
-        int | None, typer.Option("--ranks", help="Ranks (the first N devices); default all.")
+        int | None,
+        typer.Option("--ranks", min=2, help="Ranks (the first N devices, 2 or more); default all."),
     ] = None,
     algo: Annotated[
         str | None,
@@ -186,19 +240,25 @@ def collective(
         str, typer.Option("--sizes", help="MIN:MAX[:FACTOR] or one size, e.g. 1MiB:8GiB.")
     ] = "1MiB:8GiB",
     groups: Annotated[
-        int, typer.Option("--groups", help="Identical groups running at once (next device blocks).")
+        int,
+        typer.Option(
+            "--groups", min=1, help="Identical groups running at once (next device blocks)."
+        ),
     ] = 1,
     accelerator: AccelOpt = "H100-SXM",
-    set_: SetOpt = None,
+    set_: TopoSetOpt = None,
     format: FormatOpt = Format.table,
 ) -> None:
     """Time one collective over a topology for a range of sizes, like nccl-tests."""
+    try:
+        size_list = api.parse_sizes(sizes)
+    except ValueError as exc:
+        _fail(f"--sizes {sizes}: {exc}")
     topo = _topology(topology, accelerator, set_)
     try:
-        table = api.collective_table(topo, op, ranks, algo, api.parse_sizes(sizes), groups)
+        table = api.collective_table(topo, op, ranks, algo, size_list, groups)
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc))
     if format is Format.json:
         typer.echo(table.to_json(orient="records", indent=2))
         return
@@ -234,8 +294,16 @@ def run(
             "--out", help="Write summary.json, the trace table and the memory timeline here."
         ),
     ] = None,
+    fail_on_oom: Annotated[
+        bool,
+        typer.Option("--fail-on-oom", help="Exit 3 when a rank runs out of memory."),
+    ] = False,
 ) -> None:
-    """Simulate one steady-state training step: step time, MFU, bubble, overlap, memory."""
+    """Simulate one steady-state training step: step time, MFU, bubble, overlap, memory.
+
+    An out-of-memory step is still simulated and reported (exit 0), with a warning on stderr;
+    ``--fail-on-oom`` makes it exit 3."""
+    _check_out_dir(out)
     s = _load(scenario, set_)
     log.info(
         "simulating %s on %d GPUs (%s mode)", s.name or scenario.name, s.num_gpus, s.simulation.mode
@@ -249,14 +317,48 @@ def run(
         written = api.write_run(result, out)
         log.info("wrote %s", ", ".join(str(p) for p in written))
     summary = result.summary
+    if summary["oom"]:
+        typer.echo(
+            f"OUT OF MEMORY: peak {summary['peak_memory_bytes'] / GB:.1f} GB per GPU exceeds "
+            f"the {summary['memory_capacity_bytes'] / GB:.0f} GB of a "
+            f"{s.cluster.accelerator.name} (see `trainsim memory`)",
+            err=True,
+        )
     if format is Format.json:
         typer.echo(json.dumps(summary, indent=2, default=float))
-        return
-    from simulator.report.run_report import headline_rows
+    else:
+        from simulator.report.run_report import headline_rows
 
-    typer.echo(f"{s.name or scenario.name}")
-    for name, value in headline_rows(summary):
-        typer.echo(f"  {name:<26} {value}")
+        typer.echo(f"{s.name or scenario.name}")
+        for name, value in headline_rows(summary):
+            typer.echo(f"  {name:<26} {value}")
+    if summary["oom"] and fail_on_oom:
+        raise typer.Exit(3)
+
+
+def _parse_ranks(text: str) -> list[int]:
+    try:
+        return [int(r) for r in text.split(",")]
+    except ValueError:
+        _fail(f"--ranks {text}: want comma-separated rank numbers, e.g. 0,4")
+
+
+def _parse_window(text: str | None) -> tuple[float, float] | None:
+    """``START:END`` of simulated time; bare numbers are seconds, or write units (``5ms``)."""
+    if text is None:
+        return None
+    from simulator.units import UnitError, parse_quantity
+
+    parts = text.split(":")
+    try:
+        if len(parts) != 2:
+            raise UnitError("want START:END")
+        start, end = (parse_quantity(p, "time") for p in parts)
+    except UnitError as exc:
+        _fail(f"--window {text}: {exc} (START:END in seconds, or with units: 100ms:200ms)")
+    if end <= start:
+        _fail(f"--window {text}: END must be after START")
+    return start, end
 
 
 @app.command()
@@ -269,24 +371,40 @@ def gantt(
     out: Annotated[
         Path | None, typer.Option("--out", help="Image to write (default RUN_DIR/gantt.png).")
     ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            "--window",
+            help="Show only START:END of the step, in seconds or with units (0.1:0.2, 5ms:8ms).",
+        ),
+    ] = None,
 ) -> None:
     """Redraw the Gantt chart of a saved run."""
     from simulator.report.gantt import draw_gantt
     from simulator.report.run_report import load_run
 
+    path = out or run_dir / "gantt.png"
+    _check_out_file(path, "--out")
+    shown = _parse_ranks(ranks) if ranks else None
+    span = _parse_window(window)
     try:
         summary, trace, _ = load_run(run_dir)
-        shown = [int(r) for r in ranks.split(",")] if ranks else None
     except (OSError, ValueError) as exc:
-        typer.echo(f"error: {run_dir}: {exc}", err=True)
-        raise typer.Exit(2) from None
-    path = out or run_dir / "gantt.png"
+        _fail(f"{run_dir}: {exc}")
+    simulated = sorted(int(r) for r in trace["rank"].unique())
+    for r in shown or []:
+        if r not in simulated:
+            _fail(
+                f"--ranks: rank {r} was not simulated; this run simulated ranks "
+                f"{', '.join(map(str, simulated))}"
+            )
     draw_gantt(
         trace,
         [path],
         shown,
         summary.get("stage_of_rank"),
         str(summary.get("scenario") or run_dir.name),
+        window=span,
     )
     typer.echo(str(path))
 
@@ -301,6 +419,8 @@ def compare(
     communication side by side."""
     from simulator.report.compare import comparison_frame, draw_comparison
     from simulator.report.run_report import load_run
+
+    _check_out_file(out, "--out")
 
     runs = []
     try:
@@ -442,6 +562,29 @@ def models(format: FormatOpt = Format.table) -> None:
 def accelerators(format: FormatOpt = Format.json) -> None:
     """The accelerator catalog (SI units: FLOP/s, bytes, B/s)."""
     typer.echo(json.dumps([a.model_dump() for a in CATALOG.values()], indent=2))
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"trainsim {version('trainsim')}")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            typer.echo("trainsim (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Discrete-event simulator of large-language-model training clusters."""
 
 
 def main() -> None:

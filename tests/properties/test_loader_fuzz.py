@@ -1,23 +1,78 @@
-"""Fuzz the scenario loader: it accepts the input or raises ScenarioError, nothing else."""
+"""Fuzz the scenario loader: it accepts the input or raises ScenarioError, nothing else.
+
+An accepted scenario must also print (``trainsim check`` dumps it as JSON) and cost its memory
+ledger; a refused one must name a line of the input. A few hundred examples run by default;
+the slow suite runs 10,000. The seeds include every input of issue 14 that once crashed, hung
+or was silently accepted (the reproducers), as literal examples and as mutation seeds.
+"""
 
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
+import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from simulator import api
 from simulator.scenario import Scenario, ScenarioError, load_scenario_text
 
 ROOT = Path(__file__).resolve().parents[2]
-SEEDS = [
+SHIPPED = [
     yaml.safe_load(p.read_text())
     for p in sorted((ROOT / "scenarios").rglob("*.yaml"))
     if "published" not in p.parts
 ]
-SEEDS = [s for s in SEEDS if isinstance(s, dict)]
+
+_BASE = """\
+model: llama3-8b
+cluster: {accelerator: H100, gpus: 8}
+parallelism: {tp: 2, pp: 2, zero: 1}
+training: {global_batch: 16, micro_batch: 1, seq_len: 2048}
+"""
+# The reproducers of issue 14 (shared/reproducers, F01-F20), as scenario texts.
+REPRODUCERS = [
+    _BASE.replace("zero: 1", "zero: 0, bucket_size: 25"),  # F01
+    _BASE.replace("zero: 1", "zero: 0, bucket_size: 0"),  # F01b
+    _BASE.replace(  # F02
+        "accelerator: H100", "accelerator: {name: H100, peak_flops_per_s: {fp32: 60 TFLOP/s}}"
+    ),
+    _BASE.replace(  # F07
+        "gpus: 8", "topology: {kind: nvswitch, node: {gpus: 8, nvlink_bandwidth: 1e-300 B/s}}"
+    ),
+    _BASE.replace("tp: 2, pp: 2, zero: 1", "tp: 1, pp: 16")
+    .replace(  # F08
+        "global_batch: 16", "global_batch: 65536"
+    )
+    .replace("gpus: 8", "gpus: 16"),
+    _BASE + "failures: " + "{a: " * 400 + "1" + "}" * 400 + "\n",  # F09
+    _BASE.replace(  # F11
+        "parallelism: {tp: 2, pp: 2, zero: 1}",
+        "parallelism:\n  <<: &p {tp: 2, pp: 2, zero: 1}\n  tp: 4\n  pp: 1",
+    ),
+    "model: {name: llama3-8b, layers: true}\ncluster: {accelerator: H100, gpus: true}\n"  # F12
+    "parallelism: {tp: true, zero: true}\n"
+    "training: {global_batch: true, micro_batch: true, seq_len: true}\n",
+    _BASE.replace(  # F13
+        "llama3-8b", "{name: odd, layers: 2, hidden: 1000, heads: 3, ffn: 4096, vocab: 32000}"
+    ),
+    _BASE.replace(  # F06, F15
+        "gpus: 8", "topology: {kind: fat_tree, nodes: 1000000, oversubscription: [1, 7]}"
+    ),
+    _BASE.replace("gpus: 8", "topology: {include: /etc/passwd}"),  # F18
+    _BASE + "precision: {params: 2, grads: 0, optimizer: 0}\n",  # F20
+    _BASE.replace("llama3-8b", "mixtral-8x7b")
+    .replace(  # ep not dividing dp
+        "gpus: 8", "gpus: 48"
+    )
+    .replace("tp: 2, pp: 2", "tp: 4, pp: 4, ep: 4, expert_tp: 1")
+    .replace("16,", "96,"),
+]
+SEEDS = [s for s in SHIPPED if isinstance(s, dict)]
+SEEDS += [d for d in (yaml.safe_load(t) for t in REPRODUCERS[:5] + REPRODUCERS[7:]) if d]
 
 scalars = st.one_of(
     st.none(),
@@ -87,16 +142,39 @@ def _load(text: str) -> None:
     try:
         result = load_scenario_text(text, "fuzz.yaml")
     except ScenarioError as exc:
-        assert str(exc)  # the message is never empty
+        assert exc.problems
         for problem in exc.problems:
-            assert str(problem.position)
+            # every problem names a line: of this text, or of a file it included
+            pos = problem.position
+            assert pos.line >= 1, problem
+            assert pos.source == "fuzz.yaml" or "included from fuzz.yaml:" in pos.via, problem
+            assert problem.message
     else:
         assert isinstance(result, Scenario)
+        result.model_dump_json(indent=2)  # what `trainsim check` prints (F09)
+        for rank in api.memory_report(result).ranks:  # the ledger `memory` prints
+            for key, value in rank.as_dict().items():
+                if isinstance(value, float):
+                    assert math.isfinite(value) and value >= 0, (key, value)
+
+
+def _with_reproducers(test):
+    for text in REPRODUCERS:
+        test = example(text)(test)
+    return test
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@_with_reproducers
 @given(mutated())
 def test_mutated_scenarios(text):
+    _load(text)
+
+
+@pytest.mark.slow
+@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated())
+def test_mutated_scenarios_10k(text):
     _load(text)
 
 

@@ -41,6 +41,25 @@ MIN_BUCKET_BYTES = 1e6
 few bytes makes an all-reduce per few parameters, millions of tasks (issue 14, F01)."""
 
 
+def _real(value: Any) -> Any:
+    """A plain number: YAML 1.1 reads ``1e-3`` as a string, so numeric strings are numbers;
+    a boolean is not (strict mode refuses it)."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+Real = Annotated[float, BeforeValidator(_real)]
+"""A dimensionless number (a ratio, a probability, bytes per parameter)."""
+
+Efficiency = Annotated[Real, Field(ge=0.1, le=1)]
+"""A link's payload fraction. Real protocols carry 0.8 (NVLink) to 0.99 (InfiniBand); below 0.1
+is no protocol, and tiny fractions push simulated time past the largest float (issue 14, F07)."""
+
+
 class Frozen(BaseModel):
     # strict: a count must be an int, a flag a bool; YAML's `true` is no count (issue 14, F12)
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -64,8 +83,8 @@ class MoEConfig(Frozen):
     shared_experts: Annotated[int, Field(ge=0, le=1024)] = 0
     every: PosInt = 1
     first_dense_layers: Annotated[int, Field(ge=0)] = 0
-    capacity_factor: Annotated[float, Field(gt=0, le=1000)] | None = None
-    load_imbalance: Annotated[float, Field(ge=1, le=1000)] = 1.0
+    capacity_factor: Annotated[Real, Field(gt=0, le=1000)] | None = None
+    load_imbalance: Annotated[Real, Field(ge=1, le=1000)] = 1.0
 
     @model_validator(mode="after")
     def top_k_within_experts(self):
@@ -127,7 +146,7 @@ class ModelConfig(Frozen):
     tied_embeddings: bool = False
     position_embedding: Literal["rope", "learned"] = "rope"
     max_positions: PosInt | None = None
-    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    dropout: Annotated[Real, Field(ge=0, lt=1)] = 0.0
     attention: Literal["mha", "mla"] = "mha"
     mla: MLAConfig | None = None
     moe: MoEConfig | None = None
@@ -190,7 +209,7 @@ class NodeSpec(Frozen):
     gpus: PosInt = 8
     nvlink_bandwidth: Bandwidth | None = None
     nvlink_latency: LinkLatency = 0.7e-6
-    nvlink_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.8
+    nvlink_efficiency: Efficiency = 0.8
     pcie_bandwidth: Bandwidth = 64e9
     pcie_latency: LinkLatency = 0.5e-6
     nvls: bool = False
@@ -228,12 +247,12 @@ class FatTreeTopology(Frozen):
     nodes: PosInt
     nic_bandwidth: Bandwidth = 50e9
     nic_latency: LinkLatency = 2e-6
-    nic_efficiency: Annotated[float, Field(gt=0, le=1)] = 4096 / 4122
+    nic_efficiency: Efficiency = 4096 / 4122
     switch_latency: LinkLatency = 0.5e-6
     levels: Annotated[int, Field(ge=1, le=3)] = 2
     nodes_per_leaf: PosInt = 16
     leaves_per_pod: PosInt | None = None
-    oversubscription: list[Annotated[float, Field(ge=1, le=1000)]] = [1.0]
+    oversubscription: list[Annotated[Real, Field(ge=1, le=1000)]] = [1.0]
     rail_optimized: bool = True
     ecmp_flows: Annotated[int, Field(ge=0, le=1024)] = 0
 
@@ -262,7 +281,7 @@ class TorusTopology(Frozen):
     wraparound: bool = True
     ici_link_bandwidth: Bandwidth = 45e9
     ici_latency: LinkLatency = 1e-6
-    ici_efficiency: Annotated[float, Field(gt=0, le=1)] = 1.0
+    ici_efficiency: Efficiency = 1.0
 
     @model_validator(mode="after")
     def within_max_devices(self):
@@ -468,11 +487,11 @@ class PrecisionConfig(Frozen):
     """
 
     recipe: str | None = "megatron-bf16"
-    params: Annotated[float, Field(gt=0, le=64)] | None = None
-    grads: Annotated[float, Field(gt=0, le=64)] | None = None
-    optimizer: Annotated[float, Field(ge=0, le=256)] | None = None
+    params: Annotated[Real, Field(gt=0, le=64)] | None = None
+    grads: Annotated[Real, Field(gt=0, le=64)] | None = None
+    optimizer: Annotated[Real, Field(ge=0, le=256)] | None = None
     compute_dtype: Literal["bf16", "fp16", "fp8", "fp32", "tf32"] = "bf16"
-    activation_bytes: Annotated[float, Field(gt=0, le=8)] = 2.0
+    activation_bytes: Annotated[Real, Field(gt=0, le=8)] = 2.0
 
     @model_validator(mode="before")
     @classmethod

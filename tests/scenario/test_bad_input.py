@@ -129,6 +129,7 @@ def test_one_megabyte_bucket_is_accepted():
     [
         ("cluster.topology.node.nvlink_bandwidth", "1e-300 B/s"),
         ("cluster.topology.node.nvlink_latency", "1e300 s"),
+        ("cluster.topology.node.nvlink_efficiency", "1e-300"),
     ],
 )
 def test_absurd_link_figures_are_refused(where, value):

@@ -136,7 +136,9 @@ def parse_yaml(text: str, source: str) -> tuple[Any, Positions]:
         loader = yaml.SafeLoader(text)
     except yaml.reader.ReaderError as exc:
         pos = _reader_position(exc, text, source)
-        raise ScenarioError.single(pos, "", f"YAML: {exc.reason} ({exc.character!r})") from None
+        char = exc.character
+        shown = f"U+{char:04X}" if isinstance(char, int) else repr(char)
+        raise ScenarioError.single(pos, "", f"YAML: {exc.reason} ({shown})") from None
     except yaml.MarkedYAMLError as exc:
         raise ScenarioError.single(_error_position(exc, source), "", _syntax(exc)) from None
     except yaml.YAMLError as exc:

@@ -329,3 +329,18 @@ def test_override_of_a_list_element_in_the_file():
     text = BASE.replace("zero: 1}", "zero: 1, order: [tp, cp, pp, dp]}")
     s = load_scenario_text(text, "s.yaml", ["parallelism.order.0=cp", "parallelism.order.1=tp"])
     assert s.parallelism.order == ["cp", "tp", "pp", "dp"]
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "words"),
+    [
+        ("model: llama3-8b\nname: a\x07b\n", "s.yaml:2:8", "U+0007"),  # control character
+        ("a: &x [*x]\n", "s.yaml:1:4", "nested more than 64"),  # recursive alias
+        ("a: &a {b: *a}\n", "s.yaml:1:4", "nested more than 64"),
+    ],
+)
+def test_reader_and_alias_errors_have_a_line(text, where, words):
+    # F18's relatives: these said "position 16" or "YAML nested too deeply" without a line
+    err = _error(text)
+    [problem] = err.problems
+    assert str(problem.position) == where and words in problem.message

@@ -154,7 +154,12 @@ def draw_links(
         worst = mean.idxmax()
         heading += (
             f"\nbottleneck: {worst} ({link_level(worst)}), {mean[worst]:.0%} busy on average; "
-            f"the {per_level} most utilised links of each level (mean per 1/{bins} of the step)"
+            + (
+                "the most utilised link of each level"
+                if per_level == 1
+                else f"the {per_level} most utilised links of each level"
+            )
+            + f" (mean per 1/{bins} of the step)"
         )
     axes[0, 0].set_title(heading, fontsize=9)
     fig.tight_layout()

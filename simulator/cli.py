@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -18,6 +17,13 @@ from typing import Annotated
 import typer
 
 from simulator import api
+from simulator.cli_options import (
+    OptionError,
+    check_out_dir,
+    check_out_file,
+    parse_ranks,
+    parse_window,
+)
 from simulator.hardware import CATALOG
 from simulator.scenario import ScenarioError
 from simulator.scenario.model_catalog import MODEL_CATALOG
@@ -65,41 +71,12 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _writable_ancestor(path: Path, option: str) -> None:
-    """The nearest existing ancestor of ``path`` must be a folder we may write in."""
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        _fail(f"{option} {path}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        _fail(f"{option} {path}: cannot write in {parent}")
-
-
-def _check_out_dir(path: Path | None, option: str = "--out") -> None:
-    """Refuse, before any work, a folder that cannot be created or written."""
-    if path is None:
-        return
-    if path.exists():
-        if not path.is_dir():
-            _fail(f"{option} {path}: exists and is not a folder")
-        if not os.access(path, os.W_OK | os.X_OK):
-            _fail(f"{option} {path}: cannot write in it")
-        return
-    _writable_ancestor(path, option)
-
-
-def _check_out_file(path: Path | None, option: str) -> None:
-    """Refuse, before any work, an image path whose folder is missing or not writable."""
-    if path is None:
-        return
-    if path.is_dir():
-        _fail(f"{option} {path}: is a folder; give a file name such as {path / 'out.png'}")
-    if not path.parent.exists():
-        _fail(f"{option} {path}: folder {path.parent} does not exist")
-    _writable_ancestor(path, option)
-    if path.exists() and not os.access(path, os.W_OK):
-        _fail(f"{option} {path}: cannot overwrite it")
+def _checked(check, *args):
+    """Run an option check from :mod:`simulator.cli_options`; a bad option exits 2."""
+    try:
+        return check(*args)
+    except OptionError as exc:
+        _fail(str(exc))
 
 
 def _load(path: Path, overrides: list[str] | None):
@@ -186,7 +163,7 @@ def topology(
     format: FormatOpt = Format.table,
 ) -> None:
     """Devices, links per level, and bisection bandwidth of a topology."""
-    _check_out_file(draw, "--draw")
+    _checked(check_out_file, draw, "--draw")
     topo = _topology(file, accelerator, set_)
     info, levels = api.topology_report(topo)
     if draw is not None:
@@ -303,7 +280,7 @@ def run(
 
     An out-of-memory step is still simulated and reported (exit 0), with a warning on stderr;
     ``--fail-on-oom`` makes it exit 3."""
-    _check_out_dir(out)
+    _checked(check_out_dir, out)
     s = _load(scenario, set_)
     log.info(
         "simulating %s on %d GPUs (%s mode)", s.name or scenario.name, s.num_gpus, s.simulation.mode
@@ -336,31 +313,6 @@ def run(
         raise typer.Exit(3)
 
 
-def _parse_ranks(text: str) -> list[int]:
-    try:
-        return [int(r) for r in text.split(",")]
-    except ValueError:
-        _fail(f"--ranks {text}: want comma-separated rank numbers, e.g. 0,4")
-
-
-def _parse_window(text: str | None) -> tuple[float, float] | None:
-    """``START:END`` of simulated time; bare numbers are seconds, or write units (``5ms``)."""
-    if text is None:
-        return None
-    from simulator.units import UnitError, parse_quantity
-
-    parts = text.split(":")
-    try:
-        if len(parts) != 2:
-            raise UnitError("want START:END")
-        start, end = (parse_quantity(p, "time") for p in parts)
-    except UnitError as exc:
-        _fail(f"--window {text}: {exc} (START:END in seconds, or with units: 100ms:200ms)")
-    if end <= start:
-        _fail(f"--window {text}: END must be after START")
-    return start, end
-
-
 @app.command()
 def gantt(
     run_dir: Annotated[Path, typer.Argument(help="A folder written by run --out.")],
@@ -384,9 +336,9 @@ def gantt(
     from simulator.report.run_report import load_run
 
     path = out or run_dir / "gantt.png"
-    _check_out_file(path, "--out")
-    shown = _parse_ranks(ranks) if ranks else None
-    span = _parse_window(window)
+    _checked(check_out_file, path, "--out")
+    shown = _checked(parse_ranks, ranks) if ranks else None
+    span = _checked(parse_window, window)
     try:
         summary, trace, _ = load_run(run_dir)
     except (OSError, ValueError) as exc:
@@ -420,7 +372,7 @@ def compare(
     from simulator.report.compare import comparison_frame, draw_comparison
     from simulator.report.run_report import load_run
 
-    _check_out_file(out, "--out")
+    _checked(check_out_file, out, "--out")
 
     runs = []
     try:

@@ -367,8 +367,8 @@ def compare(
     out: Annotated[Path, typer.Option("--out", help="Image to write.")] = Path("compare.png"),
     format: FormatOpt = Format.table,
 ) -> None:
-    """Compare saved runs: Gantt charts on one time axis, and step time, MFU and exposed
-    communication side by side."""
+    """Compare saved runs: Gantt charts on one time axis, and step time, MFU, bubble, exposed
+    communication and peak memory side by side."""
     from simulator.report.compare import comparison_frame, draw_comparison
     from simulator.report.run_report import load_run
 

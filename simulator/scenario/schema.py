@@ -13,57 +13,31 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
 
 from simulator.hardware import CATALOG as ACCELERATORS
 from simulator.hardware import Accelerator, get_accelerator
+from simulator.scenario.fields import (
+    MAX_DEVICES,
+    MIN_BUCKET_BYTES,
+    Efficiency,
+    Frozen,
+    PosInt,
+    Real,
+)
 from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
-from simulator.units import Bandwidth, Bytes, LinkLatency, Seconds, parse_quantity
-
-PosInt = Annotated[int, Field(ge=1, le=10**9)]
-
-MAX_DEVICES = 131_072
-"""Largest cluster accepted (2^17 accelerators). The topology graph is built in full: 16,384
-nodes x 8 = 131,072 GPUs take 1.2 GB and a 165 s run (issue 14, F06), while 8M GPUs exhausted
-10 GB. It covers today's largest published training clusters (Llama 3: 24,576 GPUs; 100K-GPU
-clusters)."""
-
-MIN_BUCKET_BYTES = 1e6
-"""Smallest gradient bucket accepted (1 MB). PyTorch DDP's smallest bucket is its first, 1 MiB
-(``dist._DEFAULT_FIRST_BUCKET_BYTES``), its default 25 MB (``bucket_cap_mb``); a bucket of a
-few bytes makes an all-reduce per few parameters, millions of tasks (issue 14, F01)."""
-
-
-def _real(value: Any) -> Any:
-    """A plain number: YAML 1.1 reads ``1e-3`` as a string, so numeric strings are numbers;
-    a boolean is not (strict mode refuses it)."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-Real = Annotated[float, BeforeValidator(_real)]
-"""A dimensionless number (a ratio, a probability, bytes per parameter)."""
-
-Efficiency = Annotated[Real, Field(ge=0.1, le=1)]
-"""A link's payload fraction. Real protocols carry 0.8 (NVLink) to 0.99 (InfiniBand); below 0.1
-is no protocol, and tiny fractions push simulated time past the largest float (issue 14, F07)."""
-
-
-class Frozen(BaseModel):
-    # strict: a count must be an int, a flag a bool; YAML's `true` is no count (issue 14, F12)
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
+from simulator.scenario.topology_config import (
+    FatTreeTopology,
+    NodeSpec,
+    NVSwitchTopology,
+    TopologyConfig,
+    TorusTopology,
+    topology_devices,
+)
+from simulator.units import Bandwidth, Bytes, Seconds, parse_quantity
 
 # ----------------------------------------------------------------------------- model
 
@@ -196,125 +170,6 @@ class ModelConfig(Frozen):
 # ----------------------------------------------------------------------------- cluster
 
 
-class NodeSpec(Frozen):
-    """A scale-up node: ``gpus`` devices behind NVSwitch (8 in a DGX, 72 in an NVL72 rack).
-
-    ``nvlink_bandwidth`` is per GPU per direction; None takes the accelerator's scale-up figure.
-    ``nvlink_efficiency`` is the payload fraction of NVLink's line rate: 20 of 25 GB/s per link
-    with 128-byte writes (NCCL maintainer, nccl-tests issue 149). ``pcie_bandwidth`` joins each
-    GPU to its NIC (PCIe Gen5 x16: 64 GB/s per direction). ``nvls`` marks NVLink SHARP
-    (in-switch reduction) support.
-    """
-
-    gpus: PosInt = 8
-    nvlink_bandwidth: Bandwidth | None = None
-    nvlink_latency: LinkLatency = 0.7e-6
-    nvlink_efficiency: Efficiency = 0.8
-    pcie_bandwidth: Bandwidth = 64e9
-    pcie_latency: LinkLatency = 0.5e-6
-    nvls: bool = False
-
-
-class NVSwitchTopology(Frozen):
-    """One scale-up domain: ``node.gpus`` devices behind NVSwitch (a DGX, an NVL72 rack)."""
-
-    kind: Literal["nvswitch"]
-    name: str | None = None
-    node: NodeSpec = NodeSpec()
-
-    @model_validator(mode="after")
-    def within_max_devices(self):
-        return _within_max_devices(self)
-
-
-class FatTreeTopology(Frozen):
-    """Nodes joined by an InfiniBand/RoCE fat-tree, one NIC per GPU.
-
-    ``oversubscription`` gives, per level above the leaves, downlink:uplink bandwidth (1 = full
-    bisection, 7 = Llama 3's 1:7 above its 3,072-GPU pods). ``nic_efficiency`` is the payload
-    fraction of an InfiniBand packet: a 4,096-byte MTU behind 26 bytes of LRH, BTH, ICRC and
-    VCRC headers (IBTA specification), 0.994. Rail-optimised fabrics give each GPU index its
-    own leaf in a group of ``nodes_per_leaf`` nodes; otherwise a leaf (top-of-rack switch)
-    serves every NIC of its ``nodes_per_leaf`` nodes. Three levels group ``leaves_per_pod``
-    leaves into pods. ``ecmp_flows`` splits each connection into that many sub-flows, each
-    hashed onto one of the equal-cost paths (Llama 3's enhanced ECMP: 16); 0 spreads traffic
-    evenly over all of them, as adaptive routing or packet spraying does.
-    """
-
-    kind: Literal["fat_tree"]
-    name: str | None = None
-    node: NodeSpec = NodeSpec()
-    nodes: PosInt
-    nic_bandwidth: Bandwidth = 50e9
-    nic_latency: LinkLatency = 2e-6
-    nic_efficiency: Efficiency = 4096 / 4122
-    switch_latency: LinkLatency = 0.5e-6
-    levels: Annotated[int, Field(ge=1, le=3)] = 2
-    nodes_per_leaf: PosInt = 16
-    leaves_per_pod: PosInt | None = None
-    oversubscription: list[Annotated[Real, Field(ge=1, le=1000)]] = [1.0]
-    rail_optimized: bool = True
-    ecmp_flows: Annotated[int, Field(ge=0, le=1024)] = 0
-
-    @field_validator("oversubscription")
-    @classmethod
-    def one_ratio_per_upper_level(cls, ratios: list[float], info: ValidationInfo):
-        levels = info.data.get("levels")  # absent when levels itself was invalid
-        if levels is not None and len(ratios) > levels - 1:
-            raise ValueError(
-                f"{len(ratios)} ratios given but levels = {levels} has {levels - 1} level(s) "
-                f"above the leaves; give one ratio per such level"
-            )
-        return ratios
-
-    @model_validator(mode="after")
-    def within_max_devices(self):
-        return _within_max_devices(self)
-
-
-class TorusTopology(Frozen):
-    """A TPU slice: 2D (v5e) or 3D (v4, v5p) torus of chips with ICI links."""
-
-    kind: Literal["torus"]
-    name: str | None = None
-    shape: Annotated[list[PosInt], Field(min_length=1, max_length=3)]
-    wraparound: bool = True
-    ici_link_bandwidth: Bandwidth = 45e9
-    ici_latency: LinkLatency = 1e-6
-    ici_efficiency: Efficiency = 1.0
-
-    @model_validator(mode="after")
-    def within_max_devices(self):
-        return _within_max_devices(self)
-
-
-TopologyConfig = Annotated[
-    NVSwitchTopology | FatTreeTopology | TorusTopology, Field(discriminator="kind")
-]
-"""The ``cluster.topology`` section (the built graph is :class:`simulator.topology.Topology`)."""
-
-
-def _within_max_devices(topology):
-    n = _topology_devices(topology)
-    if n > MAX_DEVICES:
-        raise ValueError(
-            f"{n:,} devices exceed the {MAX_DEVICES:,} supported: the topology graph is "
-            f"built in full (131,072 GPUs take about 1.2 GB)"
-        )
-    return topology
-
-
-def _topology_devices(topology) -> int:
-    if isinstance(topology, TorusTopology):
-        n = 1
-        for d in topology.shape:
-            n *= d
-        return n
-    if isinstance(topology, FatTreeTopology):
-        return topology.nodes * topology.node.gpus
-    return topology.node.gpus
-
-
 def _gpu_count_supported(gpus: int) -> int:
     if gpus > MAX_DEVICES:
         raise ValueError(
@@ -360,11 +215,11 @@ class ClusterConfig(Frozen):
 
     @property
     def num_gpus(self) -> int:
-        return self.gpus if self.gpus is not None else _topology_devices(self.topology)
+        return self.gpus if self.gpus is not None else topology_devices(self.topology)
 
     @property
     def topology_devices(self) -> int | None:
-        return None if self.topology is None else _topology_devices(self.topology)
+        return None if self.topology is None else topology_devices(self.topology)
 
 
 # ----------------------------------------------------------------------------- parallelism
@@ -554,5 +409,22 @@ class Scenario(Frozen):
         return max(1, self.num_gpus // (p.tp * p.pp * p.cp))
 
 
-# Bandwidth, Bytes and Seconds are re-exported: they live in simulator.units (one definition).
-__all__ = ["ACCELERATORS", "Bandwidth", "Bytes", "Scenario", "Seconds", "TopologyConfig"]
+# Re-exported: field types and the topology section live in their own modules.
+__all__ = [
+    "ACCELERATORS",
+    "MAX_DEVICES",
+    "MIN_BUCKET_BYTES",
+    "Bandwidth",
+    "Bytes",
+    "Efficiency",
+    "FatTreeTopology",
+    "Frozen",
+    "NodeSpec",
+    "NVSwitchTopology",
+    "PosInt",
+    "Real",
+    "Scenario",
+    "Seconds",
+    "TopologyConfig",
+    "TorusTopology",
+]

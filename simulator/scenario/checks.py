@@ -48,6 +48,14 @@ def _degrees(s: Scenario) -> list[Finding]:
 def _model_split(s: Scenario) -> list[Finding]:
     m, p = s.model, s.parallelism
     out: list[Finding] = []
+    if m.attention == "mha" and m.head_dim is None and m.hidden % m.heads:
+        out.append(
+            (
+                ("model", "hidden"),
+                f"hidden {m.hidden} does not split into {m.heads} heads; give head_dim "
+                f"explicitly if the heads are not hidden / heads wide",
+            )
+        )
     if m.heads % p.tp:
         out.append((("model", "heads"), f"{m.heads} heads do not split over tp = {p.tp}"))
     if m.attention == "mha" and m.n_kv_heads % p.tp:

@@ -142,15 +142,6 @@ class ModelConfig(Frozen):
             )
         return self
 
-    @model_validator(mode="after")
-    def heads_split_hidden(self):
-        if self.attention == "mha" and self.head_dim is None and self.hidden % self.heads:
-            raise ValueError(
-                f"hidden {self.hidden} does not split into {self.heads} heads; give head_dim "
-                f"explicitly if the heads are not hidden / heads wide"
-            )
-        return self
-
     @property
     def n_kv_heads(self) -> int:
         return self.kv_heads or self.heads

@@ -223,7 +223,8 @@ def test_hidden_must_split_into_heads_without_head_dim():
     model = "{name: odd, layers: 2, hidden: 1000, heads: 3, ffn: 4096, vocab: 32000}"
     text = BASE.replace("llama3-8b", model).replace("tp: 2, pp: 2", "tp: 1, pp: 1")
     err = _error(text)
-    assert _fields(err) == ["model"]
+    assert _fields(err) == ["model.hidden"]
+    assert str(err.problems[0].position) == "s.yaml:2:31"  # the hidden key
     assert "hidden 1000 does not split into 3 heads" in err.problems[0].message
     ok = load_scenario_text(text.replace("heads: 3", "heads: 3, head_dim: 320"))
     assert ok.model.d_head == 320

@@ -189,3 +189,56 @@ def test_garbage_text(text):
 def test_spliced_text(seed, cut, junk):
     text = yaml.safe_dump(seed, sort_keys=False)
     _load(text[:cut] + junk + text[cut:])
+
+
+# Targeted: shipped scenarios with 1-3 numeric or enum fields set to plausible but odd values
+# (the fuzzer that found F20, grads: 0). Accepted ones must print and cost their ledger.
+FIELDS = {
+    ("parallelism", "tp"): st.sampled_from([1, 2, 3, 4, 8, 16, 64, True]),
+    ("parallelism", "pp"): st.sampled_from([1, 2, 3, 4, 8, 16, 32, 128]),
+    ("parallelism", "cp"): st.sampled_from([1, 2, 4, 8]),
+    ("parallelism", "ep"): st.sampled_from([1, 2, 3, 4, 8, 16, 64, 256]),
+    ("parallelism", "dp"): st.sampled_from([None, 1, 2, 3, 8, 64]),
+    ("parallelism", "expert_tp"): st.sampled_from([None, 1, 2, 8]),
+    ("parallelism", "zero"): st.sampled_from([0, 1, 2, 3, "fsdp", True]),
+    ("parallelism", "bucket_size"): st.sampled_from(["25 MB", "1 GB", 25, 0, 1e12, "1e6"]),
+    ("parallelism", "fsdp_unit_layers"): st.sampled_from([1, 2, 7, 1000, 10**9]),
+    ("parallelism", "fsdp_prefetch"): st.integers(0, 64),
+    ("parallelism", "pipeline", "schedule"): st.sampled_from(
+        ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"]
+    ),
+    ("parallelism", "pipeline", "virtual_stages"): st.sampled_from([1, 2, 3, 4]),
+    ("training", "global_batch"): st.sampled_from([1, 2, 8, 16, 64, 512, 1536, 65536]),
+    ("training", "micro_batch"): st.sampled_from([1, 2, 4, 8, 64]),
+    ("training", "seq_len"): st.sampled_from([1, 2, 128, 2048, 8192, 131072]),
+    ("cluster", "gpus"): st.sampled_from([1, 2, 8, 16, 64, 1024, 16384, 10**6]),
+    ("precision",): st.sampled_from(
+        ["zero-mixed", "pure-bf16", "fp32", {"params": 2, "grads": 0, "optimizer": 0}]
+    ),
+    ("model", "dropout"): st.sampled_from([0.0, 0.1, 0.999, "1e-1"]),
+    ("model", "heads"): st.sampled_from([1, 3, 7, 64]),
+    ("simulation", "mode"): st.sampled_from(["symmetric", "full"]),
+}
+
+
+@st.composite
+def tweaked(draw):
+    data = copy.deepcopy(draw(st.sampled_from([s for s in SHIPPED if isinstance(s, dict)])))
+    for path in draw(st.lists(st.sampled_from(sorted(FIELDS)), min_size=1, max_size=3)):
+        node = data
+        for seg in path[:-1]:
+            if not isinstance(node.get(seg), dict):
+                node[seg] = {} if not isinstance(node.get(seg), str) else {"name": node[seg]}
+            node = node[seg]
+        value = draw(FIELDS[path])
+        if value is None:
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = value
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tweaked())
+def test_tweaked_scenarios(text):
+    _load(text)

@@ -122,7 +122,12 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
             ax.text(
                 i,
                 row["total_Bps"] / 1e12,
-                f"{row['links']:,} links",
+                f"{row['links']:,} links"
+                + (
+                    f" x {row['link_Bps'] / 1e9:,.0f} GB/s"
+                    if isinstance(row["link_Bps"], float)
+                    else ""
+                ),
                 ha="center",
                 va="bottom",
                 fontsize=8,

@@ -11,13 +11,14 @@ True
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from simulator import metrics
-from simulator.collectives import bus_bandwidth, plan_collective
+from simulator.collectives import BUSBW_FACTORS, bus_bandwidth, plan_collective
 from simulator.engine import NetworkModel, run_taskgraph_with_memory, time_collective
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
@@ -147,23 +148,44 @@ def network_model(topo: Topology) -> NetworkModel:
     )
 
 
+MAX_SIZES = 1000  # rows of one collective table; nccl-tests' 1 B..8 GiB at -f 2 is 34
+
+
 def parse_sizes(spec: str) -> list[float]:
     """``"1MiB:8GiB"`` -> 1 MiB, 2 MiB, ... 8 GiB (doubling, as nccl-tests' -f 2);
-    ``"1MiB:1GiB:4"`` multiplies by 4; ``"256MiB"`` is one size."""
+    ``"1MiB:1GiB:4"`` multiplies by 4; ``"256MiB"`` is one size. At most ``MAX_SIZES``
+    sizes; the count is computed before any list is built.
+
+    Raises
+    ------
+    ValueError
+        For anything else, naming the part that is wrong.
+    """
     parts = spec.split(":")
+    if len(parts) > 3:
+        raise ValueError(f"{spec!r} has {len(parts)} parts; want MIN:MAX[:FACTOR] or one size")
     lo = parse_quantity(parts[0], "bytes")
     if len(parts) == 1:
+        if lo <= 0:
+            raise ValueError(f"{spec!r}: a size must be positive")
         return [lo]
     hi = parse_quantity(parts[1], "bytes")
-    factor = float(parts[2]) if len(parts) > 2 else 2.0
-    if lo <= 0 or hi < lo or factor <= 1:
+    try:
+        factor = float(parts[2]) if len(parts) > 2 else 2.0
+    except ValueError:
+        raise ValueError(f"FACTOR {parts[2]!r} is not a number (in {spec!r})") from None
+    if not math.isfinite(factor) or factor <= 1:
+        raise ValueError(f"FACTOR {parts[2]!r} must be a finite number above 1 (in {spec!r})")
+    if lo <= 0 or hi < lo:
         raise ValueError(f"bad size range {spec!r}: want MIN:MAX[:FACTOR], 0 < MIN <= MAX")
-    sizes = []
-    s = lo
-    while s <= hi * (1 + 1e-12):
-        sizes.append(s)
-        s *= factor
-    return sizes
+    count = math.floor(math.log(hi * (1 + 1e-12) / lo) / math.log(factor)) + 1
+    if count > MAX_SIZES:
+        raise ValueError(
+            f"{spec!r} gives {count:,} sizes, more than {MAX_SIZES:,}; raise FACTOR "
+            f"(nccl-tests doubles: 1B:8GiB is 34 sizes)"
+        )
+    sizes = [lo * factor**i for i in range(count)]
+    return [x for x in sizes if x <= hi * (1 + 1e-12)]
 
 
 def collective_table(
@@ -177,8 +199,21 @@ def collective_table(
 ) -> pd.DataFrame:
     """An nccl-tests-like table: for each size, the time of ``op`` over the first ``ranks``
     devices and its algbw and busbw (B/s), with ``groups`` - 1 identical groups (the next
-    blocks of devices) running the same collective at the same time."""
-    ranks = ranks or topo.num_devices
+    blocks of devices) running the same collective at the same time.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``op``, fewer than 2 ranks, fewer than 1 group, or more devices than
+        the topology has.
+    """
+    if op not in BUSBW_FACTORS:
+        raise ValueError(f"unknown operation {op!r}; known: {', '.join(BUSBW_FACTORS)}")
+    ranks = topo.num_devices if ranks is None else ranks
+    if ranks < 2:
+        raise ValueError(f"a collective needs 2 or more ranks, not {ranks}")
+    if groups < 1:
+        raise ValueError(f"groups must be 1 or more, not {groups}")
     if ranks * groups > topo.num_devices:
         raise ValueError(
             f"{groups} groups of {ranks} ranks need {ranks * groups} devices; "

@@ -1,7 +1,8 @@
 """``trainsim``: the command line. Parses arguments, calls :mod:`simulator.api`, prints.
 
 Results go to stdout, logs to stderr. Exit codes: 0 ok, 2 bad input (the message names
-file:line:col and the field), 1 a failure of the program itself.
+file:line:col and the field, or the option), 1 a failure of the program itself, 3 an
+out-of-memory run under ``run --fail-on-oom``. Output paths are checked before simulating.
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from typing import Annotated
 import typer
 
 from simulator import api
+from simulator.cli_options import (
+    OptionError,
+    check_out_dir,
+    check_out_file,
+    parse_ranks,
+    parse_window,
+)
 from simulator.failures.commands import register as register_goodput
 from simulator.hardware import CATALOG
 from simulator.scenario import ScenarioError
@@ -44,12 +52,33 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a field: --set parallelism.tp=4 (repeatable)."),
 ]
+TopoSetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a field of the topology file: --set nodes=32, --set node.gpus=4 "
+        "(repeatable).",
+    ),
+]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table or json.")]
 
 
 def _fail_bad_input(exc: ScenarioError) -> None:
     typer.echo(f"error: {exc}", err=True)
     raise typer.Exit(2)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _checked(check, *args):
+    """Run an option check from :mod:`simulator.cli_options`; a bad option exits 2."""
+    try:
+        return check(*args)
+    except OptionError as exc:
+        _fail(str(exc))
 
 
 def _load(path: Path, overrides: list[str] | None):
@@ -128,7 +157,7 @@ def _topology(path: Path, accelerator: str, overrides: list[str] | None):
 def topology(
     file: Annotated[Path, typer.Argument(help="Topology YAML.", show_default=False)],
     accelerator: AccelOpt = "H100-SXM",
-    set_: SetOpt = None,
+    set_: TopoSetOpt = None,
     draw: Annotated[
         Path | None,
         typer.Option("--draw", help="Write a PNG: the graph if small, a per-level summary if not."),
@@ -136,6 +165,7 @@ def topology(
     format: FormatOpt = Format.table,
 ) -> None:
     """Devices, links per level, and bisection bandwidth of a topology."""
+    _checked(check_out_file, draw, "--draw")
     topo = _topology(file, accelerator, set_)
     info, levels = api.topology_report(topo)
     if draw is not None:
@@ -174,7 +204,8 @@ def collective(
         ),
     ] = "all_reduce",
     ranks: Annotated[
-        int | None, typer.Option("--ranks", help="Ranks (the first N devices); default all.")
+        int | None,
+        typer.Option("--ranks", min=2, help="Ranks (the first N devices, 2 or more); default all."),
     ] = None,
     algo: Annotated[
         str | None,
@@ -188,19 +219,25 @@ def collective(
         str, typer.Option("--sizes", help="MIN:MAX[:FACTOR] or one size, e.g. 1MiB:8GiB.")
     ] = "1MiB:8GiB",
     groups: Annotated[
-        int, typer.Option("--groups", help="Identical groups running at once (next device blocks).")
+        int,
+        typer.Option(
+            "--groups", min=1, help="Identical groups running at once (next device blocks)."
+        ),
     ] = 1,
     accelerator: AccelOpt = "H100-SXM",
-    set_: SetOpt = None,
+    set_: TopoSetOpt = None,
     format: FormatOpt = Format.table,
 ) -> None:
     """Time one collective over a topology for a range of sizes, like nccl-tests."""
+    try:
+        size_list = api.parse_sizes(sizes)
+    except ValueError as exc:
+        _fail(f"--sizes {sizes}: {exc}")
     topo = _topology(topology, accelerator, set_)
     try:
-        table = api.collective_table(topo, op, ranks, algo, api.parse_sizes(sizes), groups)
+        table = api.collective_table(topo, op, ranks, algo, size_list, groups)
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc))
     if format is Format.json:
         typer.echo(table.to_json(orient="records", indent=2))
         return
@@ -236,8 +273,16 @@ def run(
             "--out", help="Write summary.json, the trace table and the memory timeline here."
         ),
     ] = None,
+    fail_on_oom: Annotated[
+        bool,
+        typer.Option("--fail-on-oom", help="Exit 3 when a rank runs out of memory."),
+    ] = False,
 ) -> None:
-    """Simulate one steady-state training step: step time, MFU, bubble, overlap, memory."""
+    """Simulate one steady-state training step: step time, MFU, bubble, overlap, memory.
+
+    An out-of-memory step is still simulated and reported (exit 0), with a warning on stderr;
+    ``--fail-on-oom`` makes it exit 3."""
+    _checked(check_out_dir, out)
     s = _load(scenario, set_)
     log.info(
         "simulating %s on %d GPUs (%s mode)", s.name or scenario.name, s.num_gpus, s.simulation.mode
@@ -251,14 +296,23 @@ def run(
         written = api.write_run(result, out)
         log.info("wrote %s", ", ".join(str(p) for p in written))
     summary = result.summary
+    if summary["oom"]:
+        typer.echo(
+            f"OUT OF MEMORY: peak {summary['peak_memory_bytes'] / GB:.1f} GB per GPU exceeds "
+            f"the {summary['memory_capacity_bytes'] / GB:.0f} GB of a "
+            f"{s.cluster.accelerator.name} (see `trainsim memory`)",
+            err=True,
+        )
     if format is Format.json:
         typer.echo(json.dumps(summary, indent=2, default=float))
-        return
-    from simulator.report.run_report import headline_rows
+    else:
+        from simulator.report.run_report import headline_rows
 
-    typer.echo(f"{s.name or scenario.name}")
-    for name, value in headline_rows(summary):
-        typer.echo(f"  {name:<26} {value}")
+        typer.echo(f"{s.name or scenario.name}")
+        for name, value in headline_rows(summary):
+            typer.echo(f"  {name:<26} {value}")
+    if summary["oom"] and fail_on_oom:
+        raise typer.Exit(3)
 
 
 @app.command()
@@ -271,24 +325,40 @@ def gantt(
     out: Annotated[
         Path | None, typer.Option("--out", help="Image to write (default RUN_DIR/gantt.png).")
     ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            "--window",
+            help="Show only START:END of the step, in seconds or with units (0.1:0.2, 5ms:8ms).",
+        ),
+    ] = None,
 ) -> None:
     """Redraw the Gantt chart of a saved run."""
     from simulator.report.gantt import draw_gantt
     from simulator.report.run_report import load_run
 
+    path = out or run_dir / "gantt.png"
+    _checked(check_out_file, path, "--out")
+    shown = _checked(parse_ranks, ranks) if ranks else None
+    span = _checked(parse_window, window)
     try:
         summary, trace, _ = load_run(run_dir)
-        shown = [int(r) for r in ranks.split(",")] if ranks else None
     except (OSError, ValueError) as exc:
-        typer.echo(f"error: {run_dir}: {exc}", err=True)
-        raise typer.Exit(2) from None
-    path = out or run_dir / "gantt.png"
+        _fail(f"{run_dir}: {exc}")
+    simulated = sorted(int(r) for r in trace["rank"].unique())
+    for r in shown or []:
+        if r not in simulated:
+            _fail(
+                f"--ranks: rank {r} was not simulated; this run simulated ranks "
+                f"{', '.join(map(str, simulated))}"
+            )
     draw_gantt(
         trace,
         [path],
         shown,
         summary.get("stage_of_rank"),
         str(summary.get("scenario") or run_dir.name),
+        window=span,
     )
     typer.echo(str(path))
 
@@ -299,10 +369,12 @@ def compare(
     out: Annotated[Path, typer.Option("--out", help="Image to write.")] = Path("compare.png"),
     format: FormatOpt = Format.table,
 ) -> None:
-    """Compare saved runs: Gantt charts on one time axis, and step time, MFU and exposed
-    communication side by side."""
+    """Compare saved runs: Gantt charts on one time axis, and step time, MFU, bubble, exposed
+    communication and peak memory side by side."""
     from simulator.report.compare import comparison_frame, draw_comparison
     from simulator.report.run_report import load_run
+
+    _checked(check_out_file, out, "--out")
 
     runs = []
     try:
@@ -444,6 +516,29 @@ def models(format: FormatOpt = Format.table) -> None:
 def accelerators(format: FormatOpt = Format.json) -> None:
     """The accelerator catalog (SI units: FLOP/s, bytes, B/s)."""
     typer.echo(json.dumps([a.model_dump() for a in CATALOG.values()], indent=2))
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"trainsim {version('trainsim')}")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            typer.echo("trainsim (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Discrete-event simulator of large-language-model training clusters."""
 
 
 register_goodput(app)

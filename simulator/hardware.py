@@ -22,22 +22,13 @@ Examples
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, field_validator
 
-from simulator.units import parse_quantity
+from simulator.units import Bandwidth, Bytes, FlopsRate
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4", "int8"]
-
-
-def _q(dimension):
-    return BeforeValidator(lambda v: parse_quantity(v, dimension))
-
-
-Bytes = Annotated[float, _q("bytes"), Field(gt=0)]
-Bandwidth = Annotated[float, _q("bandwidth"), Field(gt=0)]
-FlopsRate = Annotated[float, _q("flops_rate"), Field(gt=0)]
 
 
 class Accelerator(BaseModel):
@@ -56,7 +47,7 @@ class Accelerator(BaseModel):
         calibrate``); None uses the H200 curves scaled by this device's peaks.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     name: str
     kind: Literal["gpu", "tpu"] = "gpu"
@@ -67,11 +58,34 @@ class Accelerator(BaseModel):
     source: str = "user-defined"
     calibration: str | None = None
 
+    @field_validator("peak_flops_per_s")
+    @classmethod
+    def bf16_given(cls, table: dict) -> dict:
+        # bf16 is the default compute dtype and the fallback of fp8/fp4 (see ``peak``); an
+        # override of peak_flops_per_s replaces the catalog's whole table, so say so.
+        if "bf16" not in table:
+            raise ValueError(
+                f"must give bf16 (the default compute dtype and the fallback for fp8/fp4); "
+                f"got {', '.join(table) or 'nothing'} (a mapping here replaces the catalog's "
+                f"whole table)"
+            )
+        return table
+
+    def supports(self, dtype: str) -> bool:
+        """Whether :meth:`peak` has a figure for ``dtype`` (fp8/fp4 fall back to bf16)."""
+        return dtype in self.peak_flops_per_s or dtype in FALLBACK_TO_BF16
+
     def peak(self, dtype: str) -> float:
-        """Peak FLOP/s for ``dtype``; fp8/fp4 fall back to bf16 where the device lacks them."""
+        """Peak FLOP/s for ``dtype``; fp8/fp4 fall back to bf16 where the device lacks them
+        (the run is then costed as if the narrow GEMMs ran at bf16 speed)."""
         if dtype in self.peak_flops_per_s:
             return self.peak_flops_per_s[dtype]
-        return self.peak_flops_per_s["bf16"]
+        if dtype in FALLBACK_TO_BF16:
+            return self.peak_flops_per_s["bf16"]
+        raise KeyError(f"{self.name} has no peak for {dtype}")
+
+
+FALLBACK_TO_BF16 = ("fp8", "fp4")
 
 
 _CSV = "shared/validation/hardware_specs.csv"

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field
 
 Dimension = Literal["bytes", "bandwidth", "flops", "flops_rate", "time", "count"]
 
@@ -150,3 +152,79 @@ _EXAMPLES: dict[str, str] = {
     "time": '"1.5 us", "10 ms"',
     "count": '"16K", "2048"',
 }
+
+
+# ----------------------------------------------------------------------------- schema types
+# The pydantic field types of every quantity in a scenario or accelerator: a unit string or an
+# SI number, parsed by :func:`parse_quantity`, then bounded. One definition each, so the
+# scenario schema and the accelerator catalog cannot disagree about what a "bytes" field takes.
+
+MIN_BANDWIDTH_BPS = 1e6
+"""Slowest link or memory accepted (1 MB/s). No training fabric comes near it (1 GbE is
+125 MB/s), and far smaller rates (1e-300 B/s) push simulated time past the largest float."""
+
+MIN_FLOPS_RATE = 1e9
+"""Slowest accelerator accepted (1 GFLOP/s, below one CPU core); same reason as above."""
+
+MAX_LINK_LATENCY_S = 1.0
+"""Largest per-hop latency accepted: a datacenter hop is microseconds; 1 s is already absurd."""
+
+
+def _at_least(floor: float, what: str, why: str):
+    def check(value: float) -> float:
+        if value < floor:
+            raise ValueError(f"{value:g} is below the {what} floor: {why}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _at_most(ceiling: float, what: str, why: str):
+    def check(value: float) -> float:
+        if value > ceiling:
+            raise ValueError(f"{value:g} is above the {what} ceiling: {why}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _parsed(dimension: Dimension) -> BeforeValidator:
+    return BeforeValidator(lambda v: parse_quantity(v, dimension))
+
+
+Bytes = Annotated[float, _parsed("bytes"), Field(gt=0)]
+"""A positive byte count (B): capacities, buffer sizes."""
+
+Bandwidth = Annotated[
+    float,
+    _parsed("bandwidth"),
+    _at_least(
+        MIN_BANDWIDTH_BPS,
+        "1 MB/s",
+        "no training link or memory is that slow (1 GbE is 125 MB/s), and tinier rates "
+        "overflow simulated time",
+    ),
+]
+"""A bandwidth (B/s) of at least :data:`MIN_BANDWIDTH_BPS`."""
+
+FlopsRate = Annotated[
+    float,
+    _parsed("flops_rate"),
+    _at_least(
+        MIN_FLOPS_RATE,
+        "1 GFLOP/s",
+        "one CPU core is faster, and tinier rates overflow simulated time",
+    ),
+]
+"""A compute rate (FLOP/s) of at least :data:`MIN_FLOPS_RATE`."""
+
+Seconds = Annotated[float, _parsed("time"), Field(ge=0)]
+"""A non-negative duration (s)."""
+
+LinkLatency = Annotated[
+    float,
+    _parsed("time"),
+    Field(ge=0),
+    _at_most(MAX_LINK_LATENCY_S, "1 s", "a datacenter hop takes microseconds"),
+]
+"""A per-hop latency (s), at most :data:`MAX_LINK_LATENCY_S`."""

@@ -1,8 +1,9 @@
 """Accelerator catalog against shared/validation/hardware_specs.csv."""
 
 import pytest
+from pydantic import ValidationError
 
-from simulator.hardware import CATALOG, get_accelerator
+from simulator.hardware import CATALOG, Accelerator, get_accelerator
 from tests.conftest import published
 
 CSV_TO_CATALOG = {
@@ -47,3 +48,27 @@ def test_fp8_falls_back_to_bf16_where_missing():
     assert CATALOG["H100-SXM"].peak("fp8") == pytest.approx(
         2 * CATALOG["H100-SXM"].peak("bf16"), rel=1e-3
     )
+
+
+def test_peak_needs_bf16_and_falls_back_only_for_narrow_dtypes():
+    fields = dict(
+        name="chip", hbm_bytes="80 GB", hbm_bandwidth_Bps="3 TB/s", scale_up_bandwidth_Bps=4e11
+    )
+    with pytest.raises(ValidationError, match="must give bf16"):
+        Accelerator(peak_flops_per_s={"fp32": 6e13}, **fields)
+    chip = Accelerator(peak_flops_per_s={"bf16": 1e15}, **fields)
+    assert chip.peak("fp8") == 1e15 and chip.supports("fp4")  # documented fallback
+    assert not chip.supports("fp32")
+    with pytest.raises(KeyError, match="no peak for fp32"):
+        chip.peak("fp32")  # never the bf16 peak for a wider dtype (15x too fast on H100)
+
+
+def test_accelerator_quantities_share_the_scenario_bounds():
+    base = dict(
+        name="c", peak_flops_per_s={"bf16": 1e15}, hbm_bytes=8e10, scale_up_bandwidth_Bps=4e11
+    )
+    for bad in ({"hbm_bandwidth_Bps": "1e-300 B/s"}, {"hbm_bandwidth_Bps": 3e12, "hbm_bytes": 0}):
+        with pytest.raises(ValidationError):
+            Accelerator(**{**base, "hbm_bandwidth_Bps": 3e12, **bad})
+    with pytest.raises(ValidationError, match="1 GFLOP/s floor"):
+        Accelerator(**{**base, "hbm_bandwidth_Bps": 3e12, "peak_flops_per_s": {"bf16": 1.0}})

@@ -1,8 +1,9 @@
 """Unit strings -> SI floats (simulator/units.py)."""
 
 import pytest
+from pydantic import TypeAdapter, ValidationError
 
-from simulator.units import UnitError, parse_quantity
+from simulator.units import Bandwidth, Bytes, LinkLatency, UnitError, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -49,3 +50,14 @@ def test_parse(text, dimension, expected):
 def test_rejects(text, dimension):
     with pytest.raises(UnitError):
         parse_quantity(text, dimension)
+
+
+def test_schema_types_bound_what_the_simulator_can_time():
+    assert TypeAdapter(Bandwidth).validate_python("400 Gb/s") == 50e9
+    assert TypeAdapter(Bandwidth).validate_python("1 MB/s") == 1e6  # the floor itself
+    with pytest.raises(ValidationError, match="below the 1 MB/s floor"):
+        TypeAdapter(Bandwidth).validate_python("1e-300 B/s")
+    with pytest.raises(ValidationError, match="above the 1 s ceiling"):
+        TypeAdapter(LinkLatency).validate_python("2 s")
+    with pytest.raises(ValidationError):
+        TypeAdapter(Bytes).validate_python(0)  # one bound for every byte count: positive

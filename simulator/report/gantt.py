@@ -3,6 +3,9 @@ communication by purpose, idle time as gaps, micro-batch numbers on bars wide en
 them, time in milliseconds.
 
 A 16-stage pipeline stays readable because the default shows one rank per pipeline stage.
+Bars narrower than a pixel (pipeline sends of a few microseconds in a step of seconds) are
+drawn :data:`MIN_BAR_FRACTION` of the shown span wide so that they stay visible; a time
+``window`` zooms into dense charts.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from simulator.report.style import (  # noqa: E402
 )
 
 MIN_LABEL_FRACTION = 0.012  # a bar narrower than this share of the axis gets no number
+MIN_BAR_FRACTION = 1 / 1000  # about 1.5 pixels of a 14-inch chart at 130 dpi
 
 
 def default_ranks(frame: pd.DataFrame, stage_of_rank: dict | None) -> list[int]:
@@ -55,9 +59,19 @@ def merged_blocks(f: pd.DataFrame) -> pd.DataFrame:
 
 
 def draw_rows(
-    ax, frame: pd.DataFrame, ranks: list[int], t_max: float, stage_of_rank: dict | None = None
+    ax,
+    frame: pd.DataFrame,
+    ranks: list[int],
+    t_max: float,
+    stage_of_rank: dict | None = None,
+    window: tuple[float, float] | None = None,
 ) -> None:
-    """Draw the rows of ``ranks`` on ``ax`` (top to bottom), time in ms up to ``t_max`` s."""
+    """Draw the rows of ``ranks`` on ``ax`` (top to bottom), time in ms from 0 to ``t_max`` s
+    or over ``window`` = (start, end) s."""
+    t0, t1 = window or (0.0, t_max)
+    span = t1 - t0
+    min_width_ms = span * MIN_BAR_FRACTION * 1e3
+    frame = frame[(frame["end_s"] >= t0) & (frame["start_s"] <= t1)]
     rows = []
     for r in ranks:
         streams = sorted(frame.loc[frame["rank"] == r, "stream"].unique(), key=stream_rank)
@@ -73,13 +87,15 @@ def draw_rows(
             if len(f)
             else []
         ):
-            spans = list(zip(g["start_s"] * 1e3, (g["end_s"] - g["start_s"]) * 1e3, strict=True))
+            widths = ((g["end_s"] - g["start_s"]) * 1e3).clip(lower=min_width_ms)
+            spans = list(zip(g["start_s"] * 1e3, widths, strict=True))
             ax.broken_barh(spans, (y - height / 2, height), facecolors=colour, edgecolor="none")
         if stream == "compute" and len(f):
             for b in merged_blocks(f[f["microbatch"] >= 0]).itertuples():
-                if (b.end_s - b.start_s) / t_max >= MIN_LABEL_FRACTION:
+                if (min(b.end_s, t1) - max(b.start_s, t0)) / span >= MIN_LABEL_FRACTION:
+                    mid = (max(b.start_s, t0) + min(b.end_s, t1)) / 2
                     ax.text(
-                        (b.start_s + b.end_s) / 2 * 1e3,
+                        mid * 1e3,
                         y,
                         str(int(b.microbatch)),
                         ha="center",
@@ -93,7 +109,7 @@ def draw_rows(
         labels.append(f"rank {r}{stage} {stream}" if stream == "compute" else stream)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(list(reversed(labels)), fontsize=7)
-    ax.set_xlim(0, t_max * 1e3)
+    ax.set_xlim(t0 * 1e3, t1 * 1e3)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.grid(axis="x", alpha=0.3)
 
@@ -112,16 +128,21 @@ def draw_gantt(
     ranks: list[int] | None = None,
     stage_of_rank: dict | None = None,
     title: str = "",
+    window: tuple[float, float] | None = None,
 ) -> list[Path]:
-    """Write the Gantt chart of ``frame`` to each of ``paths`` (PNG, SVG, by suffix)."""
+    """Write the Gantt chart of ``frame`` to each of ``paths`` (PNG, SVG, by suffix);
+    ``window`` = (start, end) in seconds shows only that part of the step."""
     ranks = ranks or default_ranks(frame, stage_of_rank)
     t_max = float(frame["end_s"].max())
     n_rows = sum(frame.loc[frame["rank"] == r, "stream"].nunique() for r in ranks)
     height = max(2.8, 1.6 + 0.32 * n_rows)
     fig, ax = plt.subplots(figsize=(14, height))
-    draw_rows(ax, frame, ranks, t_max, stage_of_rank)
+    draw_rows(ax, frame, ranks, t_max, stage_of_rank, window)
     ax.set_xlabel("time (ms)")
-    ax.set_title(title or "one training step")
+    title = title or "one training step"
+    if window is not None:
+        title += f", {window[0] * 1e3:,.3g} to {window[1] * 1e3:,.3g} ms"
+    ax.set_title(title)
     fig.legend(handles=legend_handles(frame), loc="lower center", ncol=6, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.5 / height, 1, 1))  # room for the legend under the axis
     out = []

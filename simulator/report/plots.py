@@ -1,4 +1,5 @@
-"""Memory over the step (with the HBM line) and utilisation of the busiest links over time."""
+"""Memory over the step (with the HBM line) and utilisation of the most utilised links of each
+level over time."""
 
 from __future__ import annotations
 
@@ -58,13 +59,68 @@ def binned(f: pd.DataFrame, edges: np.ndarray) -> np.ndarray:
     return out / np.diff(edges)
 
 
-def draw_links(links: pd.DataFrame, path: str | Path, title: str = "", bins: int = 200) -> Path:
-    """Mean utilisation (0-1) of the busiest links in ``bins`` slices of the step."""
-    names = list(dict.fromkeys(links["link"]))
+_KIND_ORDER = ["gpu", "nvswitch", "nic", "leaf", "spine", "core"]
+
+
+def node_kind(name: str) -> str:
+    """The kind of a topology node from its name (``3`` a device, ``leaf0.2`` a leaf...)."""
+    name = name.strip()
+    if name.lstrip("-").isdigit():
+        return "gpu"
+    for prefix in ("nvswitch", "nic", "leaf", "spine", "core"):
+        if name.startswith(prefix):
+            return prefix
+    return "other"
+
+
+def link_level(link: str) -> str:
+    """``"nic3->leaf0.3"`` -> ``"nic-leaf up"``: the pair of node kinds and the direction
+    (up = away from the devices), as in ``trainsim topology``'s level table."""
+    u, _, v = link.partition("->")
+    a, b = node_kind(u), node_kind(v)
+    ra = _KIND_ORDER.index(a) if a in _KIND_ORDER else 99
+    rb = _KIND_ORDER.index(b) if b in _KIND_ORDER else 99
+    if ra == rb:
+        return f"{a}-{b}"
+    return f"{a}-{b} up" if ra < rb else f"{b}-{a} down"
+
+
+def mean_utilisation(links: pd.DataFrame) -> pd.Series:
+    """Time-weighted mean utilisation (0-1) of each link over the span of ``links``."""
+    if not len(links):
+        return pd.Series(dtype=float)
+    start, end = 0.0, float(links["end_s"].max())  # the step starts at 0
+    busy = (links["end_s"] - links["start_s"]) * links["utilisation"]
+    return busy.groupby(links["link"], sort=False).sum() / max(end - start, 1e-300)
+
+
+def most_utilised_per_level(utilisation: pd.Series, per_level: int = 2) -> list[str]:
+    """The ``per_level`` most utilised links of each level, levels bottom up."""
+    frame = pd.DataFrame({"u": utilisation})
+    frame["level"] = [link_level(n) for n in frame.index]
+    frame = frame[frame["u"] > 0].sort_values("u", ascending=False, kind="stable")
+    chosen = frame.groupby("level", sort=False).head(per_level)
+    order = {lv: i for i, lv in enumerate(sorted(set(chosen["level"]), key=_level_key))}
+    return sorted(chosen.index, key=lambda n: (order[chosen.at[n, "level"]], -chosen.at[n, "u"]))
+
+
+def _level_key(level: str) -> tuple:
+    kinds, _, direction = level.partition(" ")
+    first = kinds.split("-")[-1]
+    return (_KIND_ORDER.index(first) if first in _KIND_ORDER else 99, direction)
+
+
+def draw_links(
+    links: pd.DataFrame, path: str | Path, title: str = "", bins: int = 200, per_level: int = 1
+) -> Path:
+    """Utilisation (0-1) over the step of the most utilised links of each level, ``per_level``
+    of each, in ``bins`` slices; the title names the bottleneck (highest mean utilisation)."""
+    mean = mean_utilisation(links)
+    names = most_utilised_per_level(mean, per_level) or list(dict.fromkeys(links["link"]))[:1]
     end = float(links["end_s"].max()) if len(links) else 1.0
     edges = np.linspace(0.0, end, bins + 1)
     fig, axes = plt.subplots(
-        max(len(names), 1), 1, figsize=(11, 0.9 + 0.9 * len(names)), sharex=True, squeeze=False
+        max(len(names), 1), 1, figsize=(11, 1.3 + 0.9 * len(names)), sharex=True, squeeze=False
     )
     for ax, name in zip(axes[:, 0], names, strict=False):
         u = binned(links[links["link"] == name], edges)
@@ -77,12 +133,35 @@ def draw_links(links: pd.DataFrame, path: str | Path, title: str = "", bins: int
             linewidth=0,
         )
         ax.set_ylim(0, 1.05)
-        ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=7)
+        ax.set_yticks([0, 0.5, 1])
+        ax.set_ylabel(
+            f"{name}\n{link_level(name)}", rotation=0, ha="right", va="center", fontsize=7
+        )
         ax.tick_params(axis="y", labelsize=6)
+        ax.text(
+            1.005,
+            0.5,
+            f"mean {mean.get(name, 0.0):.0%}\npeak {u.max():.0%}",
+            transform=ax.transAxes,
+            fontsize=7,
+            va="center",
+        )
+        ax.grid(axis="y", alpha=0.3)
     axes[-1, 0].set_xlabel("time (ms)")
-    axes[0, 0].set_title(
-        title or f"utilisation of the busiest links (mean per 1/{bins} of the step)"
-    )
+    fig.supylabel("utilisation (load / capacity)", fontsize=8)
+    heading = title or "link utilisation"
+    if len(mean) and mean.max() > 0:
+        worst = mean.idxmax()
+        heading += (
+            f"\nbottleneck: {worst} ({link_level(worst)}), {mean[worst]:.0%} busy on average; "
+            + (
+                "the most utilised link of each level"
+                if per_level == 1
+                else f"the {per_level} most utilised links of each level"
+            )
+            + f" (mean per 1/{bins} of the step)"
+        )
+    axes[0, 0].set_title(heading, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

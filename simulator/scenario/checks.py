@@ -49,6 +49,14 @@ def _degrees(s: Scenario) -> list[Finding]:
 def _model_split(s: Scenario) -> list[Finding]:
     m, p = s.model, s.parallelism
     out: list[Finding] = []
+    if m.attention == "mha" and m.head_dim is None and m.hidden % m.heads:
+        out.append(
+            (
+                ("model", "hidden"),
+                f"hidden {m.hidden} does not split into {m.heads} heads; give head_dim "
+                f"explicitly if the heads are not hidden / heads wide",
+            )
+        )
     if m.heads % p.tp:
         out.append((("model", "heads"), f"{m.heads} heads do not split over tp = {p.tp}"))
     if m.attention == "mha" and m.n_kv_heads % p.tp:
@@ -64,12 +72,23 @@ def _model_split(s: Scenario) -> list[Finding]:
             out.append(
                 (("parallelism", "ep"), f"ep = {p.ep} does not divide the {m.moe.experts} experts")
             )
-        if (s.dp * p.cp * p.tp) % (p.ep * p.etp):
+        if (s.dp * p.cp) % p.ep:
+            # the rank grid carves each EP group out of dp x cp (Megatron-LM)
             out.append(
                 (
                     ("parallelism", "ep"),
-                    f"ep x expert_tp = {p.ep} x {p.etp} must divide dp x cp x tp = "
-                    f"{s.dp} x {p.cp} x {p.tp}",
+                    f"ep = {p.ep} must divide dp x cp = {s.dp} x {p.cp} = {s.dp * p.cp} "
+                    f"(expert-parallel groups are carved out of the data-parallel ranks)",
+                )
+            )
+        if p.expert_tp is not None and p.expert_tp != p.tp:
+            out.append(
+                (
+                    ("parallelism", "expert_tp"),
+                    f"expert_tp = {p.expert_tp} must equal tp = {p.tp}: the expert and "
+                    f"tensor-parallel communication groups are modelled as the same ranks; "
+                    f"decoupled expert groups (Megatron's expert_tensor_parallel_size) are "
+                    f"not modelled",
                 )
             )
         if m.moe.expert_ffn % p.etp:
@@ -154,6 +173,48 @@ def _pipeline(s: Scenario) -> list[Finding]:
     return [(("parallelism", "pipeline", field), why)]
 
 
+def _compute_dtype(s: Scenario) -> list[Finding]:
+    acc, dtype = s.cluster.accelerator, s.precision.compute_dtype
+    if acc.supports(dtype):
+        return []
+    return [
+        (
+            ("precision", "compute_dtype"),
+            f"{acc.name} has no peak FLOP/s for {dtype} (it lists "
+            f"{', '.join(acc.peak_flops_per_s)}); add it to cluster.accelerator.peak_flops_per_s "
+            f"or pick a listed dtype",
+        )
+    ]
+
+
+MAX_TASK_UNITS = 262_144
+"""Largest step simulated: micro-batches x layers x simulated replicas <= 2^18. Each unit is
+about 8 tasks (forward, input and weight gradients, sends, collectives) and a task costs about
+1.3 kB and 80 us to build and run: 4,096 micro-batches x 32 layers (131,072 units, 1.06M tasks)
+took 85 s and 1.36 GB (issue 14, F08), so the cap keeps a run within about 3 GB and 3 minutes.
+The steady state repeats one pattern; fewer, larger micro-batches give the same bubble trend."""
+
+
+def _size(s: Scenario) -> list[Finding]:
+    t, p = s.training, s.parallelism
+    if t.global_batch % s.dp or (t.global_batch // s.dp) % t.micro_batch:
+        return []  # reported by _batch
+    micro = t.global_batch // s.dp // t.micro_batch
+    replicas = s.num_gpus // p.pp if s.simulation.mode == "full" else 1
+    units = micro * s.model.layers * replicas
+    if units <= MAX_TASK_UNITS:
+        return []
+    full = f" x {replicas:,} ranks per stage (full mode)" if replicas > 1 else ""
+    return [
+        (
+            ("training", "global_batch"),
+            f"{micro:,} micro-batches x {s.model.layers} layers{full} = {units:,} exceeds "
+            f"the {MAX_TASK_UNITS:,} a step may simulate (about 8 tasks each; memory and time "
+            f"grow with it): raise micro_batch or lower global_batch",
+        )
+    ]
+
+
 def check_scenario(s: Scenario) -> list[Finding]:
     """Every cross-section inconsistency of ``s`` as (field path, message); empty if none."""
-    return _degrees(s) + _model_split(s) + _batch(s) + _pipeline(s)
+    return _degrees(s) + _model_split(s) + _batch(s) + _pipeline(s) + _compute_dtype(s) + _size(s)

@@ -8,23 +8,30 @@ exit code 2 without a traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 FieldPath = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
 class Position:
-    """Where a value was written: a file with 1-based line and column, or a ``--set`` override."""
+    """Where a value was written: a file with 1-based line and column, or a ``--set`` override.
+
+    ``via`` names the chain of ``include:`` lines that led to the file, innermost first.
+    """
 
     source: str
     line: int = 0
     column: int = 0
+    via: str = ""
 
     def __str__(self) -> str:
-        if self.line:
-            return f"{self.source}:{self.line}:{self.column}"
-        return self.source
+        where = f"{self.source}:{self.line}:{self.column}" if self.line else self.source
+        return f"{where}, {self.via}" if self.via else where
+
+    def via_include(self, link: str) -> Position:
+        """This position, reached through one more include (``link`` names it)."""
+        return replace(self, via=f"{self.via}, {link}" if self.via else link)
 
 
 @dataclass(frozen=True)

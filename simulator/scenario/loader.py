@@ -20,7 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from simulator.scenario.checks import check_scenario
 from simulator.scenario.errors import FieldPath, Position, Problem, ScenarioError, dotted
-from simulator.scenario.schema import Scenario, Topology
+from simulator.scenario.schema import Scenario, TopologyConfig
 from simulator.scenario.yaml_source import Positions, expand_includes, parse_yaml, read_yaml_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +40,8 @@ def _locate(loc: tuple, data: Any, positions: Positions) -> tuple[Position, Fiel
             path, node = path + (seg,), node[seg]
         elif isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node):
             path, node = path + (seg,), node[seg]
+        elif isinstance(node, dict) and node.get("kind") == seg:
+            continue  # a discriminated union's tag (e.g. ``fat_tree``) is not a key
         elif i == len(loc) - 1 and isinstance(seg, str) and not isinstance(node, list):
             shown = path + (seg,)
             return _nearest(path, positions), shown
@@ -84,28 +86,51 @@ def parse_override(text: str) -> tuple[FieldPath, Any]:
     where = Position(f"--set {text}")
     if not sep or not key.strip():
         raise ScenarioError.single(where, "", "an override reads key.path=value")
+    segments = [seg.strip() for seg in key.split(".")]
+    if not all(segments):
+        raise ScenarioError.single(where, "", f"empty segment in the key path {key.strip()!r}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ScenarioError.single(where, key, f"cannot read the value: {exc}") from None
-    path = tuple(int(seg) if seg.isdigit() else seg for seg in key.strip().split("."))
+        raise ScenarioError.single(where, key.strip(), f"cannot read the value: {exc}") from None
+    path = tuple(int(seg) if seg.isdigit() else seg for seg in segments)
     return path, value
 
 
+def _blame(positions: Positions, path: FieldPath, where: Position) -> None:
+    """Attribute ``path`` and everything under it to the override ``where``."""
+    for known in [k for k in positions if k[: len(path)] == path]:
+        del positions[known]
+    positions[path] = where
+
+
 def apply_override(data: dict, positions: Positions, text: str) -> None:
-    """Set one ``key.path=value`` in ``data`` (creating mappings as needed)."""
+    """Set one ``key.path=value`` in ``data`` (creating mappings as needed).
+
+    A path the override creates, or a value whose structure it replaces, is blamed on the
+    override, so that validation errors name the ``--set`` rather than the file.
+    """
     path, value = parse_override(text)
     where = Position(f"--set {text}")
     node: Any = data
     for i, seg in enumerate(path[:-1]):
+        here = path[: i + 1]
         if isinstance(node, dict):
             if not isinstance(node.get(seg), dict | list):
+                if isinstance(path[i + 1], int):
+                    raise ScenarioError.single(
+                        where,
+                        dotted(here),
+                        "no list here to index; set the whole list, e.g. "
+                        f"--set '{'.'.join(map(str, here))}=[...]'",
+                    )
                 node[seg] = {}  # overriding a catalog name by a field, or a new section
+                _blame(positions, here, where)
             node = node[seg]
         elif isinstance(node, list) and isinstance(seg, int) and seg < len(node):
             node = node[seg]
         else:
-            raise ScenarioError.single(where, dotted(path[: i + 1]), "no such element")
+            raise ScenarioError.single(where, dotted(here), "no such element")
     last = path[-1]
     if isinstance(node, list) and isinstance(last, int) and last < len(node):
         node[last] = value
@@ -113,9 +138,7 @@ def apply_override(data: dict, positions: Positions, text: str) -> None:
         node[last] = value
     else:
         raise ScenarioError.single(where, dotted(path), "no such element")
-    for known in [k for k in positions if k[: len(path)] == path]:
-        del positions[known]
-    positions[path] = where
+    _blame(positions, path, where)
 
 
 def _promote_names(data: dict, overrides: list[str]) -> None:
@@ -187,7 +210,7 @@ def load_scenario_text(
     return build_scenario(data, positions, source, overrides)
 
 
-_TOPOLOGY = TypeAdapter(Topology)
+_TOPOLOGY = TypeAdapter(TopologyConfig)
 
 
 def load_topology(path: str | Path, overrides: list[str] | tuple[str, ...] = ()):

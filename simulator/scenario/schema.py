@@ -13,9 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     field_validator,
     model_validator,
@@ -24,24 +22,24 @@ from pydantic import (
 from simulator.hardware import CATALOG as ACCELERATORS
 from simulator.hardware import Accelerator, get_accelerator
 from simulator.pipelines import get_schedule
+from simulator.scenario.fields import (
+    MAX_DEVICES,
+    MIN_BUCKET_BYTES,
+    Efficiency,
+    Frozen,
+    PosInt,
+    Real,
+)
 from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
-from simulator.units import parse_quantity
-
-PosInt = Annotated[int, Field(ge=1, le=10**9)]
-
-
-def _q(dimension):
-    return BeforeValidator(lambda v: parse_quantity(v, dimension))
-
-
-Bandwidth = Annotated[float, _q("bandwidth"), Field(gt=0)]
-Seconds = Annotated[float, _q("time"), Field(ge=0)]
-Bytes = Annotated[float, _q("bytes"), Field(ge=0)]
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+from simulator.scenario.topology_config import (
+    FatTreeTopology,
+    NodeSpec,
+    NVSwitchTopology,
+    TopologyConfig,
+    TorusTopology,
+    topology_devices,
+)
+from simulator.units import Bandwidth, Bytes, Seconds, parse_quantity
 
 # ----------------------------------------------------------------------------- model
 
@@ -61,8 +59,8 @@ class MoEConfig(Frozen):
     shared_experts: Annotated[int, Field(ge=0, le=1024)] = 0
     every: PosInt = 1
     first_dense_layers: Annotated[int, Field(ge=0)] = 0
-    capacity_factor: Annotated[float, Field(gt=0, le=1000)] | None = None
-    load_imbalance: Annotated[float, Field(ge=1, le=1000)] = 1.0
+    capacity_factor: Annotated[Real, Field(gt=0, le=1000)] | None = None
+    load_imbalance: Annotated[Real, Field(ge=1, le=1000)] = 1.0
 
     @model_validator(mode="after")
     def top_k_within_experts(self):
@@ -124,7 +122,7 @@ class ModelConfig(Frozen):
     tied_embeddings: bool = False
     position_embedding: Literal["rope", "learned"] = "rope"
     max_positions: PosInt | None = None
-    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    dropout: Annotated[Real, Field(ge=0, lt=1)] = 0.0
     attention: Literal["mha", "mla"] = "mha"
     mla: MLAConfig | None = None
     moe: MoEConfig | None = None
@@ -165,87 +163,13 @@ class ModelConfig(Frozen):
 # ----------------------------------------------------------------------------- cluster
 
 
-class NodeSpec(Frozen):
-    """A scale-up node: ``gpus`` devices behind NVSwitch (8 in a DGX, 72 in an NVL72 rack).
-
-    ``nvlink_bandwidth`` is per GPU per direction; None takes the accelerator's scale-up figure.
-    ``nvlink_efficiency`` is the payload fraction of NVLink's line rate: 20 of 25 GB/s per link
-    with 128-byte writes (NCCL maintainer, nccl-tests issue 149). ``pcie_bandwidth`` joins each
-    GPU to its NIC (PCIe Gen5 x16: 64 GB/s per direction). ``nvls`` marks NVLink SHARP
-    (in-switch reduction) support.
-    """
-
-    gpus: PosInt = 8
-    nvlink_bandwidth: Bandwidth | None = None
-    nvlink_latency: Seconds = 0.7e-6
-    nvlink_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.8
-    pcie_bandwidth: Bandwidth = 64e9
-    pcie_latency: Seconds = 0.5e-6
-    nvls: bool = False
-
-
-class NVSwitchTopology(Frozen):
-    kind: Literal["nvswitch"]
-    name: str | None = None
-    node: NodeSpec = NodeSpec()
-
-
-class FatTreeTopology(Frozen):
-    """Nodes joined by an InfiniBand/RoCE fat-tree, one NIC per GPU.
-
-    ``oversubscription`` gives, per level above the leaves, downlink:uplink bandwidth (1 = full
-    bisection, 7 = Llama 3's 1:7 above its 3,072-GPU pods). ``nic_efficiency`` is the payload
-    fraction of an InfiniBand packet: a 4,096-byte MTU behind 26 bytes of LRH, BTH, ICRC and
-    VCRC headers (IBTA specification), 0.994. Rail-optimised fabrics give each GPU index its
-    own leaf in a group of ``nodes_per_leaf`` nodes; otherwise a leaf (top-of-rack switch)
-    serves every NIC of its ``nodes_per_leaf`` nodes. Three levels group ``leaves_per_pod``
-    leaves into pods. ``ecmp_flows`` splits each connection into that many sub-flows, each
-    hashed onto one of the equal-cost paths (Llama 3's enhanced ECMP: 16); 0 spreads traffic
-    evenly over all of them, as adaptive routing or packet spraying does.
-    """
-
-    kind: Literal["fat_tree"]
-    name: str | None = None
-    node: NodeSpec = NodeSpec()
-    nodes: PosInt
-    nic_bandwidth: Bandwidth = 50e9
-    nic_latency: Seconds = 2e-6
-    nic_efficiency: Annotated[float, Field(gt=0, le=1)] = 4096 / 4122
-    switch_latency: Seconds = 0.5e-6
-    levels: Annotated[int, Field(ge=1, le=3)] = 2
-    nodes_per_leaf: PosInt = 16
-    leaves_per_pod: PosInt | None = None
-    oversubscription: list[Annotated[float, Field(ge=1, le=1000)]] = [1.0]
-    rail_optimized: bool = True
-    ecmp_flows: Annotated[int, Field(ge=0, le=1024)] = 0
-
-
-class TorusTopology(Frozen):
-    """A TPU slice: 2D (v5e) or 3D (v4, v5p) torus of chips with ICI links."""
-
-    kind: Literal["torus"]
-    name: str | None = None
-    shape: Annotated[list[PosInt], Field(min_length=1, max_length=3)]
-    wraparound: bool = True
-    ici_link_bandwidth: Bandwidth = 45e9
-    ici_latency: Seconds = 1e-6
-    ici_efficiency: Annotated[float, Field(gt=0, le=1)] = 1.0
-
-
-Topology = Annotated[
-    NVSwitchTopology | FatTreeTopology | TorusTopology, Field(discriminator="kind")
-]
-
-
-def _topology_devices(topology) -> int:
-    if isinstance(topology, TorusTopology):
-        n = 1
-        for d in topology.shape:
-            n *= d
-        return n
-    if isinstance(topology, FatTreeTopology):
-        return topology.nodes * topology.node.gpus
-    return topology.node.gpus
+def _gpu_count_supported(gpus: int) -> int:
+    if gpus > MAX_DEVICES:
+        raise ValueError(
+            f"{gpus:,} GPUs exceed the {MAX_DEVICES:,} supported: the topology graph is built "
+            f"in full (131,072 GPUs take about 1.2 GB)"
+        )
+    return gpus
 
 
 def _resolve_accelerator(data: Any) -> Any:
@@ -273,8 +197,8 @@ class ClusterConfig(Frozen):
     """
 
     accelerator: Annotated[Accelerator, BeforeValidator(_resolve_accelerator)]
-    gpus: PosInt | None = None
-    topology: Topology | None = None
+    gpus: Annotated[int, Field(ge=1), AfterValidator(_gpu_count_supported)] | None = None
+    topology: TopologyConfig | None = None
 
     @model_validator(mode="after")
     def gpu_count_known(self):
@@ -284,11 +208,11 @@ class ClusterConfig(Frozen):
 
     @property
     def num_gpus(self) -> int:
-        return self.gpus if self.gpus is not None else _topology_devices(self.topology)
+        return self.gpus if self.gpus is not None else topology_devices(self.topology)
 
     @property
     def topology_devices(self) -> int | None:
-        return None if self.topology is None else _topology_devices(self.topology)
+        return None if self.topology is None else topology_devices(self.topology)
 
 
 # ----------------------------------------------------------------------------- parallelism
@@ -320,7 +244,20 @@ CollectiveAlgorithm = Literal[
 
 
 def _zero_stage(value: Any) -> Any:
+    if isinstance(value, bool):  # `zero: true` is not "ZeRO-1" (issue 14, F12)
+        raise ValueError("zero takes a stage 0, 1, 2, 3 or fsdp, not a boolean")
     return 3 if isinstance(value, str) and value.strip().lower() == "fsdp" else value
+
+
+def _bucket_bytes(value: Any) -> float:
+    value = parse_quantity(value, "bytes")
+    if value < MIN_BUCKET_BYTES:
+        raise ValueError(
+            f"{value:g} B is below the 1 MB minimum (bare numbers are bytes: write a unit, "
+            f"e.g. 25 MB). PyTorch DDP's smallest bucket is 1 MiB, its default 25 MB; tinier "
+            f"buckets make an all-reduce per few parameters"
+        )
+    return value
 
 
 class ParallelismConfig(Frozen):
@@ -347,7 +284,7 @@ class ParallelismConfig(Frozen):
     sequence_parallel: bool = False
     pipeline: PipelineConfig = PipelineConfig()
     recompute: Literal["none", "selective", "full"] = "none"
-    bucket_size: Bytes = 25e6
+    bucket_size: Annotated[float, BeforeValidator(_bucket_bytes)] = 25e6
     fsdp_unit_layers: PosInt = 1
     fsdp_prefetch: Annotated[int, Field(ge=0, le=64)] = 1
     fsdp_backward_prefetch: Literal["pre", "post", "none"] = "pre"
@@ -416,11 +353,11 @@ class PrecisionConfig(Frozen):
     """
 
     recipe: str | None = "megatron-bf16"
-    params: Annotated[float, Field(gt=0, le=64)] | None = None
-    grads: Annotated[float, Field(ge=0, le=64)] | None = None
-    optimizer: Annotated[float, Field(ge=0, le=256)] | None = None
+    params: Annotated[Real, Field(gt=0, le=64)] | None = None
+    grads: Annotated[Real, Field(gt=0, le=64)] | None = None
+    optimizer: Annotated[Real, Field(ge=0, le=256)] | None = None
     compute_dtype: Literal["bf16", "fp16", "fp8", "fp32", "tf32"] = "bf16"
-    activation_bytes: Annotated[float, Field(gt=0, le=8)] = 2.0
+    activation_bytes: Annotated[Real, Field(gt=0, le=8)] = 2.0
 
     @model_validator(mode="before")
     @classmethod
@@ -496,4 +433,22 @@ class Scenario(Frozen):
         return max(1, self.num_gpus // (p.tp * p.pp * p.cp))
 
 
-__all__ = ["ACCELERATORS", "Scenario"]
+# Re-exported: field types and the topology section live in their own modules.
+__all__ = [
+    "ACCELERATORS",
+    "MAX_DEVICES",
+    "MIN_BUCKET_BYTES",
+    "Bandwidth",
+    "Bytes",
+    "Efficiency",
+    "FatTreeTopology",
+    "Frozen",
+    "NodeSpec",
+    "NVSwitchTopology",
+    "PosInt",
+    "Real",
+    "Scenario",
+    "Seconds",
+    "TopologyConfig",
+    "TorusTopology",
+]

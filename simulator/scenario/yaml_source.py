@@ -19,10 +19,16 @@ from typing import Any
 
 import yaml
 
-from simulator.scenario.errors import FieldPath, Position, ScenarioError
+from simulator.scenario.errors import FieldPath, Position, Problem, ScenarioError
 
 MAX_NODES = 200_000  # guards against alias bombs ("billion laughs")
 MAX_INCLUDE_DEPTH = 8
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and lists accepted. A scenario nests about 4 deep
+(``cluster.topology.node.gpus``); printing 260+ levels overflows pydantic's serialiser and
+PyYAML's composer recurses once per level (issue 14, F09)."""
+MAX_FILE_BYTES = 2**20
+"""Largest file read (1 MiB). Scenarios are a few kB; a 50 MB file took minutes to refuse."""
 
 Positions = dict[FieldPath, Position]
 _PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
@@ -47,38 +53,94 @@ class _Builder:
             raise ScenarioError.single(
                 _mark(node, self.source), "", f"document has more than {MAX_NODES} nodes"
             )
+        if len(path) > MAX_DEPTH:  # aliases can nest deeper than the text does
+            raise ScenarioError.single(_mark(node, self.source), "", _TOO_DEEP)
         self.positions.setdefault(path, _mark(node, self.source))
         if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
             raise ScenarioError.single(
                 _mark(node, self.source), "", f"YAML tag {node.tag!r} is not allowed"
             )
         if isinstance(node, yaml.MappingNode):
-            self.loader.flatten_mapping(node)  # resolves "<<" merge keys
-            out: dict[str, Any] = {}
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
-                    raise ScenarioError.single(
-                        _mark(key_node, self.source), "", "mapping keys must be plain words"
-                    )
-                key = key_node.value
-                if key in out:
-                    raise ScenarioError.single(
-                        _mark(key_node, self.source),
-                        ".".join(map(str, path + (key,))),
-                        "duplicate key",
-                    )
-                self.positions[path + (key,)] = _mark(key_node, self.source)
-                out[key] = self.build(value_node, path + (key,))
-            return out
+            return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
         return self.loader.construct_object(node, deep=True)
+
+    def _mapping(self, node: yaml.MappingNode, path: FieldPath) -> dict[str, Any]:
+        """A mapping; keys merged in by ``<<`` yield to keys written beside it (YAML 1.1)."""
+        written = {id(k) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"}
+        self.loader.flatten_mapping(node)  # merged pairs first, then the written ones
+        out: dict[str, Any] = {}
+        merged: set[str] = set()
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ScenarioError.single(
+                    _mark(key_node, self.source), "", "mapping keys must be plain words"
+                )
+            key = key_node.value
+            if key in out and key not in merged:
+                raise ScenarioError.single(
+                    _mark(key_node, self.source),
+                    ".".join(map(str, path + (key,))),
+                    "duplicate key",
+                )
+            if key in out:  # a merged value overridden: forget where its parts were
+                for known in [p for p in self.positions if p[: len(path) + 1] == path + (key,)]:
+                    del self.positions[known]
+            (merged.discard if id(key_node) in written else merged.add)(key)
+            self.positions[path + (key,)] = _mark(key_node, self.source)
+            out[key] = self.build(value_node, path + (key,))
+        return out
+
+
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep (a scenario needs about 4)"
+
+
+def _prescan(text: str, source: str) -> None:
+    """Refuse a document with too many nodes or too deep a nesting from its parse events,
+    before a node tree is composed (composing is recursive and holds every node)."""
+    loader = yaml.SafeLoader(text)
+    count = depth = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ScenarioError.single(_event_mark(event, source), "", _TOO_DEEP)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            if isinstance(event, yaml.NodeEvent):
+                count += 1
+                if count > 2 * MAX_NODES:  # keys count here too; the builder counts values
+                    raise ScenarioError.single(
+                        _event_mark(event, source), "", f"document has more than {MAX_NODES} nodes"
+                    )
+    finally:
+        loader.dispose()
+
+
+def _event_mark(event: yaml.Event, source: str) -> Position:
+    return Position(source, event.start_mark.line + 1, event.start_mark.column + 1)
+
+
+def _reader_position(exc: yaml.reader.ReaderError, text: str, source: str) -> Position:
+    before = text[: exc.position]
+    return Position(source, before.count("\n") + 1, exc.position - before.rfind("\n"))
 
 
 def parse_yaml(text: str, source: str) -> tuple[Any, Positions]:
     """Parse one YAML document; return its data and the position of every path in it."""
     try:
-        loader = yaml.SafeLoader(text)  # the reader rejects control characters here
+        _prescan(text, source)  # the reader rejects control characters here
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:
+        pos = _reader_position(exc, text, source)
+        char = exc.character
+        shown = f"U+{char:04X}" if isinstance(char, int) else repr(char)
+        raise ScenarioError.single(pos, "", f"YAML: {exc.reason} ({shown})") from None
+    except yaml.MarkedYAMLError as exc:
+        raise ScenarioError.single(_error_position(exc, source), "", _syntax(exc)) from None
     except yaml.YAMLError as exc:
         raise ScenarioError.single(Position(source), "", f"YAML: {exc}") from None
     try:
@@ -89,21 +151,36 @@ def parse_yaml(text: str, source: str) -> tuple[Any, Positions]:
         data = builder.build(node, ())
         return data, builder.positions
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        pos = Position(source, mark.line + 1, mark.column + 1) if mark else Position(source)
-        raise ScenarioError.single(pos, "", f"YAML syntax: {exc.problem or exc}") from None
-    except yaml.YAMLError as exc:  # e.g. reader errors on control characters
+        raise ScenarioError.single(_error_position(exc, source), "", _syntax(exc)) from None
+    except yaml.YAMLError as exc:
         raise ScenarioError.single(Position(source), "", f"YAML: {exc}") from None
-    except RecursionError:
-        raise ScenarioError.single(Position(source), "", "YAML nested too deeply") from None
+    except RecursionError:  # not expected after the prescan's depth cap; kept as a backstop
+        raise ScenarioError.single(Position(source, 1, 1), "", _TOO_DEEP) from None
     finally:
         loader.dispose()
 
 
+def _error_position(exc: yaml.MarkedYAMLError, source: str) -> Position:
+    mark = exc.problem_mark or exc.context_mark
+    return Position(source, mark.line + 1, mark.column + 1) if mark else Position(source, 1, 1)
+
+
+def _syntax(exc: yaml.MarkedYAMLError) -> str:
+    return f"YAML syntax: {exc.problem or exc}"
+
+
 def read_yaml_file(path: Path) -> tuple[Any, Positions]:
-    """Read and parse a YAML file; a missing or unreadable file is a ScenarioError."""
+    """Read and parse a YAML file; a missing, unreadable or oversized file is a ScenarioError."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise ScenarioError.single(
+                Position(str(path)),
+                "",
+                f"file larger than {MAX_FILE_BYTES // 2**20} MiB; a scenario is a few kB",
+            )
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError.single(Position(str(path)), "", f"cannot read file: {exc}") from None
     return parse_yaml(text, str(path))
@@ -157,15 +234,23 @@ def expand_includes(
         raise ScenarioError.single(
             pos, ".".join(map(str, path + ("include",))), f"included file {target!r} not found"
         )
-    inc_data, inc_positions = read_yaml_file(file)
-    if not isinstance(inc_data, dict):
-        raise ScenarioError.single(
-            Position(str(file), 1, 1), "", "an included file must hold a mapping"
-        )
-    inc_data = expand_includes(inc_data, inc_positions, file.parent, search_dirs, (), depth + 1)
-    for sub, p in inc_positions.items():
-        positions.setdefault(path + sub, p)  # a key the includer wrote keeps its position
+    link = f"included from {pos} ({'.'.join(map(str, path + ('include',)))})"
+    try:
+        inc_data, inc_positions = read_yaml_file(file)
+        if not isinstance(inc_data, dict):
+            raise ScenarioError.single(
+                Position(str(file), 1, 1), "", "an included file must hold a mapping"
+            )
+        inc_data = expand_includes(inc_data, inc_positions, file.parent, search_dirs, (), depth + 1)
+    except ScenarioError as exc:  # name the include that led here too
+        raise ScenarioError([_chained(p, link) for p in exc.problems]) from None
+    for sub, p in inc_positions.items():  # a key the includer wrote keeps its position
+        positions.setdefault(path + sub, p.via_include(link))
     return deep_merge(inc_data, data)
+
+
+def _chained(problem: Problem, link: str) -> Problem:
+    return Problem(problem.position.via_include(link), problem.field, problem.message)
 
 
 def _resolve(target: str, here: Path, search_dirs: list[Path]) -> Path | None:

@@ -1,7 +1,10 @@
-"""Pictures of a topology: the whole graph when small, a per-level summary when large."""
+"""Pictures of a topology: the whole graph when small (with a legend of node kinds and the
+links of each level), a per-level summary when large."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from pathlib import Path
 
 import matplotlib
@@ -9,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from simulator.topology.graph import Topology  # noqa: E402
 from simulator.topology.summary import link_levels  # noqa: E402
@@ -26,19 +30,55 @@ _COLOR = {
 }
 
 
+_LABEL = {
+    "gpu": "GPU",
+    "tpu": "TPU",
+    "nvswitch": "NVSwitch",
+    "nic": "NIC",
+    "leaf": "leaf switch",
+    "spine": "spine switch",
+    "core": "core switch",
+}
+
+
+def _natural(node) -> tuple:
+    """Sort key placing ``nic10`` after ``nic9`` and ``leaf1.0`` after ``leaf0.7``."""
+    return tuple(int(x) for x in re.findall(r"\d+", str(node))) or (0,)
+
+
+def _layered_positions(g: nx.DiGraph) -> dict:
+    """One row per node kind (NVSwitch at the bottom, devices above it, switches on top),
+    nodes of a row in natural order so that device i sits under NIC i."""
+    rows: dict[int, list] = {}
+    for n, d in g.nodes(data=True):
+        rows.setdefault(_LAYER[d["kind"]], []).append(n)
+    pos = {}
+    for layer, nodes in rows.items():
+        nodes.sort(key=_natural)
+        for i, n in enumerate(nodes):
+            pos[n] = ((i + 0.5) / len(nodes), float(layer))
+    return pos
+
+
+def _level_lines(topo: Topology) -> list[str]:
+    lines = []
+    for row in link_levels(topo).itertuples():
+        per_link = f"{row.link_Bps / 1e9:,.0f} GB/s" if isinstance(row.link_Bps, float) else ""
+        lines.append(f"{row.level}: {row.links:,} links x {per_link} per direction")
+    return lines
+
+
 def draw_topology(topo: Topology, path: str | Path) -> Path:
-    """Write a PNG of ``topo`` to ``path``: the graph itself up to 400 nodes, else a bar chart
-    of per-level link counts and bandwidth."""
+    """Write a PNG of ``topo`` to ``path``: the graph itself up to 400 nodes (a legend of node
+    kinds and the links of each level), else a bar chart of per-level link bandwidth."""
     path = Path(path)
     g = topo.graph
-    fig, ax = plt.subplots(figsize=(10, 6))
+    fig, ax = plt.subplots(figsize=(11, 6.5))
     if g.number_of_nodes() <= MAX_DRAWN_NODES:
         if topo.meta.get("kind") == "torus":
             pos = {n: _torus_pos(d["coords"]) for n, d in g.nodes(data=True)}
         else:
-            for _node, d in g.nodes(data=True):
-                d["layer"] = _LAYER[d["kind"]]
-            pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
+            pos = _layered_positions(g)
         colors = [_COLOR[d["kind"]] for _, d in g.nodes(data=True)]
         nx.draw_networkx(
             g.to_undirected(as_view=True),
@@ -51,8 +91,30 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
             width=0.4,
             edge_color="#999999",
         )
-        ax.set_title(f"{topo.name}: {topo.num_devices} devices")
-        ax.axis("off")
+        counts = Counter(d["kind"] for _, d in g.nodes(data=True))
+        handles = [
+            Line2D(
+                [],
+                [],
+                marker="o",
+                linestyle="",
+                color=_COLOR[k],
+                label=f"{_LABEL[k]} ({counts[k]:,})",
+            )
+            for k in sorted(counts, key=lambda k: -_LAYER[k])
+        ]
+        nodes_legend = ax.legend(
+            handles=handles, loc="upper left", fontsize=8, title="nodes", title_fontsize=8
+        )
+        ax.add_artist(nodes_legend)
+        lines = [Line2D([], [], color="#999999", label=t) for t in _level_lines(topo)]
+        ax.legend(handles=lines, loc="upper right", fontsize=7, title="links", title_fontsize=8)
+        ys = [y for _, y in pos.values()]
+        ax.set_ylim(min(ys) - 0.3, max(ys) + 0.45 * (max(ys) - min(ys) + 1))  # room for legends
+        ax.set_title(
+            f"{topo.name}: {topo.num_devices:,} devices, {g.number_of_edges() // 2:,} links"
+        )
+        ax.set_axis_off()
     else:
         levels = link_levels(topo)
         ax.bar(levels["level"], levels["total_Bps"] / 1e12, color="#4c72b0")
@@ -60,15 +122,22 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
             ax.text(
                 i,
                 row["total_Bps"] / 1e12,
-                f"{row['links']:,} links",
+                f"{row['links']:,} links"
+                + (
+                    f" x {row['link_Bps'] / 1e9:,.0f} GB/s"
+                    if isinstance(row["link_Bps"], float)
+                    else ""
+                ),
                 ha="center",
                 va="bottom",
                 fontsize=8,
             )
         ax.set_yscale("log")
+        ax.set_xlabel("link level (pair of node kinds)")
         ax.set_ylabel("aggregate bandwidth per direction (TB/s, log scale)")
         ax.set_title(
-            f"{topo.name}: {topo.num_devices:,} devices, {g.number_of_edges():,} directed links"
+            f"{topo.name}: {topo.num_devices:,} devices, {g.number_of_edges():,} directed links "
+            f"(too many nodes to draw: per-level totals)"
         )
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -1,23 +1,78 @@
-"""Fuzz the scenario loader: it accepts the input or raises ScenarioError, nothing else."""
+"""Fuzz the scenario loader: it accepts the input or raises ScenarioError, nothing else.
+
+An accepted scenario must also print (``trainsim check`` dumps it as JSON) and cost its memory
+ledger; a refused one must name a line of the input. A few hundred examples run by default;
+the slow suite runs 10,000. The seeds include every input of issue 14 that once crashed, hung
+or was silently accepted (the reproducers), as literal examples and as mutation seeds.
+"""
 
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
+import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from simulator import api
 from simulator.scenario import Scenario, ScenarioError, load_scenario_text
 
 ROOT = Path(__file__).resolve().parents[2]
-SEEDS = [
+SHIPPED = [
     yaml.safe_load(p.read_text())
     for p in sorted((ROOT / "scenarios").rglob("*.yaml"))
     if "published" not in p.parts
 ]
-SEEDS = [s for s in SEEDS if isinstance(s, dict)]
+
+_BASE = """\
+model: llama3-8b
+cluster: {accelerator: H100, gpus: 8}
+parallelism: {tp: 2, pp: 2, zero: 1}
+training: {global_batch: 16, micro_batch: 1, seq_len: 2048}
+"""
+# The reproducers of issue 14 (shared/reproducers, F01-F20), as scenario texts.
+REPRODUCERS = [
+    _BASE.replace("zero: 1", "zero: 0, bucket_size: 25"),  # F01
+    _BASE.replace("zero: 1", "zero: 0, bucket_size: 0"),  # F01b
+    _BASE.replace(  # F02
+        "accelerator: H100", "accelerator: {name: H100, peak_flops_per_s: {fp32: 60 TFLOP/s}}"
+    ),
+    _BASE.replace(  # F07
+        "gpus: 8", "topology: {kind: nvswitch, node: {gpus: 8, nvlink_bandwidth: 1e-300 B/s}}"
+    ),
+    _BASE.replace("tp: 2, pp: 2, zero: 1", "tp: 1, pp: 16")
+    .replace(  # F08
+        "global_batch: 16", "global_batch: 65536"
+    )
+    .replace("gpus: 8", "gpus: 16"),
+    _BASE + "failures: " + "{a: " * 400 + "1" + "}" * 400 + "\n",  # F09
+    _BASE.replace(  # F11
+        "parallelism: {tp: 2, pp: 2, zero: 1}",
+        "parallelism:\n  <<: &p {tp: 2, pp: 2, zero: 1}\n  tp: 4\n  pp: 1",
+    ),
+    "model: {name: llama3-8b, layers: true}\ncluster: {accelerator: H100, gpus: true}\n"  # F12
+    "parallelism: {tp: true, zero: true}\n"
+    "training: {global_batch: true, micro_batch: true, seq_len: true}\n",
+    _BASE.replace(  # F13
+        "llama3-8b", "{name: odd, layers: 2, hidden: 1000, heads: 3, ffn: 4096, vocab: 32000}"
+    ),
+    _BASE.replace(  # F06, F15
+        "gpus: 8", "topology: {kind: fat_tree, nodes: 1000000, oversubscription: [1, 7]}"
+    ),
+    _BASE.replace("gpus: 8", "topology: {include: /etc/passwd}"),  # F18
+    _BASE + "precision: {params: 2, grads: 0, optimizer: 0}\n",  # F20
+    _BASE.replace("llama3-8b", "mixtral-8x7b")
+    .replace(  # ep not dividing dp
+        "gpus: 8", "gpus: 48"
+    )
+    .replace("tp: 2, pp: 2", "tp: 4, pp: 4, ep: 4, expert_tp: 1")
+    .replace("16,", "96,"),
+]
+SEEDS = [s for s in SHIPPED if isinstance(s, dict)]
+SEEDS += [d for d in (yaml.safe_load(t) for t in REPRODUCERS[:5] + REPRODUCERS[7:]) if d]
 
 scalars = st.one_of(
     st.none(),
@@ -87,16 +142,39 @@ def _load(text: str) -> None:
     try:
         result = load_scenario_text(text, "fuzz.yaml")
     except ScenarioError as exc:
-        assert str(exc)  # the message is never empty
+        assert exc.problems
         for problem in exc.problems:
-            assert str(problem.position)
+            # every problem names a line: of this text, or of a file it included
+            pos = problem.position
+            assert pos.line >= 1, problem
+            assert pos.source == "fuzz.yaml" or "included from fuzz.yaml:" in pos.via, problem
+            assert problem.message
     else:
         assert isinstance(result, Scenario)
+        result.model_dump_json(indent=2)  # what `trainsim check` prints (F09)
+        for rank in api.memory_report(result).ranks:  # the ledger `memory` prints
+            for key, value in rank.as_dict().items():
+                if isinstance(value, float):
+                    assert math.isfinite(value) and value >= 0, (key, value)
+
+
+def _with_reproducers(test):
+    for text in REPRODUCERS:
+        test = example(text)(test)
+    return test
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@_with_reproducers
 @given(mutated())
 def test_mutated_scenarios(text):
+    _load(text)
+
+
+@pytest.mark.slow
+@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated())
+def test_mutated_scenarios_10k(text):
     _load(text)
 
 
@@ -111,3 +189,56 @@ def test_garbage_text(text):
 def test_spliced_text(seed, cut, junk):
     text = yaml.safe_dump(seed, sort_keys=False)
     _load(text[:cut] + junk + text[cut:])
+
+
+# Targeted: shipped scenarios with 1-3 numeric or enum fields set to plausible but odd values
+# (the fuzzer that found F20, grads: 0). Accepted ones must print and cost their ledger.
+FIELDS = {
+    ("parallelism", "tp"): st.sampled_from([1, 2, 3, 4, 8, 16, 64, True]),
+    ("parallelism", "pp"): st.sampled_from([1, 2, 3, 4, 8, 16, 32, 128]),
+    ("parallelism", "cp"): st.sampled_from([1, 2, 4, 8]),
+    ("parallelism", "ep"): st.sampled_from([1, 2, 3, 4, 8, 16, 64, 256]),
+    ("parallelism", "dp"): st.sampled_from([None, 1, 2, 3, 8, 64]),
+    ("parallelism", "expert_tp"): st.sampled_from([None, 1, 2, 8]),
+    ("parallelism", "zero"): st.sampled_from([0, 1, 2, 3, "fsdp", True]),
+    ("parallelism", "bucket_size"): st.sampled_from(["25 MB", "1 GB", 25, 0, 1e12, "1e6"]),
+    ("parallelism", "fsdp_unit_layers"): st.sampled_from([1, 2, 7, 1000, 10**9]),
+    ("parallelism", "fsdp_prefetch"): st.integers(0, 64),
+    ("parallelism", "pipeline", "schedule"): st.sampled_from(
+        ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"]
+    ),
+    ("parallelism", "pipeline", "virtual_stages"): st.sampled_from([1, 2, 3, 4]),
+    ("training", "global_batch"): st.sampled_from([1, 2, 8, 16, 64, 512, 1536, 65536]),
+    ("training", "micro_batch"): st.sampled_from([1, 2, 4, 8, 64]),
+    ("training", "seq_len"): st.sampled_from([1, 2, 128, 2048, 8192, 131072]),
+    ("cluster", "gpus"): st.sampled_from([1, 2, 8, 16, 64, 1024, 16384, 10**6]),
+    ("precision",): st.sampled_from(
+        ["zero-mixed", "pure-bf16", "fp32", {"params": 2, "grads": 0, "optimizer": 0}]
+    ),
+    ("model", "dropout"): st.sampled_from([0.0, 0.1, 0.999, "1e-1"]),
+    ("model", "heads"): st.sampled_from([1, 3, 7, 64]),
+    ("simulation", "mode"): st.sampled_from(["symmetric", "full"]),
+}
+
+
+@st.composite
+def tweaked(draw):
+    data = copy.deepcopy(draw(st.sampled_from([s for s in SHIPPED if isinstance(s, dict)])))
+    for path in draw(st.lists(st.sampled_from(sorted(FIELDS)), min_size=1, max_size=3)):
+        node = data
+        for seg in path[:-1]:
+            if not isinstance(node.get(seg), dict):
+                node[seg] = {} if not isinstance(node.get(seg), str) else {"name": node[seg]}
+            node = node[seg]
+        value = draw(FIELDS[path])
+        if value is None:
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = value
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tweaked())
+def test_tweaked_scenarios(text):
+    _load(text)

@@ -116,3 +116,24 @@ def test_torus_wraparound_and_dimension_order():
     # Bisection of a 16 x 16 x 24 torus: cut the 24-long dimension, 2 x 256 links.
     v5p = torus_topology((16, 16, 24), 100e9)
     assert bisection_bandwidth(v5p) == 2 * 256 * 100e9
+
+
+def test_topology_drawing_has_a_legend_of_nodes_and_links(tmp_path, monkeypatch):
+    from matplotlib import pyplot as plt
+
+    from simulator.topology.draw import draw_topology
+
+    legends = []
+    real = plt.Axes.legend
+
+    def spy(self, *args, **kwargs):
+        legend = real(self, *args, **kwargs)
+        legends.append([t.get_text() for t in legend.get_texts()])
+        return legend
+
+    monkeypatch.setattr(plt.Axes, "legend", spy)
+    topo = fat_tree_topology(nodes=2, gpus_per_node=4, nodes_per_leaf=1, rail_optimized=False)
+    draw_topology(topo, tmp_path / "t.png")
+    nodes, links = legends
+    assert "GPU (8)" in nodes and "NIC (8)" in nodes and "NVSwitch (2)" in nodes
+    assert "nic-leaf: 8 links x 50 GB/s per direction" in links

@@ -58,6 +58,7 @@ def build_topology(cluster: ClusterConfig) -> Topology:
             leaves_per_pod=t.leaves_per_pod,
             oversubscription=tuple(t.oversubscription),
             rail_optimized=t.rail_optimized,
+            ecmp_flows=t.ecmp_flows,
             nvls=n.nvls,
             name=t.name or "",
         )

@@ -137,3 +137,15 @@ def test_topology_drawing_has_a_legend_of_nodes_and_links(tmp_path, monkeypatch)
     nodes, links = legends
     assert "GPU (8)" in nodes and "NIC (8)" in nodes and "NVSwitch (2)" in nodes
     assert "nic-leaf: 8 links x 50 GB/s per direction" in links
+
+
+def test_ecmp_flows_of_a_topology_file_reach_the_router():
+    # Issue 10: the Llama 3 cluster's 16-flow static ECMP was validated, then dropped.
+    from simulator import api
+
+    topo = api.topology_from_file("topologies/llama3-24k-cluster.yaml", "H100-SXM", ["nodes=64"])
+    assert topo.router.ecmp_flows == 16
+    adaptive = api.topology_from_file(
+        "topologies/llama3-24k-cluster.yaml", "H100-SXM", ["nodes=64", "ecmp_flows=0"]
+    )
+    assert adaptive.router.ecmp_flows == 0

@@ -33,6 +33,7 @@ from simulator.plan.memory import (
 )
 from simulator.plan.plan import Plan
 from simulator.plan.plan import build_plan as make_plan
+from simulator.plan.topology_warnings import topology_warnings as plan_topology_warnings
 from simulator.scenario import Scenario, load_scenario, load_topology
 from simulator.scenario.schema import ClusterConfig
 from simulator.schedule.perturb import Perturbation, SlowCompute, SlowLink, perturb
@@ -234,6 +235,13 @@ def collective_table(
 def topology_report(topo: Topology) -> tuple[dict, pd.DataFrame]:
     """Headline numbers and the per-level link table of ``topo``."""
     return summary(topo), link_levels(topo)
+
+
+def topology_warnings(scenario: Scenario, topo: Topology | None = None) -> list[str]:
+    """Where a study of this scenario would mislead (oversubscription that touches no traffic,
+    a NIC faster than its host link, groups straddling the NVLink domain):
+    :func:`simulator.plan.topology_warnings.topology_warnings`."""
+    return plan_topology_warnings(scenario, topo or build_topology(scenario.cluster))
 
 
 PASSES = {"f": "forward", "b": "input_grad", "w": "weight_grad"}

@@ -288,6 +288,8 @@ def run(
         "simulating %s on %d GPUs (%s mode)", s.name or scenario.name, s.num_gpus, s.simulation.mode
     )
     try:
+        for warning in api.topology_warnings(s):
+            log.warning("%s", warning)
         result = api.run(s, track_links=out is not None)
     except ValueError as exc:
         typer.echo(f"error: {scenario}: {exc}", err=True)
@@ -510,6 +512,34 @@ def models(format: FormatOpt = Format.table) -> None:
     frame["params"] = (frame["params"] / 1e9).map(lambda v: f"{v:,.2f}B")
     frame["active_params"] = (frame["active_params"] / 1e9).map(lambda v: f"{v:,.2f}B")
     typer.echo(frame.to_string(index=False))
+
+
+@app.command()
+def costs(
+    scenario: ScenarioArg,
+    set_: SetOpt = None,
+    layer: Annotated[int, typer.Option("--layer", help="Layer index (default 0).")] = 0,
+    format: FormatOpt = Format.table,
+) -> None:
+    """One layer's kernels for one micro-batch on one rank, per pass (forward, input gradient,
+    weight gradient, recompute): FLOPs, bytes, time and whether compute or memory bounds each,
+    to hold against a profiler trace."""
+    s = _load(scenario, set_)
+    try:
+        frame = api.layer_costs(s, layer)
+    except ValueError as exc:
+        typer.echo(f"error: --layer: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if format is Format.json:
+        typer.echo(frame.to_json(orient="records", indent=2))
+        return
+    shown = frame.assign(
+        GFLOP=frame["flops"] / 1e9, MB=frame["bytes"] / 1e6, us=frame["seconds"] * 1e6
+    )[["pass", "op", "kind", "GFLOP", "MB", "us", "bound"]]
+    typer.echo(f"{s.name or scenario.name}: layer {layer}, one micro-batch on one rank")
+    typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    totals = frame.groupby("pass", sort=False)["seconds"].sum() * 1e6
+    typer.echo("per pass (us): " + ", ".join(f"{k} {v:,.1f}" for k, v in totals.items()))
 
 
 @app.command()

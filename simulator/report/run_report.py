@@ -56,10 +56,22 @@ def headline_rows(summary: dict) -> list[tuple[str, str]]:
     gb = 1e9
     return [
         ("step time", f"{summary['step_time_s']:.4g} s"),
+        *(
+            [
+                (
+                    "straggler slowdown",
+                    f"{summary['straggler_slowdown']:.3f}x the healthy "
+                    f"{summary['healthy_step_time_s']:.4g} s",
+                )
+            ]
+            if "straggler_slowdown" in summary
+            else []
+        ),
         ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
         ("MFU / HFU", f"{summary['mfu']:.1%} / {summary['hfu']:.1%}"),
         ("model TFLOP/s per GPU", f"{summary['model_tflops_per_gpu']:.1f}"),
         ("pipeline bubble", f"{summary['bubble_fraction']:.1%} of the step"),
+        ("waiting at the step's end", f"{summary['sync_wait_fraction']:.1%} of the step"),
         ("exposed communication", f"{summary['exposed_comm_fraction']:.1%} of the step"),
         ("communication overlapped", f"{summary['overlap_fraction']:.1%}"),
         (

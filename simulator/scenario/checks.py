@@ -217,4 +217,7 @@ def _size(s: Scenario) -> list[Finding]:
 
 def check_scenario(s: Scenario) -> list[Finding]:
     """Every cross-section inconsistency of ``s`` as (field path, message); empty if none."""
-    return _degrees(s) + _model_split(s) + _batch(s) + _pipeline(s) + _compute_dtype(s) + _size(s)
+    from simulator.scenario.failures import check_failures  # it imports the schema: no cycle
+
+    out = _degrees(s) + _model_split(s) + _batch(s) + _pipeline(s) + _compute_dtype(s) + _size(s)
+    return out + check_failures(s)  # spares against nodes, straggler ranks (no step time yet)

@@ -253,3 +253,23 @@ def test_run_bad_input_exits_2(root):
         ["run", str(root / "scenarios/examples/pipeline-1f1b.yaml"), "--set", "parallelism.pp=3"],
     )
     assert result.exit_code == 2 and "parallelism" in result.output
+
+
+def test_costs_prints_one_layer_per_pass(root):
+    result = runner.invoke(
+        app, ["costs", str(root / "scenarios/examples/tp-sp-llama3-70b.yaml"), "--layer", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    for word in ("forward", "input_grad", "weight_grad", "mlp_up", "compute", "memory"):
+        assert word in result.stdout
+    rows = json.loads(
+        runner.invoke(
+            app,
+            ["costs", str(root / "scenarios/examples/tp-sp-llama3-70b.yaml"), "--format", "json"],
+        ).stdout
+    )
+    assert {r["bound"] for r in rows} == {"compute", "memory"}
+    bad = runner.invoke(
+        app, ["costs", str(root / "scenarios/examples/tp-sp-llama3-70b.yaml"), "--layer", "80"]
+    )
+    assert bad.exit_code == 2 and "--layer" in bad.output

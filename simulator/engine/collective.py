@@ -52,6 +52,7 @@ class CollectiveRunner:
         host_of: dict[int, int] | None = None,
         switch_of_host: dict[int, Node] | None = None,
         geometry_cache: dict | None = None,
+        route_cache: dict | None = None,
     ):
         self.network = network
         self.links: LinkTable = network.links
@@ -61,6 +62,9 @@ class CollectiveRunner:
         self._geometry: dict[tuple, list[_Geometry]] = (
             geometry_cache if geometry_cache is not None else {}
         )
+        self._routes: dict[tuple, tuple[np.ndarray, np.ndarray]] = (
+            route_cache if route_cache is not None else {}
+        )
 
     def _map(self, node: Node, mapping: dict[int, int], first: int) -> Node:
         if isinstance(node, str):
@@ -68,14 +72,21 @@ class CollectiveRunner:
         return mapping[node]
 
     def _route(self, src: Node, dst: Node, key: int) -> tuple[np.ndarray, np.ndarray]:
-        """Link ids and the share of the connection's bytes on each (1.0 on a single path)."""
+        """Link ids and the share of the connection's bytes on each (1.0 on a single path);
+        memoised per (src, dst, key), as routing is a pure function of them."""
+        memo = self._routes.get((src, dst, key))
+        if memo is not None:
+            return memo
         spread = getattr(self.router, "spread", None)
         if spread is None:
             ids = self.links.ids(self.router.path(src, dst, key))
-            return ids, np.ones(ids.size)
-        pairs = spread(src, dst, key)
-        ids = self.links.ids([e for e, _ in pairs])
-        return ids, np.fromiter((w for _, w in pairs), dtype=float, count=len(pairs))
+            memo = ids, np.ones(ids.size)
+        else:
+            pairs = spread(src, dst, key)
+            ids = self.links.ids([e for e, _ in pairs])
+            memo = ids, np.array([w for _, w in pairs], dtype=float)
+        self._routes[(src, dst, key)] = memo
+        return memo
 
     def geometry(
         self, plan: CollectivePlan, copies: Sequence[Sequence[int]] = (), copies_key=None

@@ -5,6 +5,7 @@ rendezvous on the flow network. Callbacks only: no SimPy process per task or str
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 
 import simpy
@@ -31,7 +32,6 @@ class Executor:
         runner: CollectiveRunner,
         device_of: dict[int, int],
         locality: Locality,
-        trace: Trace | None = None,
     ):
         graph.validate()
         self.env = env
@@ -39,7 +39,7 @@ class Executor:
         self.runner = runner
         self.device_of = device_of
         self.locality = locality
-        self.trace = trace if trace is not None else Trace()
+        self.trace = Trace()
         tasks = graph.tasks
         self.queue: dict[tuple[int, str], list[int]] = defaultdict(list)
         for i, t in enumerate(tasks):
@@ -99,6 +99,11 @@ class Executor:
         if task.mem_alloc:
             self.memory.append((task.rank, now, task.mem_alloc))
         if task.kind == "compute":
+            if not 0.0 <= task.duration_s < math.inf:
+                raise ValueError(
+                    f"task {task.name!r} on rank {task.rank} has duration {task.duration_s!r} s; "
+                    "a duration must be finite and non-negative"
+                )
             self.env.timeout(task.duration_s).callbacks.append(lambda _ev: self._finish(i, now))
             return
         spec = task.comm

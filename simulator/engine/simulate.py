@@ -31,6 +31,7 @@ class NetworkModel:
     torus_shape: tuple[int, ...] | None = None
     links: LinkTable = field(init=False)
     geometry_cache: dict = field(default_factory=dict)
+    route_cache: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.links = LinkTable(self.graph)
@@ -45,7 +46,12 @@ class NetworkModel:
         env = simpy.Environment()
         net = FlowNetwork(env, self.links, track_links)
         runner = CollectiveRunner(
-            net, self.router, self.host_of, self.nvls_switch, self.geometry_cache
+            net,
+            self.router,
+            self.host_of,
+            self.nvls_switch,
+            self.geometry_cache,
+            self.route_cache,
         )
         return env, net, runner
 

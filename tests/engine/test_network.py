@@ -67,7 +67,9 @@ def test_flows_on_disjoint_links_keep_their_rates():
     net.submit([_cls(links, topo, 0, 1, 300.0)], lambda: done.setdefault("a", env.now))
     net.submit([_cls(links, topo, 2, 3, 500.0)], lambda: done.setdefault("b", env.now))
     env.timeout(1.0).callbacks.append(
-        lambda _e: net.submit([_cls(links, topo, 3, 1, 100.0)], lambda: done.setdefault("c", env.now))
+        lambda _e: net.submit(
+            [_cls(links, topo, 3, 1, 100.0)], lambda: done.setdefault("c", env.now)
+        )
     )
     env.run()
     # a: 100 B by t=1, then 50 B/s with c until c's 100 B are through at t=3, then 100 B/s.
@@ -132,8 +134,9 @@ def test_component_rerating_matches_global_rerating(spec):
             continue
         ids = links.ids(topo.path(s, d))
         flows.append((t, ids.tolist(), size))
+        index = len(flows) - 1
 
-        def go(_e, ids=ids, size=size, k=len(flows) - 1):
+        def go(_e, ids=ids, size=size, k=index):
             cls = FlowClass(ids, np.ones(ids.size), size)
             net.submit([cls], lambda: done.setdefault(k, env.now))
 

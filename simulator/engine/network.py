@@ -91,6 +91,9 @@ class _Group:
     """The flow classes of one batch, in flight: bytes left ``rem`` as of time ``t``, rates
     (B/s; 0 once a class is through), and the group's next ``finish`` time (s).
 
+    Plain lists, not arrays: most batches hold 1-8 classes, where numpy's per-call overhead
+    costs more than the arithmetic (the same IEEE operations either way).
+
     ``key`` (a small int) names the group's classes: the same for a phase issued again when
     every class has a pattern (then rates may be reused), fresh otherwise (see
     :meth:`FlowNetwork._key`).
@@ -98,11 +101,17 @@ class _Group:
 
     __slots__ = (
         "batch", "classes", "key", "seq", "version", "active", "alive", "n_alive",
-        "rem", "tot", "rate", "t", "finish", "entry_flow", "entry_link", "entry_count",
+        "rem", "tot", "rate", "t", "finish",
     )  # fmt: skip
 
     def __init__(
-        self, batch: _Batch, classes: list[FlowClass], sizes: list[float], seq: int, key: int
+        self,
+        batch: _Batch,
+        classes: list[FlowClass],
+        sizes: list[float],
+        seq: int,
+        key: int,
+        now: float,
     ):
         self.batch = batch
         self.classes = classes
@@ -111,30 +120,28 @@ class _Group:
         self.version = 0
         self.active = True
         n = len(classes)
-        self.alive = np.ones(n, dtype=bool)
+        self.alive = [True] * n
         self.n_alive = n
-        self.rem = np.array(sizes)
-        self.tot = self.rem.copy()
-        self.rate = np.zeros(n)
-        self.t = 0.0
+        self.rem = sizes
+        self.tot = list(sizes)
+        self.rate = [0.0] * n
+        self.t = now
         self.finish = math.inf
-        self.entry_flow = self.entry_link = self.entry_count = None  # built on first need
 
-    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(class index, link id, copies) of every (live class, link) pair."""
-        if self.entry_flow is None:
-            sizes = [len(c.link_list) for c in self.classes]
-            self.entry_flow = np.repeat(np.arange(len(self.classes)), sizes)
-            self.entry_link = np.concatenate([c.links for c in self.classes])
-            self.entry_count = np.concatenate([c.counts for c in self.classes])
-        if self.n_alive == len(self.classes):
-            return self.entry_flow, self.entry_link, self.entry_count
-        keep = self.alive[self.entry_flow]
-        return self.entry_flow[keep], self.entry_link[keep], self.entry_count[keep]
+    def live(self) -> list[int]:
+        """Indices of the classes still in flight."""
+        return [k for k, a in enumerate(self.alive) if a]
 
     def signature(self):
         """Which of its classes are still in flight, as a hashable (None: all)."""
-        return None if self.n_alive == len(self.classes) else self.alive.tobytes()
+        return None if self.n_alive == len(self.classes) else tuple(self.alive)
+
+    def advance(self, now: float) -> None:
+        """Move ``rem`` to ``now`` at the current rates."""
+        dt = now - self.t
+        if dt:
+            self.rem = [r - q * dt for r, q in zip(self.rem, self.rate, strict=True)]
+        self.t = now
 
 
 @dataclass
@@ -202,8 +209,7 @@ class FlowNetwork:
         if len(moving) == len(classes):
             moving = classes  # the caller's list: its key is remembered by identity
         self._seq += 1
-        group = _Group(batch, moving, sizes, self._seq, self._key(moving))
-        group.t = now
+        group = _Group(batch, moving, sizes, self._seq, self._key(moving), now)
         if group.key not in self._neighbours:
             self._register(group)
         self._groups_of.setdefault(group.key, []).append(group)
@@ -260,7 +266,7 @@ class FlowNetwork:
         found.sort(key=lambda g: g.seq)
         return found
 
-    def _rates(self, groups: list[_Group]) -> list[np.ndarray]:
+    def _rates(self, groups: list[_Group]) -> list[list[float]]:
         """Max-min fair rates of every class of ``groups`` (0 for classes already through)."""
         key = None
         items = [(g.key, g.signature()) for g in groups]
@@ -274,31 +280,27 @@ class FlowNetwork:
             else:
                 key = None
         self.stats.rerates += 1
-        parts = [g.entries() for g in groups]
-        if sum(p[1].size for p in parts) <= SMALL_COMPONENT:
-            links, counts, owner = [], [], []
-            for gi, g in enumerate(groups):
-                for k in np.nonzero(g.alive)[0].tolist():
-                    links.append(g.classes[k].link_list)
-                    counts.append(g.classes[k].count_list)
-                    owner.append((gi, k))
-            flat = max_min_rates_lists(links, counts, self._capacity)
-            out = [np.zeros(len(g.classes)) for g in groups]
-            for (gi, k), r in zip(owner, flat, strict=True):
-                out[gi][k] = r
-        else:
-            offsets = np.cumsum([0] + [len(g.classes) for g in groups])
-            rates = max_min_rates(
-                np.concatenate([p[0] + o for p, o in zip(parts, offsets.tolist(), strict=False)]),
-                np.concatenate([p[1] for p in parts]),
-                np.concatenate([p[2] for p in parts]),
-                int(offsets[-1]),
-                self._capacity,
+        live = [g.live() for g in groups]
+        chosen = [g.classes[k] for g, ks in zip(groups, live, strict=True) for k in ks]
+        if sum(len(c.link_list) for c in chosen) <= SMALL_COMPONENT:
+            flat = max_min_rates_lists(
+                [c.link_list for c in chosen], [c.count_list for c in chosen], self._capacity
             )
-            out = [
-                np.where(g.alive, rates[a:b], 0.0)
-                for g, a, b in zip(groups, offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)
-            ]
+        else:
+            flat = max_min_rates(
+                np.repeat(np.arange(len(chosen)), [len(c.link_list) for c in chosen]),
+                np.concatenate([c.links for c in chosen]),
+                np.concatenate([c.counts for c in chosen]),
+                len(chosen),
+                self._capacity,
+            ).tolist()
+        out, i = [], 0
+        for g, ks in zip(groups, live, strict=True):
+            rates = [0.0] * len(g.classes)
+            for k in ks:
+                rates[k] = flat[i]
+                i += 1
+            out.append(rates)
         if key is not None:
             self._rate_cache[key] = dict(zip(items, out, strict=True))
         return out
@@ -308,21 +310,21 @@ class FlowNetwork:
         if groups:
             heap = self._heap
             for g, rate in zip(groups, self._rates(groups), strict=True):
-                if now != g.t:
-                    g.rem -= g.rate * (now - g.t)
-                    g.t = now
+                g.advance(now)
                 g.rate = rate
-                if g.n_alive == len(g.classes):
-                    low = rate.min()
-                    left = float(np.min(g.rem / rate)) if low > 0 else math.inf
+                if g.n_alive == len(rate):
+                    pairs = zip(g.rem, rate, strict=True)
                 else:
-                    live = rate[g.alive]
-                    low = live.min()
-                    left = float(np.min(g.rem[g.alive] / live)) if low > 0 else math.inf
+                    pairs = ((r, q) for r, q, a in zip(g.rem, rate, g.alive, strict=True) if a)
+                left = math.inf
+                for r, q in pairs:
+                    if not q > 0:
+                        raise _overflow(r, q, now)
+                    left = min(left, r / q)
                 g.finish = now + left
                 if not math.isfinite(g.finish):
-                    k = int(np.argmin(np.where(g.alive, rate, np.inf)))
-                    raise _overflow(float(g.rem[k]), float(rate[k]), now)
+                    k = min(g.live(), key=lambda k: g.rate[k])
+                    raise _overflow(g.rem[k], g.rate[k], now)
                 g.version += 1
                 heapq.heappush(heap, (g.finish, g.seq, g.version, g))
         if self.track_links:  # class references and rates: link loads are derived later
@@ -333,7 +335,7 @@ class FlowNetwork:
                         (c, r)
                         for gs in self._groups_of.values()
                         for g in gs
-                        for c, r, a in zip(g.classes, g.rate.tolist(), g.alive, strict=True)
+                        for c, r, a in zip(g.classes, g.rate, g.alive, strict=True)
                         if a
                     ],
                 )
@@ -376,24 +378,26 @@ class FlowNetwork:
 
     def _complete(self, g: _Group, now: float) -> None:
         """End the classes of ``g`` whose bytes are through at ``now`` (to rounding)."""
-        g.rem -= g.rate * (now - g.t)
-        g.t = now
-        done = g.alive & ((g.rem <= _EPS * g.tot + 1e-9) | (g.rem <= _EPS * now * g.rate))
-        if not done.any():  # rounding put the wake a hair early: end the first to finish
-            done[int(np.argmin(np.where(g.alive, g.rem / np.maximum(g.rate, 1e-300), np.inf)))] = (
-                True
-            )
+        g.advance(now)
+        cut = _EPS * now
+        done = [
+            a and (r <= _EPS * tot + 1e-9 or r <= cut * q)
+            for a, r, tot, q in zip(g.alive, g.rem, g.tot, g.rate, strict=True)
+        ]
+        if not any(done):  # rounding put the wake a hair early: end the first to finish
+            done[min(g.live(), key=lambda k: g.rem[k] / g.rate[k])] = True
         batch = g.batch
-        for k in np.nonzero(done)[0].tolist():
-            cls = g.classes[k]
-            if self.track_links:
-                np.add.at(self.stats.link_bytes, cls.links, cls.counts * g.tot[k])
-            batch.pending -= 1
-            batch.end = max(batch.end, now + cls.tail_s)
+        for k, d in enumerate(done):
+            if d:
+                cls = g.classes[k]
+                if self.track_links:
+                    np.add.at(self.stats.link_bytes, cls.links, cls.counts * g.tot[k])
+                batch.pending -= 1
+                batch.end = max(batch.end, now + cls.tail_s)
+                g.alive[k] = False
+                g.n_alive -= 1
         if batch.pending == 0:
             self._finish_batch(batch, now)
-        g.alive = g.alive & ~done
-        g.n_alive = int(g.alive.sum())
         if g.n_alive == 0:
             g.active = False
             groups = self._groups_of[g.key]

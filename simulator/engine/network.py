@@ -25,6 +25,7 @@ import itertools
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from operator import truediv
 
 import networkx as nx
 import numpy as np
@@ -140,7 +141,7 @@ class _Group:
         """Move ``rem`` to ``now`` at the current rates."""
         dt = now - self.t
         if dt:
-            self.rem = [r - q * dt for r, q in zip(self.rem, self.rate, strict=True)]
+            self.rem = [r - q * dt for r, q in zip(self.rem, self.rate)]  # noqa: B905
         self.t = now
 
 
@@ -312,15 +313,12 @@ class FlowNetwork:
             for g, rate in zip(groups, self._rates(groups), strict=True):
                 g.advance(now)
                 g.rate = rate
-                if g.n_alive == len(rate):
-                    pairs = zip(g.rem, rate, strict=True)
+                if g.n_alive == len(rate):  # map: C-speed over a 1,000-class ring
+                    left = min(map(truediv, g.rem, rate)) if min(rate) > 0 else math.inf
                 else:
-                    pairs = ((r, q) for r, q, a in zip(g.rem, rate, g.alive, strict=True) if a)
-                left = math.inf
-                for r, q in pairs:
-                    if not q > 0:
-                        raise _overflow(r, q, now)
-                    left = min(left, r / q)
+                    live = g.live()
+                    ok = min(rate[k] for k in live) > 0
+                    left = min(g.rem[k] / rate[k] for k in live) if ok else math.inf
                 g.finish = now + left
                 if not math.isfinite(g.finish):
                     k = min(g.live(), key=lambda k: g.rate[k])
@@ -387,15 +385,21 @@ class FlowNetwork:
         if not any(done):  # rounding put the wake a hair early: end the first to finish
             done[min(g.live(), key=lambda k: g.rem[k] / g.rate[k])] = True
         batch = g.batch
-        for k, d in enumerate(done):
-            if d:
-                cls = g.classes[k]
-                if self.track_links:
-                    np.add.at(self.stats.link_bytes, cls.links, cls.counts * g.tot[k])
-                batch.pending -= 1
-                batch.end = max(batch.end, now + cls.tail_s)
-                g.alive[k] = False
-                g.n_alive -= 1
+        if g.n_alive == len(done) and all(done) and not self.track_links:
+            # the common case, a symmetric phase ending at once
+            batch.pending -= g.n_alive
+            batch.end = max(batch.end, now + max(c.tail_s for c in g.classes))
+            g.n_alive = 0
+        else:
+            for k, d in enumerate(done):
+                if d:
+                    cls = g.classes[k]
+                    if self.track_links:
+                        np.add.at(self.stats.link_bytes, cls.links, cls.counts * g.tot[k])
+                    batch.pending -= 1
+                    batch.end = max(batch.end, now + cls.tail_s)
+                    g.alive[k] = False
+                    g.n_alive -= 1
         if batch.pending == 0:
             self._finish_batch(batch, now)
         if g.n_alive == 0:

@@ -41,11 +41,15 @@ class Executor:
         self.locality = locality
         self.trace = Trace()
         tasks = graph.tasks
-        self.queue: dict[tuple[int, str], list[int]] = defaultdict(list)
-        for i, t in enumerate(tasks):
-            self.queue[(t.rank, t.stream)].append(i)
-        self.head = dict.fromkeys(self.queue, 0)
-        self.busy = dict.fromkeys(self.queue, False)
+        # Streams numbered in order of first appearance; per stream its tasks in order, the
+        # position of the next one to run, and whether one is running.
+        streams: dict[tuple[int, str], int] = {}
+        self.stream_of = [streams.setdefault((t.rank, t.stream), len(streams)) for t in tasks]
+        self.queue: list[list[int]] = [[] for _ in streams]
+        for i, s in enumerate(self.stream_of):
+            self.queue[s].append(i)
+        self.head = [0] * len(streams)
+        self.busy = [False] * len(streams)
         self.waiting = [len(t.deps) for t in tasks]
         self.dependents: list[list[int]] = [[] for _ in tasks]
         for i, t in enumerate(tasks):
@@ -77,8 +81,8 @@ class Executor:
                 disable=None,
                 leave=False,
             )
-        for key in list(self.queue):
-            self._try_start(key)
+        for s in range(len(self.queue)):
+            self._try_start(s)
         self.env.run()
         if self._bar is not None:
             self._bar.close()
@@ -87,13 +91,15 @@ class Executor:
             raise DeadlockError(f"tasks never ran (first: {stuck})")
         return self.trace
 
-    def _try_start(self, key: tuple[int, str]) -> None:
-        if self.busy[key] or self.head[key] >= len(self.queue[key]):
+    def _try_start(self, s: int) -> None:
+        """Start stream ``s``'s next task if the stream is idle and the task's inputs are in."""
+        queue = self.queue[s]
+        if self.busy[s] or self.head[s] >= len(queue):
             return
-        i = self.queue[key][self.head[key]]
+        i = queue[self.head[s]]
         if self.waiting[i]:
             return
-        self.busy[key] = True
+        self.busy[s] = True
         task = self.graph.tasks[i]
         now = self.env.now
         if task.mem_alloc:
@@ -164,12 +170,12 @@ class Executor:
                 t.comm.size_bytes if t.comm else t.bytes_,
             )
         )
-        key = (t.rank, t.stream)
-        self.busy[key] = False
-        self.head[key] += 1
+        s = self.stream_of[i]
+        self.busy[s] = False
+        self.head[s] += 1
+        waiting = self.waiting
         for d in self.dependents[i]:
-            self.waiting[d] -= 1
-            if self.waiting[d] == 0:
-                dt = self.graph.tasks[d]
-                self._try_start((dt.rank, dt.stream))
-        self._try_start(key)
+            waiting[d] -= 1
+            if waiting[d] == 0:
+                self._try_start(self.stream_of[d])
+        self._try_start(s)

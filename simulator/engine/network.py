@@ -102,7 +102,7 @@ class _Group:
 
     __slots__ = (
         "batch", "classes", "key", "seq", "version", "active", "alive", "n_alive",
-        "rem", "tot", "rate", "t", "finish",
+        "rem", "tot", "rate", "t", "finish", "tail",
     )  # fmt: skip
 
     def __init__(
@@ -113,8 +113,10 @@ class _Group:
         seq: int,
         key: int,
         now: float,
+        tail: float,
     ):
         self.batch = batch
+        self.tail = tail
         self.classes = classes
         self.key = key
         self.seq = seq
@@ -182,7 +184,7 @@ class FlowNetwork:
         self._wake = math.nan  # finish time the pending timeout is for
         self._rate_cache: dict[frozenset, dict] = {}
         self._pattern_keys: dict[tuple, int] = {}  # patterns of a batch -> its key
-        self._list_keys: dict[int, tuple[list, int]] = {}  # id(batch list) -> (list, key)
+        self._described: dict[int, tuple[list, tuple]] = {}  # id(list) -> (list, _describe)
         self._keys = itertools.count(1)  # > 0: rates reusable; < 0: a batch without patterns
         self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
 
@@ -194,43 +196,60 @@ class FlowNetwork:
         copy has moved its bytes and paid its tail."""
         now = self.env.now
         batch = _Batch(on_done, len(classes), now)
-        moving, sizes = [], []
-        for cls in classes:
-            size = cls.bytes_ * scale
-            if size <= 0 or not cls.link_list:
-                batch.pending -= 1
-                batch.end = max(batch.end, now + cls.tail_s)
-            else:
-                moving.append(cls)
-                sizes.append(size)
-        if batch.pending == 0:
-            self._finish_batch(batch, now)
-        if not moving:
-            return
-        if len(moving) == len(classes):
-            moving = classes  # the caller's list: its key is remembered by identity
+        key, bytes_, tail = self._describe(classes)
+        sizes = [b * scale for b in bytes_] if key is not None else []
+        if sizes and min(sizes) > 0:  # the usual case: every class moves bytes
+            moving = classes
+        else:
+            moving, sizes = [], []
+            for cls in classes:
+                size = cls.bytes_ * scale
+                if size <= 0 or not cls.link_list:
+                    batch.pending -= 1
+                    batch.end = max(batch.end, now + cls.tail_s)
+                else:
+                    moving.append(cls)
+                    sizes.append(size)
+            if batch.pending == 0:
+                self._finish_batch(batch, now)
+            if not moving:
+                return
+            key, _, tail = self._describe(moving, remember=False)
         self._seq += 1
-        group = _Group(batch, moving, sizes, self._seq, self._key(moving), now)
-        if group.key not in self._neighbours:
+        group = _Group(batch, moving, sizes, self._seq, key, now, tail)
+        if key not in self._neighbours:
             self._register(group)
-        self._groups_of.setdefault(group.key, []).append(group)
-        self._rerate(self._component([group.key]), now)
+        self._groups_of.setdefault(key, []).append(group)
+        self._rerate(self._component([key]), now)
 
     # -- internals ----------------------------------------------------------------------
+    def _describe(
+        self, classes: list[FlowClass], remember: bool = True
+    ) -> tuple[int | None, list[float], float]:
+        """(key, bytes per class, longest tail s) of a batch's classes; the key is None when
+        some class moves nothing (no links or no bytes). Remembered by the list's identity
+        (a geometry's phases are submitted again and again)."""
+        known = self._described.get(id(classes))
+        if known is not None and known[0] is classes:
+            return known[1]
+        if all(c.link_list and c.bytes_ > 0 for c in classes) and classes:
+            out = (self._key(classes), [c.bytes_ for c in classes], max(c.tail_s for c in classes))
+        else:
+            out = (None, [], 0.0)
+        if remember:
+            self._described[id(classes)] = (classes, out)
+        return out
+
     def _key(self, classes: list[FlowClass]) -> int:
         """A small int naming ``classes`` by their patterns (a fresh one if some class has
         none); hashing the patterns of a 1,000-transfer phase on every event would cost more
         than the event."""
-        known = self._list_keys.get(id(classes))
-        if known is not None and known[0] is classes:
-            return known[1]
         patterns = tuple(c.pattern for c in classes)
         if None in patterns:
             return -next(self._keys)
         key = self._pattern_keys.get(patterns)
         if key is None:
             key = self._pattern_keys[patterns] = next(self._keys)
-        self._list_keys[id(classes)] = (classes, key)
         return key
 
     def _register(self, group: _Group) -> None:
@@ -388,7 +407,7 @@ class FlowNetwork:
         if g.n_alive == len(done) and all(done) and not self.track_links:
             # the common case, a symmetric phase ending at once
             batch.pending -= g.n_alive
-            batch.end = max(batch.end, now + max(c.tail_s for c in g.classes))
+            batch.end = max(batch.end, now + g.tail)
             g.n_alive = 0
         else:
             for k, d in enumerate(done):

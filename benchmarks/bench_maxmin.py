@@ -24,7 +24,7 @@ from simulator.engine.maxmin import max_min_rates, max_min_rates_lists  # noqa: 
 
 
 def instance(entries: int, rng: np.random.Generator):
-    n_links = max(4, entries // 3)
+    n_links = max(8, entries // 3)
     links, counts, total = [], [], 0
     while total < entries:
         k = int(rng.integers(2, 7))

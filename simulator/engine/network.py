@@ -35,8 +35,9 @@ from simulator.engine.maxmin import max_min_rates, max_min_rates_lists
 
 _EPS = 1e-12
 # Entries (flow x link) up to which a component is water-filled in plain Python; above it
-# numpy's per-call overhead is paid back (benchmarks/bench_maxmin.py measures the crossover).
-SMALL_COMPONENT = 256
+# numpy's per-call overhead is paid back (benchmarks/bench_maxmin.py: equal near 64-128
+# entries on random instances; RESULTS.md).
+SMALL_COMPONENT = 96
 
 
 class LinkTable:

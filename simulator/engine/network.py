@@ -4,7 +4,7 @@ Flows are submitted in batches (one phase of a collective). A flow holds its lin
 submission until its bytes are through; its ``tail_s`` (the latency its steps pay) is added
 after, without holding bandwidth.
 
-The flows of one batch are kept together (a group: numpy arrays of bytes left and rates).
+The flows of one batch are kept together (a group: lists of bytes left and rates).
 Whenever flows start or end, only the groups that share links with them, directly or through
 other groups (their connected component in the link-sharing graph), are re-rated max-min
 fairly over link capacities (line rate x payload efficiency): max-min fair rates of disjoint

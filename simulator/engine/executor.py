@@ -40,8 +40,7 @@ class Executor:
         self.device_of = device_of
         self.locality = locality
         self.trace = Trace()
-        self._records = self.trace.records  # appended to directly: one call less per task
-        self.tasks = tasks = graph.tasks
+        tasks = graph.tasks
         # Streams numbered in order of first appearance; per stream its tasks in order, the
         # position of the next one to run, and whether one is running.
         streams: dict[tuple[int, str], int] = {}
@@ -101,7 +100,7 @@ class Executor:
         if self.waiting[i]:
             return
         self.busy[s] = True
-        task = self.tasks[i]
+        task = self.graph.tasks[i]
         now = self.env.now
         if task.mem_alloc:
             self.memory.append((task.rank, now, task.mem_alloc))
@@ -148,17 +147,15 @@ class Executor:
         return cached
 
     def _finish(self, i: int, start: float) -> None:
-        t = self.tasks[i]
+        t = self.graph.tasks[i]
         self.done[i] = True
-        now = self.env.now
         if self._bar is not None:
             self._finished += 1
             if self._finished % 2000 == 0:
                 self._bar.update(2000)
         if t.mem_free:
-            self.memory.append((t.rank, now, -t.mem_free))
-        comm = t.comm
-        self._records.append(
+            self.memory.append((t.rank, self.env.now, -t.mem_free))
+        self.trace.add(
             TraceRecord(
                 t.rank,
                 t.stream,
@@ -168,18 +165,17 @@ class Executor:
                 t.layer,
                 t.microbatch,
                 start,
-                now,
+                self.env.now,
                 t.flops,
-                comm.size_bytes if comm is not None else t.bytes_,
+                t.comm.size_bytes if t.comm else t.bytes_,
             )
         )
-        stream_of = self.stream_of
-        s = stream_of[i]
+        s = self.stream_of[i]
         self.busy[s] = False
         self.head[s] += 1
         waiting = self.waiting
         for d in self.dependents[i]:
             waiting[d] -= 1
-            if not waiting[d]:
-                self._try_start(stream_of[d])
+            if waiting[d] == 0:
+                self._try_start(self.stream_of[d])
         self._try_start(s)

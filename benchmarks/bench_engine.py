@@ -109,6 +109,7 @@ def main() -> None:
 
         def one(algo=algo):
             big.geometry_cache.clear()
+            big.route_cache.clear()
             plan = plan_collective("all_reduce", group, 2**30, algo, big.locality)
             return time_collective(big, plan)[0]
 
@@ -125,6 +126,7 @@ def main() -> None:
 
     def concurrent():
         pm.geometry_cache.clear()
+        pm.route_cache.clear()
         plan = plan_collective("all_reduce", groups[0], 2**28, "ring", pm.locality)
         return time_collective(pm, plan, copies=groups[1:])[0]
 

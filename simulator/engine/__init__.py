@@ -5,9 +5,16 @@ it takes a graph and a router from the caller.
 
 from simulator.engine.simulate import (
     NetworkModel,
+    paused_gc,
     run_taskgraph,
     run_taskgraph_with_memory,
     time_collective,
 )
 
-__all__ = ["NetworkModel", "run_taskgraph", "run_taskgraph_with_memory", "time_collective"]
+__all__ = [
+    "NetworkModel",
+    "paused_gc",
+    "run_taskgraph",
+    "run_taskgraph_with_memory",
+    "time_collective",
+]

@@ -52,6 +52,7 @@ class CollectiveRunner:
         host_of: dict[int, int] | None = None,
         switch_of_host: dict[int, Node] | None = None,
         geometry_cache: dict | None = None,
+        route_cache: dict | None = None,
     ):
         self.network = network
         self.links: LinkTable = network.links
@@ -61,27 +62,39 @@ class CollectiveRunner:
         self._geometry: dict[tuple, list[_Geometry]] = (
             geometry_cache if geometry_cache is not None else {}
         )
+        self._routes: dict[tuple, list[tuple[int, float]]] = (
+            route_cache if route_cache is not None else {}
+        )
+        self._by_plan: dict[tuple, tuple[CollectivePlan, list[_Geometry]]] = {}
 
     def _map(self, node: Node, mapping: dict[int, int], first: int) -> Node:
         if isinstance(node, str):
             return self.switch_of_host[self.host_of[first]]
         return mapping[node]
 
-    def _route(self, src: Node, dst: Node, key: int) -> tuple[np.ndarray, np.ndarray]:
-        """Link ids and the share of the connection's bytes on each (1.0 on a single path)."""
-        spread = getattr(self.router, "spread", None)
-        if spread is None:
-            ids = self.links.ids(self.router.path(src, dst, key))
-            return ids, np.ones(ids.size)
-        pairs = spread(src, dst, key)
-        ids = self.links.ids([e for e, _ in pairs])
-        return ids, np.fromiter((w for _, w in pairs), dtype=float, count=len(pairs))
+    def _route(self, src: Node, dst: Node, key: int) -> list[tuple[int, float]]:
+        """(link id, share of the connection's bytes) along a connection (1.0 on a single
+        path); memoised per (src, dst, key), as routing is a pure function of them."""
+        memo = self._routes.get((src, dst, key))
+        if memo is None:
+            index = self.links.index
+            spread = getattr(self.router, "spread", None)
+            if spread is None:
+                memo = [(index[e], 1.0) for e in self.router.path(src, dst, key)]
+            else:
+                memo = [(index[e], float(w)) for e, w in spread(src, dst, key)]
+            self._routes[(src, dst, key)] = memo
+        return memo
 
     def geometry(
         self, plan: CollectivePlan, copies: Sequence[Sequence[int]] = (), copies_key=None
     ) -> list[_Geometry]:
         """Route ``plan`` for its group and every copy; cached by shape (and by
         ``copies_key`` when given, which must name the set of copies uniquely)."""
+        if copies_key is not None:  # the same plan object again: skip building the key
+            hit = self._by_plan.get((id(plan), copies_key))
+            if hit is not None and hit[0] is plan:
+                return hit[1]
         copies_id = copies_key if copies_key is not None else tuple(map(tuple, copies))
         key = (
             plan.kind,
@@ -90,36 +103,47 @@ class CollectiveRunner:
             copies_id,
             tuple((len(p.transfers), p.steps, p.latency_hops) for p in plan.phases),
         )
-        cached = self._geometry.get(key)
-        if cached is not None:
-            return cached
+        out = self._geometry.get(key)
+        if out is None:
+            out = self._geometry[key] = self._route_plan(plan, copies)
+        if copies_key is not None:
+            self._by_plan[(id(plan), copies_key)] = (plan, out)
+        return out
+
+    def _route_plan(self, plan: CollectivePlan, copies: Sequence[Sequence[int]]) -> list[_Geometry]:
         groups = [plan.group, *[tuple(c) for c in copies]]
         mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
         out = []
         size = plan.size_bytes or 1.0
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE
-            classes: dict[tuple, list] = {}  # class key -> [ids parts, weight parts, tail, f]
+            classes: dict[tuple, list] = {}  # class key -> [copies per link, tail, factor]
             for j, t in enumerate(phase.transfers):
                 path_ids = self.links.ids(self.router.path(t.src, t.dst, j))
                 tail = phase.latency_count * float(self.links.latency[path_ids].sum())
                 factor = t.bytes_ * phase.steps / size
                 cls = classes.setdefault(
-                    (path_ids.size, factor) if merge else (j,), [[], [], tail, factor]
+                    (path_ids.size, factor) if merge else (j,), [{}, tail, factor]
                 )
+                per_link = cls[0]  # summed in route order, as np.bincount would
                 for g, m in zip(groups, mappings, strict=True):
                     src, dst = self._map(t.src, m, g[0]), self._map(t.dst, m, g[0])
-                    ids, weights = self._route(src, dst, j)
-                    cls[0].append(ids)
-                    cls[1].append(weights)
-                cls[2] = max(cls[2], tail)
+                    for e, w in self._route(src, dst, j):
+                        per_link[e] = per_link.get(e, 0.0) + w
+                cls[1] = max(cls[1], tail)
             flows = []
-            for ids_parts, weight_parts, tail, factor in classes.values():
-                ids, inverse = np.unique(np.concatenate(ids_parts), return_inverse=True)
-                counts = np.bincount(inverse, weights=np.concatenate(weight_parts))
-                flows.append(FlowClass(ids, counts, factor, tail, (next(_SHAPES), len(flows))))
+            for per_link, tail, factor in classes.values():
+                ids = sorted(per_link)
+                flows.append(
+                    FlowClass(
+                        np.array(ids, dtype=np.int64),
+                        np.array([per_link[e] for e in ids], dtype=float),
+                        factor,
+                        tail,
+                        (next(_SHAPES), len(flows)),
+                    )
+                )
             out.append(_Geometry(flows))
-        self._geometry[key] = out
         return out
 
     def run(

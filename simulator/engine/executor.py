@@ -5,6 +5,7 @@ rendezvous on the flow network. Callbacks only: no SimPy process per task or str
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 
 import simpy
@@ -31,7 +32,6 @@ class Executor:
         runner: CollectiveRunner,
         device_of: dict[int, int],
         locality: Locality,
-        trace: Trace | None = None,
     ):
         graph.validate()
         self.env = env
@@ -39,13 +39,17 @@ class Executor:
         self.runner = runner
         self.device_of = device_of
         self.locality = locality
-        self.trace = trace if trace is not None else Trace()
+        self.trace = Trace()
         tasks = graph.tasks
-        self.queue: dict[tuple[int, str], list[int]] = defaultdict(list)
-        for i, t in enumerate(tasks):
-            self.queue[(t.rank, t.stream)].append(i)
-        self.head = dict.fromkeys(self.queue, 0)
-        self.busy = dict.fromkeys(self.queue, False)
+        # Streams numbered in order of first appearance; per stream its tasks in order, the
+        # position of the next one to run, and whether one is running.
+        streams: dict[tuple[int, str], int] = {}
+        self.stream_of = [streams.setdefault((t.rank, t.stream), len(streams)) for t in tasks]
+        self.queue: list[list[int]] = [[] for _ in streams]
+        for i, s in enumerate(self.stream_of):
+            self.queue[s].append(i)
+        self.head = [0] * len(streams)
+        self.busy = [False] * len(streams)
         self.waiting = [len(t.deps) for t in tasks]
         self.dependents: list[list[int]] = [[] for _ in tasks]
         for i, t in enumerate(tasks):
@@ -77,8 +81,8 @@ class Executor:
                 disable=None,
                 leave=False,
             )
-        for key in list(self.queue):
-            self._try_start(key)
+        for s in range(len(self.queue)):
+            self._try_start(s)
         self.env.run()
         if self._bar is not None:
             self._bar.close()
@@ -87,18 +91,25 @@ class Executor:
             raise DeadlockError(f"tasks never ran (first: {stuck})")
         return self.trace
 
-    def _try_start(self, key: tuple[int, str]) -> None:
-        if self.busy[key] or self.head[key] >= len(self.queue[key]):
+    def _try_start(self, s: int) -> None:
+        """Start stream ``s``'s next task if the stream is idle and the task's inputs are in."""
+        queue = self.queue[s]
+        if self.busy[s] or self.head[s] >= len(queue):
             return
-        i = self.queue[key][self.head[key]]
+        i = queue[self.head[s]]
         if self.waiting[i]:
             return
-        self.busy[key] = True
+        self.busy[s] = True
         task = self.graph.tasks[i]
         now = self.env.now
         if task.mem_alloc:
             self.memory.append((task.rank, now, task.mem_alloc))
         if task.kind == "compute":
+            if not 0.0 <= task.duration_s < math.inf:
+                raise ValueError(
+                    f"task {task.name!r} on rank {task.rank} has duration {task.duration_s!r} s; "
+                    "a duration must be finite and non-negative"
+                )
             self.env.timeout(task.duration_s).callbacks.append(lambda _ev: self._finish(i, now))
             return
         spec = task.comm
@@ -159,12 +170,12 @@ class Executor:
                 t.comm.size_bytes if t.comm else 0.0,
             )
         )
-        key = (t.rank, t.stream)
-        self.busy[key] = False
-        self.head[key] += 1
+        s = self.stream_of[i]
+        self.busy[s] = False
+        self.head[s] += 1
+        waiting = self.waiting
         for d in self.dependents[i]:
-            self.waiting[d] -= 1
-            if self.waiting[d] == 0:
-                dt = self.graph.tasks[d]
-                self._try_start((dt.rank, dt.stream))
-        self._try_start(key)
+            waiting[d] -= 1
+            if waiting[d] == 0:
+                self._try_start(self.stream_of[d])
+        self._try_start(s)

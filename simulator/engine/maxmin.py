@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 _REL = 1e-12
+_INF = float("inf")
 
 
 def max_min_rates(
@@ -49,4 +50,40 @@ def max_min_rates(
         newly = live & frozen[entry_flow]
         np.subtract.at(remaining, entry_link[newly], entry_count[newly] * level)
         live &= ~newly
+    return rates
+
+
+def max_min_rates_lists(
+    links: list[list[int]], counts: list[list[float]], capacity: np.ndarray
+) -> list[float]:
+    """:func:`max_min_rates` in plain Python, for the small sets that most re-ratings see
+    (numpy's per-call overhead dominates below a few hundred entries).
+
+    Class ``k`` puts ``counts[k][j]`` copies on link ``links[k][j]``. Same arithmetic in the
+    same order as :func:`max_min_rates` (weights summed in entry order, capacity used in
+    entry order), so the two agree to the last bit on the same input.
+    """
+    n = len(links)
+    rates = [_INF] * n
+    remaining: dict[int, float] = {}
+    for ls in links:
+        for e in ls:
+            if e not in remaining:
+                remaining[e] = float(capacity[e])
+    live = [k for k in range(n) if links[k]]
+    while live:
+        weight: dict[int, float] = {}
+        for k in live:
+            for e, c in zip(links[k], counts[k], strict=True):
+                weight[e] = weight.get(e, 0.0) + c
+        shares = {e: max(remaining[e], 0.0) / w for e, w in weight.items() if w > 0}
+        level = min(shares.values(), default=_INF)
+        cut = level * (1 + _REL)
+        hit = [k for k in live if any(shares.get(e, _INF) <= cut for e in links[k])]
+        for k in hit:
+            rates[k] = level
+            for e, c in zip(links[k], counts[k], strict=True):
+                remaining[e] -= c * level
+        frozen = set(hit)
+        live = [k for k in live if k not in frozen]
     return rates

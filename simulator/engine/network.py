@@ -2,27 +2,42 @@
 
 Flows are submitted in batches (one phase of a collective). A flow holds its links from
 submission until its bytes are through; its ``tail_s`` (the latency its steps pay) is added
-after, without holding bandwidth. Whenever a flow starts or ends, every active flow is re-rated
-max-min fairly over link capacities (line rate x payload efficiency). Rates for a set of active
-flow patterns seen before are reused: a ring's phases, or the same all-reduce issued again,
-cost one water-filling.
+after, without holding bandwidth.
 
-The event loop keeps one pending SimPy timeout (the next completion), guarded by a generation
-number so that a re-rating simply supersedes it; no process per flow.
+The flows of one batch are kept together (a group: lists of bytes left and rates).
+Whenever flows start or end, only the groups that share links with them, directly or through
+other groups (their connected component in the link-sharing graph), are re-rated max-min
+fairly over link capacities (line rate x payload efficiency): max-min fair rates of disjoint
+components are independent, so the other groups keep their rates and their finish times.
+Rates for a component whose set of flow patterns was seen before are reused: a ring's phases,
+or the same all-reduce issued again, cost one water-filling. Small components are
+water-filled in plain Python, large ones with numpy (:mod:`simulator.engine.maxmin`).
+
+Each group's next finish time sits in a heap (stale entries are skipped); the event loop keeps
+one pending SimPy timeout for the earliest, guarded by a generation number so that an earlier
+finish supersedes it; no process per flow.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from operator import truediv
 
 import networkx as nx
 import numpy as np
 import simpy
 
-from simulator.engine.maxmin import max_min_rates
+from simulator.engine.maxmin import max_min_rates, max_min_rates_lists
 
 _EPS = 1e-12
+# Entries (flow x link) up to which a component is water-filled in plain Python; above it
+# numpy's per-call overhead is paid back (benchmarks/bench_maxmin.py: equal near 64-128
+# entries on random instances; RESULTS.md).
+SMALL_COMPONENT = 96
 
 
 class LinkTable:
@@ -35,7 +50,6 @@ class LinkTable:
         self.bandwidth = np.array([d["bandwidth"] for _, _, d in edges], dtype=float)
         self.efficiency = np.array([d.get("efficiency", 1.0) for _, _, d in edges], dtype=float)
         self.latency = np.array([d.get("latency", 0.0) for _, _, d in edges], dtype=float)
-        self.kind = [d.get("kind", "") for _, _, d in edges]
         self.capacity = self.bandwidth * self.efficiency
 
     def __len__(self) -> int:
@@ -60,6 +74,12 @@ class FlowClass:
     bytes_: float
     tail_s: float = 0.0
     pattern: Hashable | None = None
+    link_list: list[int] = field(init=False, repr=False, compare=False)
+    count_list: list[float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.link_list = self.links.tolist()
+        self.count_list = self.counts.tolist()
 
 
 @dataclass
@@ -69,10 +89,63 @@ class _Batch:
     end: float
 
 
-@dataclass
-class _Active:
-    cls: FlowClass
-    batch: _Batch
+class _Group:
+    """The flow classes of one batch, in flight: bytes left ``rem`` as of time ``t``, rates
+    (B/s; 0 once a class is through), and the group's next ``finish`` time (s).
+
+    Plain lists, not arrays: most batches hold 1-8 classes, where numpy's per-call overhead
+    costs more than the arithmetic (the same IEEE operations either way).
+
+    ``key`` (a small int) names the group's classes: the same for a phase issued again when
+    every class has a pattern (then rates may be reused), fresh otherwise (see
+    :meth:`FlowNetwork._key`).
+    """
+
+    __slots__ = (
+        "batch", "classes", "key", "seq", "version", "active", "alive", "n_alive",
+        "rem", "tot", "rate", "t", "finish", "tail",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        batch: _Batch,
+        classes: list[FlowClass],
+        sizes: list[float],
+        seq: int,
+        key: int,
+        now: float,
+        tail: float,
+    ):
+        self.batch = batch
+        self.tail = tail
+        self.classes = classes
+        self.key = key
+        self.seq = seq
+        self.version = 0
+        self.active = True
+        n = len(classes)
+        self.alive = [True] * n
+        self.n_alive = n
+        self.rem = sizes
+        self.tot = list(sizes)
+        self.rate = [0.0] * n
+        self.t = now
+        self.finish = math.inf
+
+    def live(self) -> list[int]:
+        """Indices of the classes still in flight."""
+        return [k for k, a in enumerate(self.alive) if a]
+
+    def signature(self):
+        """Which of its classes are still in flight, as a hashable (None: all)."""
+        return None if self.n_alive == len(self.classes) else tuple(self.alive)
+
+    def advance(self, now: float) -> None:
+        """Move ``rem`` to ``now`` at the current rates."""
+        dt = now - self.t
+        if dt:
+            self.rem = [r - q * dt for r, q in zip(self.rem, self.rate)]  # noqa: B905
+        self.t = now
 
 
 @dataclass
@@ -81,10 +154,16 @@ class NetworkStats:
 
     rerates: int = 0
     cache_hits: int = 0
-    events: int = 0
     link_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # (time s, [(flow class, rate B/s), ...]) from each re-rating on, while links are tracked
     link_samples: list = field(default_factory=list)
+
+
+def _overflow(rem: float, rate: float, now: float) -> ValueError:
+    return ValueError(
+        f"simulated time overflows: a flow of {rem:.3g} B at {rate:.3g} B/s does not finish in "
+        f"finite time (at t = {now:.6g} s); check the topology's link bandwidths and efficiencies"
+    )
 
 
 class FlowNetwork:
@@ -94,14 +173,20 @@ class FlowNetwork:
         self.env = env
         self.track_links = track_links  # bytes per link, load over time (tests, reports)
         self.links = links
-        self.active: list[_Active] = []
-        # per active flow, aligned with ``active``: bytes left, total bytes, rate (B/s)
-        self._rem = np.zeros(0)
-        self._tot = np.zeros(0)
-        self._rate = np.zeros(0)
-        self._last = env.now
+        self._capacity = links.capacity
+        # The link-sharing graph between group keys (each key shares links with itself), built
+        # once per key seen, and the groups in flight under each key.
+        self._keys_on_link: dict[int, set] = {}
+        self._neighbours: dict = {}
+        self._groups_of: dict = {}
+        self._heap: list[tuple[float, int, int, _Group]] = []  # (finish, seq, version, group)
+        self._seq = 0
         self._generation = 0
+        self._wake = math.nan  # finish time the pending timeout is for
         self._rate_cache: dict[frozenset, dict] = {}
+        self._pattern_keys: dict[tuple, int] = {}  # patterns of a batch -> its key
+        self._described: dict[int, tuple[list, tuple]] = {}  # id(list) -> (list, _describe)
+        self._keys = itertools.count(1)  # > 0: rates reusable; < 0: a batch without patterns
         self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
 
     # -- public -------------------------------------------------------------------------
@@ -112,89 +197,243 @@ class FlowNetwork:
         copy has moved its bytes and paid its tail."""
         now = self.env.now
         batch = _Batch(on_done, len(classes), now)
-        self._advance(now)
-        sizes = []
-        for cls in classes:
-            size = cls.bytes_ * scale
-            if size <= 0 or cls.links.size == 0:
-                batch.pending -= 1
-                batch.end = max(batch.end, now + cls.tail_s)
-            else:
-                self.active.append(_Active(cls, batch))
-                sizes.append(size)
-        if sizes:
-            self._rem = np.concatenate([self._rem, sizes])
-            self._tot = np.concatenate([self._tot, sizes])
-        if batch.pending == 0:
-            self._finish_batch(batch, now)
-        self._rerate_and_schedule(now)
+        key, bytes_, tail = self._describe(classes)
+        sizes = [b * scale for b in bytes_] if key is not None else []
+        if sizes and min(sizes) > 0:  # the usual case: every class moves bytes
+            moving = classes
+        else:
+            moving, sizes = [], []
+            for cls in classes:
+                size = cls.bytes_ * scale
+                if size <= 0 or not cls.link_list:
+                    batch.pending -= 1
+                    batch.end = max(batch.end, now + cls.tail_s)
+                else:
+                    moving.append(cls)
+                    sizes.append(size)
+            if batch.pending == 0:
+                self._finish_batch(batch, now)
+            if not moving:
+                return
+            key, _, tail = self._describe(moving, remember=False)
+        self._seq += 1
+        group = _Group(batch, moving, sizes, self._seq, key, now, tail)
+        if key not in self._neighbours:
+            self._register(group)
+        self._groups_of.setdefault(key, []).append(group)
+        self._rerate(self._component([key]), now)
 
     # -- internals ----------------------------------------------------------------------
-    def _advance(self, now: float) -> None:
-        dt = now - self._last
-        if dt > 0 and self._rate.size:
-            self._rem -= self._rate * dt
-        self._last = now
+    def _describe(
+        self, classes: list[FlowClass], remember: bool = True
+    ) -> tuple[int | None, list[float], float]:
+        """(key, bytes per class, longest tail s) of a batch's classes; the key is None when
+        some class moves nothing (no links or no bytes). Remembered by the list's identity
+        (a geometry's phases are submitted again and again)."""
+        known = self._described.get(id(classes))
+        if known is not None and known[0] is classes:
+            return known[1]
+        if all(c.link_list and c.bytes_ > 0 for c in classes) and classes:
+            out = (self._key(classes), [c.bytes_ for c in classes], max(c.tail_s for c in classes))
+        else:
+            out = (None, [], 0.0)
+        if remember:
+            self._described[id(classes)] = (classes, out)
+        return out
 
-    def _rates(self) -> np.ndarray:
-        patterns = [f.cls.pattern for f in self.active]
+    def _key(self, classes: list[FlowClass]) -> int:
+        """A small int naming ``classes`` by their patterns (a fresh one if some class has
+        none); hashing the patterns of a 1,000-transfer phase on every event would cost more
+        than the event."""
+        patterns = tuple(c.pattern for c in classes)
+        if None in patterns:
+            return -next(self._keys)
+        key = self._pattern_keys.get(patterns)
+        if key is None:
+            key = self._pattern_keys[patterns] = next(self._keys)
+        return key
+
+    def _register(self, group: _Group) -> None:
+        """Add ``group``'s key to the link-sharing graph (once per key and run)."""
+        key = group.key
+        on_link = self._keys_on_link
+        near = {key}
+        for e in set().union(*(c.link_list for c in group.classes)):
+            sharing = on_link.get(e)
+            if sharing is None:
+                on_link[e] = {key}
+            else:
+                near |= sharing
+                sharing.add(key)
+        for other in near:
+            if other is not key:
+                self._neighbours[other].add(key)
+        self._neighbours[key] = near
+
+    def _component(self, keys: list) -> list[_Group]:
+        """The groups in flight that share links with ``keys``' groups, directly or through
+        other groups in flight, in submission order."""
+        groups_of = self._groups_of
+        seen = set()
+        found: list[_Group] = []
+        stack = list(keys)
+        while stack:
+            key = stack.pop()
+            for other in groups_of.keys() & self._neighbours[key]:
+                if other not in seen:
+                    seen.add(other)
+                    found.extend(groups_of[other])
+                    stack.append(other)
+        found.sort(key=lambda g: g.seq)
+        return found
+
+    def _rates(self, groups: list[_Group]) -> list[list[float]]:
+        """Max-min fair rates of every class of ``groups`` (0 for classes already through)."""
         key = None
-        if None not in patterns:
-            key = frozenset(patterns)
-            if len(key) == len(patterns):  # a pattern twice at once: rate it afresh
+        items = [(g.key, g.signature()) for g in groups]
+        if all(g.key > 0 for g in groups):
+            key = frozenset(items)
+            if len(key) == len(items):  # a pattern twice at once: rate it afresh
                 cached = self._rate_cache.get(key)
                 if cached is not None:
                     self.stats.cache_hits += 1
-                    return np.fromiter((cached[p] for p in patterns), float, len(patterns))
+                    return [cached[item] for item in items]
             else:
                 key = None
         self.stats.rerates += 1
-        sizes = [f.cls.links.size for f in self.active]
-        flow_idx = np.repeat(np.arange(len(sizes)), sizes)
-        link_idx = np.concatenate([f.cls.links for f in self.active])
-        counts = np.concatenate([f.cls.counts for f in self.active])
-        rates = max_min_rates(flow_idx, link_idx, counts, len(self.active), self.links.capacity)
+        live = [g.live() for g in groups]
+        chosen = [g.classes[k] for g, ks in zip(groups, live, strict=True) for k in ks]
+        if sum(len(c.link_list) for c in chosen) <= SMALL_COMPONENT:
+            flat = max_min_rates_lists(
+                [c.link_list for c in chosen], [c.count_list for c in chosen], self._capacity
+            )
+        else:
+            flat = max_min_rates(
+                np.repeat(np.arange(len(chosen)), [len(c.link_list) for c in chosen]),
+                np.concatenate([c.links for c in chosen]),
+                np.concatenate([c.counts for c in chosen]),
+                len(chosen),
+                self._capacity,
+            ).tolist()
+        out, i = [], 0
+        for g, ks in zip(groups, live, strict=True):
+            rates = [0.0] * len(g.classes)
+            for k in ks:
+                rates[k] = flat[i]
+                i += 1
+            out.append(rates)
         if key is not None:
-            self._rate_cache[key] = dict(zip(patterns, rates.tolist(), strict=True))
-        return rates
+            self._rate_cache[key] = dict(zip(items, out, strict=True))
+        return out
 
-    def _rerate_and_schedule(self, now: float) -> None:
-        self._generation += 1
-        if not self.active:
-            self._rate = np.zeros(0)
-            if self.track_links:
-                self.stats.link_samples.append((now, []))
-            return
-        self._rate = self._rates()
-        next_dt = float(np.min(self._rem / self._rate))
+    def _rerate(self, groups: list[_Group], now: float) -> None:
+        """Bring ``groups`` (a union of components) to ``now`` and give them fresh rates."""
+        if groups:
+            heap = self._heap
+            for g, rate in zip(groups, self._rates(groups), strict=True):
+                g.advance(now)
+                g.rate = rate
+                if g.n_alive == len(rate):  # map: C-speed over a 1,000-class ring
+                    left = min(map(truediv, g.rem, rate)) if min(rate) > 0 else math.inf
+                else:
+                    live = g.live()
+                    ok = min(rate[k] for k in live) > 0
+                    left = min(g.rem[k] / rate[k] for k in live) if ok else math.inf
+                g.finish = now + left
+                if not math.isfinite(g.finish):
+                    k = min(g.live(), key=lambda k: g.rate[k])
+                    raise _overflow(g.rem[k], g.rate[k], now)
+                g.version += 1
+                heapq.heappush(heap, (g.finish, g.seq, g.version, g))
         if self.track_links:  # class references and rates: link loads are derived later
             self.stats.link_samples.append(
-                (now, [(f.cls, r) for f, r in zip(self.active, self._rate.tolist(), strict=True)])
+                (
+                    now,
+                    [
+                        (c, r)
+                        for gs in self._groups_of.values()
+                        for g in gs
+                        for c, r, a in zip(g.classes, g.rate, g.alive, strict=True)
+                        if a
+                    ],
+                )
             )
+        self._schedule(now)
+
+    def _top(self) -> _Group | None:
+        """The group in flight that finishes first (stale heap entries dropped)."""
+        heap = self._heap
+        while heap:
+            _, _, version, g = heap[0]
+            if version == g.version and g.active:
+                return g
+            heapq.heappop(heap)
+        return None
+
+    def _schedule(self, now: float) -> None:
+        top = self._top()
+        if top is None or top.finish == self._wake:
+            return  # nothing to wait for, or the pending timeout already is for it
+        self._generation += 1
+        self._wake = top.finish
         gen = self._generation
-        event = self.env.timeout(max(next_dt, 0.0))
+        event = self.env.timeout(max(top.finish - now, 0.0))
         event.callbacks.append(lambda _ev: self._on_completion(gen))
 
     def _on_completion(self, generation: int) -> None:
         if generation != self._generation:
-            return  # superseded by a later re-rating
-        self.stats.events += 1
+            return  # superseded by an earlier finish
+        self._wake = math.nan
         now = self.env.now
-        self._advance(now)
-        done = (self._rem <= _EPS * self._tot + 1e-9) | (self._rem / self._rate <= _EPS * now)
-        for k in np.nonzero(done)[0].tolist():
-            f = self.active[k]
-            if self.track_links:
-                np.add.at(self.stats.link_bytes, f.cls.links, f.cls.counts * self._tot[k])
-            f.batch.pending -= 1
-            f.batch.end = max(f.batch.end, now + f.cls.tail_s)
-            if f.batch.pending == 0:
-                self._finish_batch(f.batch, now)
-        keep = ~done
-        self.active = [f for f, k in zip(self.active, keep.tolist(), strict=True) if k]
-        self._rem, self._tot = self._rem[keep], self._tot[keep]
-        self._rerate_and_schedule(now)
+        due = []
+        while (g := self._top()) is not None and g.finish <= now * (1 + _EPS):
+            heapq.heappop(self._heap)
+            due.append(g)
+        due.sort(key=lambda g: g.seq)
+        for g in due:
+            self._complete(g, now)
+        self._rerate(self._component([g.key for g in due]), now)
+
+    def _complete(self, g: _Group, now: float) -> None:
+        """End the classes of ``g`` whose bytes are through at ``now`` (to rounding)."""
+        g.advance(now)
+        cut = _EPS * now
+        done = [
+            a and (r <= _EPS * tot + 1e-9 or r <= cut * q)
+            for a, r, tot, q in zip(g.alive, g.rem, g.tot, g.rate, strict=True)
+        ]
+        if not any(done):  # rounding put the wake a hair early: end the first to finish
+            done[min(g.live(), key=lambda k: g.rem[k] / g.rate[k])] = True
+        batch = g.batch
+        if g.n_alive == len(done) and all(done) and not self.track_links:
+            # the common case, a symmetric phase ending at once
+            batch.pending -= g.n_alive
+            batch.end = max(batch.end, now + g.tail)
+            g.n_alive = 0
+        else:
+            for k, d in enumerate(done):
+                if d:
+                    cls = g.classes[k]
+                    if self.track_links:
+                        np.add.at(self.stats.link_bytes, cls.links, cls.counts * g.tot[k])
+                    batch.pending -= 1
+                    batch.end = max(batch.end, now + cls.tail_s)
+                    g.alive[k] = False
+                    g.n_alive -= 1
+        if batch.pending == 0:
+            self._finish_batch(batch, now)
+        if g.n_alive == 0:
+            g.active = False
+            groups = self._groups_of[g.key]
+            groups.remove(g)
+            if not groups:
+                del self._groups_of[g.key]
 
     def _finish_batch(self, batch: _Batch, now: float) -> None:
+        if not math.isfinite(batch.end):
+            raise ValueError(
+                f"simulated time overflows: a transfer's latency ends at t = {batch.end!r} s; "
+                "check the topology's link latencies"
+            )
         # Always through an event, never re-entrantly: on_done may submit the next phase.
         self.env.timeout(max(batch.end - now, 0.0)).callbacks.append(lambda _ev: batch.on_done())

@@ -1,5 +1,7 @@
 """The TaskGraph executor on small graphs with known answers."""
 
+import math
+
 import pytest
 
 from simulator.engine import NetworkModel, run_taskgraph
@@ -44,3 +46,23 @@ def test_deadlock_is_reported():
     g.add(Task(0, "s", "compute", "y", 1.0, deps=(x,)))
     with pytest.raises(DeadlockError):
         run_taskgraph(_model(), g, {0: 0})
+
+
+@pytest.mark.parametrize("duration", [math.inf, math.nan])
+def test_non_finite_duration_is_an_error(duration):
+    g = TaskGraph()
+    g.add(Task(0, "compute", "compute", "forever", duration))
+    with pytest.raises(ValueError, match="finite"):
+        run_taskgraph(_model(), g, {0: 0})
+
+
+def test_collective_on_vanishing_bandwidth_is_an_error():
+    # A 1e-300 B/s switch: the all-reduce's finish time overflows to inf (issue 14); the run
+    # stops with a ValueError instead of spinning on inf/nan times.
+    topo = nvswitch_topology(8, 1e-300, latency=1e-6)
+    g = TaskGraph()
+    spec = CommSpec("all_reduce", (0, 1), 1e9, instance=0)
+    for r in (0, 1):
+        g.add(Task(r, "comm", "comm", "ar", comm=spec))
+    with pytest.raises(ValueError, match="overflows"):
+        run_taskgraph(NetworkModel(topo.graph, topo.router, topo.host_of), g, {0: 0, 1: 1})

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.engine.maxmin import max_min_rates
+from simulator.engine.maxmin import max_min_rates, max_min_rates_lists
 
 
 @st.composite
@@ -48,3 +48,16 @@ def test_copies_share_as_individual_flows():
         np.array([0, 1]), np.array([0, 0]), np.array([3.0, 1.0]), 2, np.array([8.0])
     )
     assert rates.tolist() == [2.0, 2.0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances())
+def test_plain_python_water_filling_is_the_numpy_one(inst):
+    # The engine picks either by size; both do the same float operations in the same order,
+    # so they agree exactly, not just to a tolerance.
+    flows, links, counts, n, cap = inst
+    per_class = [np.nonzero(flows == f)[0] for f in range(n)]
+    rates = max_min_rates_lists(
+        [links[i].tolist() for i in per_class], [counts[i].tolist() for i in per_class], cap
+    )
+    assert rates == max_min_rates(flows, links, counts, n, cap).tolist()

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
 from simulator.topology.nvswitch import nvswitch_topology
@@ -55,3 +57,104 @@ def test_rates_are_reused_for_a_repeated_pattern():
         )
     env.run()
     assert net.stats.rerates == 1 and net.stats.cache_hits == 4
+
+
+def test_flows_on_disjoint_links_keep_their_rates():
+    # 0 -> 1 and 2 -> 3 share no link. When 3 -> 1 joins at t = 1 it halves 0 -> 1's rate
+    # on 1's downlink and leaves 2 -> 3 alone: only the component of the new flow is re-rated.
+    env, net, links, topo = _net()
+    done = {}
+    net.submit([_cls(links, topo, 0, 1, 300.0)], lambda: done.setdefault("a", env.now))
+    net.submit([_cls(links, topo, 2, 3, 500.0)], lambda: done.setdefault("b", env.now))
+    env.timeout(1.0).callbacks.append(
+        lambda _e: net.submit(
+            [_cls(links, topo, 3, 1, 100.0)], lambda: done.setdefault("c", env.now)
+        )
+    )
+    env.run()
+    # a: 100 B by t=1, then 50 B/s with c until c's 100 B are through at t=3, then 100 B/s.
+    assert done["c"] == pytest.approx(3.0, rel=1e-12)
+    assert done["a"] == pytest.approx(4.0, rel=1e-12)
+    assert done["b"] == pytest.approx(5.0, rel=1e-12)  # 500 B at 100 B/s throughout
+
+
+def _reference_finish(flows, capacity):
+    """Finish times of (start s, link ids, bytes) flows, re-rating every active flow globally
+    at each arrival or completion: the textbook progressive-filling simulation."""
+    from simulator.engine.maxmin import max_min_rates
+
+    rem = [b for _, _, b in flows]
+    finish = [None] * len(flows)
+    now = 0.0
+    while any(f is None for f in finish):
+        act = [k for k, f in enumerate(flows) if f[0] <= now and finish[k] is None]
+        rates = np.zeros(len(flows))
+        if act:
+            ent = [(i, e) for i, k in enumerate(act) for e in flows[k][1]]
+            r = max_min_rates(
+                np.array([i for i, _ in ent]),
+                np.array([e for _, e in ent]),
+                np.ones(len(ent)),
+                len(act),
+                capacity,
+            )
+            rates[act] = r
+        arrivals = [f[0] for f in flows if f[0] > now]
+        ends = [now + rem[k] / rates[k] for k in act]
+        nxt = min(arrivals + ends)
+        for k in act:
+            rem[k] -= rates[k] * (nxt - now)
+            if rem[k] <= 1e-9 * flows[k][2]:
+                finish[k] = nxt
+        now = nxt
+    return finish
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 5.0),
+            st.integers(0, 3),
+            st.integers(0, 3),
+            st.floats(1.0, 1000.0),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_component_rerating_matches_global_rerating(spec):
+    # Flows between random GPU pairs of one switch, arriving at random times: the finish
+    # times equal those of a simulation that re-rates every flow at every event. 1e-9: the two
+    # accumulate bytes left in different orders (a few ulps per event).
+    env, net, links, topo = _net()
+    flows, done = [], {}
+    for k, (t, s, d, size) in enumerate(spec):
+        if s == d:
+            continue
+        ids = links.ids(topo.path(s, d))
+        flows.append((t, ids.tolist(), size))
+        index = len(flows) - 1
+
+        def go(_e, ids=ids, size=size, k=index):
+            cls = FlowClass(ids, np.ones(ids.size), size)
+            net.submit([cls], lambda: done.setdefault(k, env.now))
+
+        env.timeout(t).callbacks.append(go)
+    env.run()
+    expected = _reference_finish(flows, links.capacity) if flows else []
+    assert [done[k] for k in range(len(flows))] == pytest.approx(expected, rel=1e-9)
+
+
+def test_vanishing_bandwidth_is_an_error_not_a_hang():
+    # 1e-300 B/s: 1e6 B would take 1e306 s... and 1e9 B overflows to inf (issue 14).
+    topo = nvswitch_topology(2, 1e-300, latency=0.0)
+    links = LinkTable(topo.graph)
+    env = simpy.Environment()
+    net = FlowNetwork(env, links)
+    ids = links.ids(topo.path(0, 1))
+    net_done = []
+    with pytest.raises(ValueError, match="overflows"):
+        net.submit([FlowClass(ids, np.ones(ids.size), 1e9)], lambda: net_done.append(1))
+        env.run()
+    assert not net_done

@@ -1,0 +1,148 @@
+"""Issue 11's speed targets: wall time and peak RSS of whole training steps.
+
+Cases (each run in a fresh subprocess, so that its peak RSS is its own):
+
+- ``llama405b``: Llama 3 405B on 16,384 H100 (``scenarios/examples/llama3-405b-16k.yaml``);
+  target 5 s or less, peak RSS under 1 GB.
+- ``gpt175b``: GPT-3 175B on 1,024 A100 (``scenarios/examples/gpt3-175b-dgx-a100.yaml``);
+  target 3 s or less.
+- ``full1024``: a 1,024-GPU GPT 7.5B job (TP 8, PP 4, DP 32) in full mode, every rank
+  simulated; target 20 s or less.
+- ``dp8`` / ``dp1024``: the same 7.5B model (TP 8, PP 2, 8 micro-batches per replica) at DP 8
+  (128 GPUs) and DP 1,024 (16,384 GPUs); target: within 1.5x of each other.
+
+Each case prints the median over ``--repeats`` of: the whole ``api.run`` (``run s``: step
+builder + engine + metrics) and the topology build (``topo s``, done once before, outside
+``run s``). A bare heapq loop of 1M events is timed in the parent in the same invocation, and
+every wall time is also shown as a multiple of it (``x heapq``), so numbers taken under
+different machine load stay comparable. Run from the repository root, one case at a time
+under the shared CPU lock::
+
+    flock /tmp/trainsim-cpu.lock python benchmarks/bench_targets.py llama405b --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+GPT_7B = [
+    "model.name=megatron-7.5b",
+    "model.layers=32",
+    "parallelism.tp=8",
+    "parallelism.pipeline.schedule=1f1b",
+    "parallelism.pipeline.virtual_stages=1",
+    "parallelism.recompute=none",
+]
+
+
+def _dp_case(dp: int) -> list[str]:
+    """GPT 7.5B at TP 8, PP 2 and data-parallel degree ``dp`` (8 micro-batches per replica)."""
+    gpus = 8 * 2 * dp
+    return [
+        *GPT_7B,
+        "parallelism.pp=2",
+        f"cluster.gpus={gpus}",
+        f"cluster.topology.nodes={gpus // 8}",
+        f"training.global_batch={8 * dp}",
+    ]
+
+
+GPT_SCENARIO = "scenarios/examples/gpt3-175b-dgx-a100.yaml"
+CASES: dict[str, tuple[str, list[str]]] = {
+    "llama405b": ("scenarios/examples/llama3-405b-16k.yaml", []),
+    "gpt175b": (GPT_SCENARIO, []),
+    "full1024": (
+        GPT_SCENARIO,
+        [*GPT_7B, "parallelism.pp=4", "training.global_batch=256", "simulation.mode=full"],
+    ),
+    "dp8": (GPT_SCENARIO, _dp_case(8)),
+    "dp1024": (GPT_SCENARIO, _dp_case(1024)),
+}
+
+CHILD = """
+import json, resource, sys, time
+from simulator import api
+path, overrides = sys.argv[1], sys.argv[2:]
+s = api.load(path, overrides)
+t = time.perf_counter()
+topo = api.build_topology(s.cluster)
+t_topo = time.perf_counter() - t
+t = time.perf_counter()
+r = api.run(s, topo)
+wall = time.perf_counter() - t
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"wall": wall, "topo": t_topo, "rss": rss, "step": r.summary["step_time_s"],
+                  "tasks": r.summary["tasks"], "ranks": r.summary["simulated_ranks"]}))
+"""
+
+
+def bare_heapq(n: int = 1_000_000) -> float:
+    """Seconds for a bare heapq loop popping and pushing ``n`` events over 8 streams."""
+    t0 = time.perf_counter()
+    heap = [(0.0, i) for i in range(8)]
+    heapq.heapify(heap)
+    for _ in range(n):
+        t, i = heapq.heappop(heap)
+        heapq.heappush(heap, (t + 1e-6, i))
+    return time.perf_counter() - t0
+
+
+def run_case(name: str, repeats: int) -> dict:
+    path, overrides = CASES[name]
+    runs = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, path, *overrides],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first = runs[0]
+    return {
+        "case": name,
+        "run_s": statistics.median(r["wall"] for r in runs),
+        "runs_s": [round(r["wall"], 3) for r in runs],
+        "topo_s": statistics.median(r["topo"] for r in runs),
+        "rss_MB": max(r["rss"] for r in runs) / 1e6,
+        "tasks": first["tasks"],
+        "ranks": first["ranks"],
+        "step_s": first["step"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", default=list(CASES), choices=[*CASES, []])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="one JSON line per case")
+    args = parser.parse_args()
+    heap_s = statistics.median(bare_heapq() for _ in range(3))
+    if not args.json:
+        print(f"bare heapq loop, 1M events: {heap_s:.3f} s (median of 3)")
+        print(
+            f"{'case':<10} {'run s':>7} {'x heapq':>8} {'topo s':>7} {'RSS MB':>7} "
+            f"{'tasks':>8} {'ranks':>6} {'simulated step s':>16}  runs"
+        )
+    for name in args.cases:
+        row = run_case(name, args.repeats)
+        row["heapq_s"] = heap_s
+        if args.json:
+            print(json.dumps(row))
+            continue
+        print(
+            f"{name:<10} {row['run_s']:7.2f} {row['run_s'] / heap_s:8.1f} {row['topo_s']:7.2f} "
+            f"{row['rss_MB']:7.0f} {row['tasks']:8,} {row['ranks']:6} {row['step_s']:16.6f}  "
+            f"{row['runs_s']}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

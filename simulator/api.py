@@ -19,7 +19,12 @@ import pandas as pd
 
 from simulator import metrics
 from simulator.collectives import BUSBW_FACTORS, bus_bandwidth, plan_collective
-from simulator.engine import NetworkModel, run_taskgraph_with_memory, time_collective
+from simulator.engine import (
+    NetworkModel,
+    paused_gc,
+    run_taskgraph_with_memory,
+    time_collective,
+)
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
 from simulator.model.ops import layer_ops
@@ -327,7 +332,8 @@ def build_step(plan: Plan, compute_model: ComputeModel | None = None) -> StepGra
     cm = compute_model or ComputeModel.for_accelerator(
         s.cluster.accelerator, s.precision.compute_dtype
     )
-    return make_step(plan, cm)
+    with paused_gc():  # millions of small immutable tasks: the collector only costs time
+        return make_step(plan, cm)
 
 
 @dataclass(frozen=True)

@@ -87,3 +87,31 @@ def test_a_real_pipeline_step_sums_to_one():
     parts = m.compute_fraction + m.exposed_comm_fraction + m.bubble_fraction
     assert parts + m.sync_wait_fraction == pytest.approx(1.0, rel=1e-9)
     assert m.sync_wait_fraction > 0  # the last stage ends before the first one's optimizer
+
+
+def _union_by_sweep(iv):
+    """The plain merge the vectorised union_length replaced, as the reference."""
+    iv = sorted(map(tuple, iv))
+    total, (cur_s, cur_e) = 0.0, iv[0]
+    for s, e in iv[1:]:
+        if s > cur_e:
+            total, cur_s, cur_e = total + cur_e - cur_s, s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + cur_e - cur_s
+
+
+def test_union_length_equals_the_sweep():
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    pair = st.tuples(st.floats(0, 100), st.floats(0, 10)).map(lambda p: (p[0], p[0] + p[1]))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(pair, min_size=1, max_size=40))
+    def check(rows):
+        iv = np.array(rows, dtype=float)
+        assert union_length(iv) == pytest.approx(_union_by_sweep(iv), rel=1e-12, abs=1e-12)
+
+    check()

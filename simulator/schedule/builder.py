@@ -148,14 +148,22 @@ class GraphBuilder:
         raise ValueError(f"unknown group kind {kind!r}")
 
     def _copies(self, rank: int, kind: str, group: tuple[int, ...]) -> int:
-        """Index of the symmetric copies of ``rank``'s ``kind`` group at its stage."""
+        """Index of the symmetric copies of ``rank``'s ``kind`` group at its stage: every other
+        group of that kind among the stage's ranks, each found once (a rank already in a found
+        group is skipped, so the cost is linear in the stage's ranks, not quadratic)."""
         if not self.plan.symmetric:
             return -1
         key = (self.plan.stage_of(rank), kind)
         if key not in self.copy_index:
-            peers = self.plan.grid.group(rank, "tp", "cp", "dp")
-            found = dict.fromkeys(self._members(x, kind) for x in peers)
-            found.pop(group, None)
+            covered: set[int] = set()
+            found: list[tuple[int, ...]] = []
+            for x in self.plan.grid.group(rank, "tp", "cp", "dp"):
+                if x in covered:
+                    continue
+                g = self._members(x, kind)
+                covered.update(g)
+                if g != group:
+                    found.append(g)
             self.copy_index[key] = self.graph.add_copies(tuple(found))
         return self.copy_index[key]
 

@@ -507,10 +507,21 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations) -> RunR
 
 
 def _link_report(sim: Simulation, step_time: float):
+    """Load over time of the most utilised link of each level and direction."""
+    from simulator.report.plots import most_utilised_per_level
+
     model = sim.network
     names = [f"{u}->{v}" for u, v in model.links.edges]
+    mean = pd.Series(sim.stats.link_bytes / (model.links.capacity * step_time), index=names)
+    index = {name: i for i, name in enumerate(names)}
+    chosen = [index[n] for n in most_utilised_per_level(mean, per_level=1)]
     links = metrics.link_utilisation(
-        sim.stats.link_samples, sim.stats.link_bytes, model.links.capacity, names, step_time
+        sim.stats.link_samples,
+        sim.stats.link_bytes,
+        model.links.capacity,
+        names,
+        step_time,
+        chosen=chosen,
     )
     busiest = {
         name: float(((f["end_s"] - f["start_s"]) * f["utilisation"]).sum() / step_time)

@@ -127,13 +127,18 @@ def link_utilisation(
     names: list[str],
     end_s: float,
     top: int = 8,
+    chosen: list[int] | None = None,
 ) -> pd.DataFrame:
-    """Load / capacity over time of the ``top`` links that carried the most bytes.
+    """Load / capacity over time of the links ``chosen`` (indices), or else of the ``top``
+    links that carried the most bytes.
 
     ``samples`` are (time s, [(flow class, rate B/s), ...]) taken at each re-rating; loads hold
     until the next sample. Returns columns link, start_s, end_s, utilisation.
     """
-    busiest = [int(i) for i in np.argsort(-link_bytes)[:top] if link_bytes[i] > 0]
+    if chosen is not None:
+        busiest = [i for i in chosen if link_bytes[i] > 0]
+    else:
+        busiest = [int(i) for i in np.argsort(-link_bytes)[:top] if link_bytes[i] > 0]
     if not samples or not busiest:
         return pd.DataFrame(columns=["link", "start_s", "end_s", "utilisation"])
     weights: dict[int, np.ndarray] = {}  # per class: its copies on each busy link

@@ -119,10 +119,14 @@ def run_case(name: str, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("cases", nargs="*", default=list(CASES), choices=[*CASES, []])
+    parser.add_argument("cases", nargs="*", help=f"default: all of {', '.join(CASES)}")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="one JSON line per case")
     args = parser.parse_args()
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
+    args.cases = args.cases or list(CASES)
     heap_s = statistics.median(bare_heapq() for _ in range(3))
     if not args.json:
         print(f"bare heapq loop, 1M events: {heap_s:.3f} s (median of 3)")

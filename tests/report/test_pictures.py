@@ -10,6 +10,7 @@ from matplotlib import pyplot as plt
 from simulator.report import plots
 from simulator.report.gantt import MIN_BAR_FRACTION, draw_rows
 from simulator.report.plots import link_level, mean_utilisation, most_utilised_per_level
+from simulator.trace import COLUMNS
 
 
 def _links(rows):
@@ -67,19 +68,7 @@ def test_thin_bars_get_a_minimum_width():
             (0, "compute", "compute", "forward", "f", 0, 0, 0.0, 1.0, 1.0, 0.0),
             (0, "pp_fwd", "send", "forward", "s", 0, 0, 0.5, 0.5 + 1e-6, 0.0, 1.0),
         ],
-        columns=[
-            "rank",
-            "stream",
-            "kind",
-            "phase",
-            "name",
-            "layer",
-            "microbatch",
-            "start_s",
-            "end_s",
-            "flops",
-            "bytes",
-        ],
+        columns=COLUMNS,
     )
     fig, ax = plt.subplots()
     draw_rows(ax, frame, [0], 1.0)
@@ -91,19 +80,7 @@ def test_thin_bars_get_a_minimum_width():
 def test_window_limits_the_axis():
     frame = pd.DataFrame(
         [(0, "compute", "compute", "forward", "f", 0, 0, 0.0, 1.0, 1.0, 0.0)],
-        columns=[
-            "rank",
-            "stream",
-            "kind",
-            "phase",
-            "name",
-            "layer",
-            "microbatch",
-            "start_s",
-            "end_s",
-            "flops",
-            "bytes",
-        ],
+        columns=COLUMNS,
     )
     fig, ax = plt.subplots()
     draw_rows(ax, frame, [0], 1.0, window=(0.25, 0.5))

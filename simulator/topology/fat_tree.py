@@ -64,67 +64,21 @@ def fat_tree_topology(
     switch-to-switch link).
     """
     g = nx.DiGraph(name=name or f"fat-tree {nodes}x{gpus_per_node}")
-    host_of: dict[int, int] = {}
-    nvls_switch: dict[int, Node] = {}
-    for h in range(nodes):
-        first = h * gpus_per_node
-        sw = add_nvswitch_domain(
-            g, h, first, gpus_per_node, nvlink_bandwidth, nvlink_latency, nvlink_efficiency
-        )
-        if nvls:
-            nvls_switch[h] = sw
-        for d in range(first, first + gpus_per_node):
-            host_of[d] = h
-            g.add_node(f"nic{d}", kind="nic", host=h)
-            add_link(g, d, f"nic{d}", pcie_bandwidth, pcie_latency, "pcie")
-
-    nodes_per_leaf = min(nodes_per_leaf, nodes)  # a small cluster fills one leaf group
-    groups = math.ceil(nodes / nodes_per_leaf)
-    rails = gpus_per_node if rail_optimized else 1
-    down = nodes_per_leaf * (1 if rail_optimized else gpus_per_node)
-    leaf_of: dict[int, str] = {}
-    leaves: list[str] = []
-    for grp in range(groups):
-        for rail in range(rails):
-            leaf = f"leaf{grp}.{rail}"
-            leaves.append(leaf)
-            g.add_node(leaf, kind="leaf", group=grp, rail=rail)
-        for h in range(grp * nodes_per_leaf, min(nodes, (grp + 1) * nodes_per_leaf)):
-            for i in range(gpus_per_node):
-                d = h * gpus_per_node + i
-                leaf = f"leaf{grp}.{i if rail_optimized else 0}"
-                leaf_of[d] = leaf
-                add_link(
-                    g, f"nic{d}", leaf, nic_bandwidth, nic_latency / 2, "network", nic_efficiency
-                )
-
+    nvlink = (nvlink_bandwidth, nvlink_latency, nvlink_efficiency)
+    host_of, nvls_switch = _hosts(
+        g, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls
+    )
+    nic = (nic_bandwidth, nic_latency, nic_efficiency)
+    leaves, leaf_of, down = _leaves(g, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic)
     over = list(oversubscription) + [1.0] * 3
     pods: dict[str, int] = {}
     spines: list[list[str]] = []
     cores: list[str] = []
     if levels >= 2 and len(leaves) > 1:
         per_pod = leaves_per_pod if (levels >= 3 and leaves_per_pod) else len(leaves)
-        n_spines = min(MAX_FANOUT, max(1, math.ceil(down / over[0])))
-        uplink = down * nic_bandwidth / over[0] / n_spines
-        for p in range(math.ceil(len(leaves) / per_pod)):
-            pod_spines = [f"spine{p}.{s}" for s in range(n_spines)]
-            spines.append(pod_spines)
-            for sp in pod_spines:
-                g.add_node(sp, kind="spine", pod=p)
-            for leaf in leaves[p * per_pod : (p + 1) * per_pod]:
-                pods[leaf] = p
-                for sp in pod_spines:
-                    add_link(g, leaf, sp, uplink, switch_latency, "network", nic_efficiency)
+        pods, spines, uplink = _spines(g, leaves, per_pod, down, over[0], nic, switch_latency)
         if levels >= 3 and len(spines) > 1:
-            spine_down = per_pod * uplink
-            n_cores = min(MAX_FANOUT, max(1, math.ceil(spine_down / over[1] / nic_bandwidth)))
-            core_link = spine_down / over[1] / n_cores
-            cores = [f"core{c}" for c in range(n_cores)]
-            for c in cores:
-                g.add_node(c, kind="core")
-                for pod_spines in spines:
-                    for sp in pod_spines:
-                        add_link(g, sp, c, core_link, switch_latency, "network", nic_efficiency)
+            cores = _cores(g, spines, per_pod * uplink, over[1], nic, switch_latency)
     elif len(leaves) > 1:
         raise ValueError("a one-level fat-tree must fit under one leaf: raise nodes_per_leaf")
     else:
@@ -148,6 +102,84 @@ def fat_tree_topology(
             "leaf_downlinks": down,
         },
     )
+
+
+def _hosts(g, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls):
+    """Each host's NVSwitch domain and one NIC per GPU on PCIe; (device -> host, NVLS
+    switch of each host)."""
+    host_of: dict[int, int] = {}
+    nvls_switch: dict[int, Node] = {}
+    for h in range(nodes):
+        first = h * gpus_per_node
+        sw = add_nvswitch_domain(g, h, first, gpus_per_node, *nvlink)
+        if nvls:
+            nvls_switch[h] = sw
+        for d in range(first, first + gpus_per_node):
+            host_of[d] = h
+            g.add_node(f"nic{d}", kind="nic", host=h)
+            add_link(g, d, f"nic{d}", pcie_bandwidth, pcie_latency, "pcie")
+    return host_of, nvls_switch
+
+
+def _leaves(g, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic):
+    """Leaf switches (one per rail per leaf group, or one top-of-rack) and the NIC links;
+    (leaves, device -> its leaf, downlinks per leaf)."""
+    nic_bandwidth, nic_latency, nic_efficiency = nic
+    nodes_per_leaf = min(nodes_per_leaf, nodes)  # a small cluster fills one leaf group
+    groups = math.ceil(nodes / nodes_per_leaf)
+    rails = gpus_per_node if rail_optimized else 1
+    down = nodes_per_leaf * (1 if rail_optimized else gpus_per_node)
+    leaf_of: dict[int, str] = {}
+    leaves: list[str] = []
+    for grp in range(groups):
+        for rail in range(rails):
+            leaf = f"leaf{grp}.{rail}"
+            leaves.append(leaf)
+            g.add_node(leaf, kind="leaf", group=grp, rail=rail)
+        for h in range(grp * nodes_per_leaf, min(nodes, (grp + 1) * nodes_per_leaf)):
+            for i in range(gpus_per_node):
+                d = h * gpus_per_node + i
+                leaf = f"leaf{grp}.{i if rail_optimized else 0}"
+                leaf_of[d] = leaf
+                add_link(
+                    g, f"nic{d}", leaf, nic_bandwidth, nic_latency / 2, "network", nic_efficiency
+                )
+    return leaves, leaf_of, down
+
+
+def _spines(g, leaves, per_pod, down, over, nic, switch_latency):
+    """Spines of each pod, every leaf of the pod linked to each; (leaf -> pod, spines per pod,
+    one uplink's bandwidth). The uplinks carry a leaf's downlink bandwidth over ``over``."""
+    nic_bandwidth, _, nic_efficiency = nic
+    n_spines = min(MAX_FANOUT, max(1, math.ceil(down / over)))
+    uplink = down * nic_bandwidth / over / n_spines
+    pods: dict[str, int] = {}
+    spines: list[list[str]] = []
+    for p in range(math.ceil(len(leaves) / per_pod)):
+        pod_spines = [f"spine{p}.{s}" for s in range(n_spines)]
+        spines.append(pod_spines)
+        for sp in pod_spines:
+            g.add_node(sp, kind="spine", pod=p)
+        for leaf in leaves[p * per_pod : (p + 1) * per_pod]:
+            pods[leaf] = p
+            for sp in pod_spines:
+                add_link(g, leaf, sp, uplink, switch_latency, "network", nic_efficiency)
+    return pods, spines, uplink
+
+
+def _cores(g, spines, spine_down, over, nic, switch_latency):
+    """Core switches linking every pod's spines; the core links carry a spine's downlink
+    bandwidth over ``over``."""
+    nic_bandwidth, _, nic_efficiency = nic
+    n_cores = min(MAX_FANOUT, max(1, math.ceil(spine_down / over / nic_bandwidth)))
+    core_link = spine_down / over / n_cores
+    cores = [f"core{c}" for c in range(n_cores)]
+    for c in cores:
+        g.add_node(c, kind="core")
+        for pod_spines in spines:
+            for sp in pod_spines:
+                add_link(g, sp, c, core_link, switch_latency, "network", nic_efficiency)
+    return cores
 
 
 class FatTreeRouter:

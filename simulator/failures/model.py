@@ -92,6 +92,36 @@ def straggler_slowdown(fraction: float, factor: float, exposure: float, gpus: in
     return 1.0 + (factor - 1.0) * exposure * p_any
 
 
+def _causes(f: FailuresConfig, counts: dict[str, int]):
+    """Per cause: names, job-wide rates (1/s), Weibull shapes (1: exponential), nodes each
+    takes out, and the time to detect and evict (s)."""
+    names, rates, shapes, nodes_out, detect = [], [], [], [], []
+    det = f.detection
+    for name, cause in f.all_causes().items():
+        n = cause.count if cause.count is not None else counts.get(cause.per)
+        if n is None:
+            raise ValueError(f"failures.causes.{name}: give count (how many {cause.per}s)")
+        names.append(name)
+        rates.append(cause.rate * n)
+        shapes.append(cause.shape if cause.law == "weibull" else 1.0)
+        nodes_out.append(cause.nodes_lost)
+        timeout = det.watchdog_timeout if cause.detected_by == "watchdog" else det.heartbeat_timeout
+        detect.append(timeout + det.diagnosis + det.eviction)
+    return names, rates, shapes, nodes_out, detect
+
+
+def _checkpoint_costs(ck, state: float, gpus: int) -> tuple[float, float, float]:
+    """(training pause per checkpoint, background drain, load at restart), seconds: a blocking
+    save writes the state at the shared storage bandwidth; an async one pauses only to copy
+    each GPU's share to host memory, then drains in the background."""
+    if ck.mode == "blocking":
+        pause, drain = ck.overhead + state / ck.write_bandwidth, 0.0
+    else:
+        pause = ck.overhead + state / gpus / ck.host_copy_bandwidth
+        drain = state / ck.write_bandwidth
+    return pause, drain, state / (ck.read_bandwidth or ck.write_bandwidth)
+
+
 def resolve_job(
     scenario,
     step_time_s: float,
@@ -116,28 +146,10 @@ def resolve_job(
     f: FailuresConfig = scenario.failures
     gpus, nodes = scenario.num_gpus, nodes_of(scenario)
     counts = {"gpu": gpus, "node": nodes, "job": 1, **(component_counts or {})}
-    names, rates, shapes, nodes_out, detect = [], [], [], [], []
-    det = f.detection
-    for name, cause in f.all_causes().items():
-        n = cause.count if cause.count is not None else counts.get(cause.per)
-        if n is None:
-            raise ValueError(f"failures.causes.{name}: give count (how many {cause.per}s)")
-        names.append(name)
-        rates.append(cause.rate * n)
-        shapes.append(cause.shape if cause.law == "weibull" else 1.0)
-        nodes_out.append(cause.nodes_lost)
-        timeout = det.watchdog_timeout if cause.detected_by == "watchdog" else det.heartbeat_timeout
-        detect.append(timeout + det.diagnosis + det.eviction)
+    names, rates, shapes, nodes_out, detect = _causes(f, counts)
     ck = f.checkpoint
     state = ck.state_bytes if ck.state_bytes is not None else state_bytes
-    if ck.mode == "blocking":
-        pause, drain = ck.overhead + state / ck.write_bandwidth, 0.0
-    else:
-        pause, drain = (
-            ck.overhead + state / gpus / ck.host_copy_bandwidth,
-            state / ck.write_bandwidth,
-        )
-    load = state / (ck.read_bandwidth or ck.write_bandwidth)
+    pause, drain, load = _checkpoint_costs(ck, state, gpus)
     r = f.restart
     p = scenario.parallelism
     rs = f.stragglers.random

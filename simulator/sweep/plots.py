@@ -83,57 +83,19 @@ def line_plot(
     pos = {_text(v): i for i, v in enumerate(xs)}
     scale = _SCALE.get(metric, 1.0)
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    groups = _order(pts[group]) if group else [None]
     labelled: set[str] = set()
-
-    def once(label: str) -> str | None:
-        if label in labelled:
-            return None
-        labelled.add(label)
-        return label
-
-    for g in groups:
+    for g in _order(pts[group]) if group else [None]:
         sub = pts if g is None else pts[pts[group].map(_text) == _text(g)]
         sub = sub.assign(_x=sub[x].map(lambda v: pos[_text(v)])).sort_values("_x")
-        ok = sub[sub["status"] == "ok"]
         label = None if g is None else f"{group} = {_text(g)}"
-        ax.plot(ok["_x"], ok[metric].astype(float) * scale, marker="o", label=label)
-        oom = sub[sub["status"] == "oom"]
-        if not oom.empty and metric in oom:
-            ax.scatter(
-                oom["_x"],
-                oom[metric].astype(float) * scale,
-                marker="x",
-                color="red",
-                s=60,
-                zorder=3,
-                label=once("out of memory"),
-            )
-        bad = sub[sub["status"].isin(["infeasible", "error"])]
-        if not bad.empty:
-            ax.scatter(
-                bad["_x"],
-                np.zeros(len(bad)),
-                marker="|",
-                color="grey",
-                s=120,
-                transform=ax.get_xaxis_transform(),
-                clip_on=False,
-                label=once("infeasible"),
-            )
+        _draw_group(ax, sub, metric, scale, label, labelled)
     best = best_point(frame, metric)
     if best is not None:
         row = pts[pts["point"] == best].iloc[0]
         ax.scatter(
-            [pos[_text(row[x])]],
-            [float(row[metric]) * scale],
-            marker="*",
-            s=260,
-            color="gold",
-            edgecolor="black",
-            zorder=4,
-            label="best",
-        )
+            [pos[_text(row[x])]], [float(row[metric]) * scale], marker="*", s=260,
+            color="gold", edgecolor="black", zorder=4, label="best",
+        )  # fmt: skip
     ax.set_xticks(range(len(xs)), [_text(v) for v in xs])
     ax.set_xlabel(x)
     ax.set_ylabel(_label(metric))
@@ -145,6 +107,32 @@ def line_plot(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _draw_group(ax, sub: pd.DataFrame, metric: str, scale: float, label, labelled: set) -> None:
+    """One group's line of ok points, its OOM crosses and its infeasible ticks (each of the
+    last two labelled once per picture)."""
+
+    def once(text: str) -> str | None:
+        if text in labelled:
+            return None
+        labelled.add(text)
+        return text
+
+    ok = sub[sub["status"] == "ok"]
+    ax.plot(ok["_x"], ok[metric].astype(float) * scale, marker="o", label=label)
+    oom = sub[sub["status"] == "oom"]
+    if not oom.empty and metric in oom:
+        ax.scatter(
+            oom["_x"], oom[metric].astype(float) * scale, marker="x", color="red", s=60,
+            zorder=3, label=once("out of memory"),
+        )  # fmt: skip
+    bad = sub[sub["status"].isin(["infeasible", "error"])]
+    if not bad.empty:
+        ax.scatter(
+            bad["_x"], np.zeros(len(bad)), marker="|", color="grey", s=120,
+            transform=ax.get_xaxis_transform(), clip_on=False, label=once("infeasible"),
+        )  # fmt: skip
 
 
 def heatmap(frame: pd.DataFrame, metric: str, x: str, y: str, path: Path, title: str = "") -> Path:

@@ -460,13 +460,12 @@ def _placed(scenario: Scenario, perturbations) -> tuple[Scenario, list]:
         full = scenario.simulation.model_copy(update={"mode": "full"})
         return scenario.model_copy(update={"simulation": full}), list(perturbations)
     grid = make_plan(scenario).grid
-    placed = [
-        SlowCompute(grid.rank(tp=0, cp=0, dp=0, pp=grid.coords(p.rank)["pp"]), p.factor)
-        if isinstance(p, SlowCompute)
-        else p
-        for p in perturbations
-    ]
-    return scenario, placed
+    slowest: dict[int, float] = {}  # replicas wait for the slowest, they do not add up
+    for p in slow:
+        rep = grid.rank(tp=0, cp=0, dp=0, pp=grid.coords(p.rank)["pp"])
+        slowest[rep] = max(slowest.get(rep, 1.0), p.factor)
+    others = [p for p in perturbations if not isinstance(p, SlowCompute)]
+    return scenario, [SlowCompute(r, k) for r, k in slowest.items()] + others
 
 
 def run(

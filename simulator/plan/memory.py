@@ -126,7 +126,7 @@ def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:
     for stage in plan.stages:
         activations, rebuilt = _stage_activations(plan, stage)
         buffers = rebuilt
-        if par.zero >= 3:
+        if par.zero >= 3 and plan.dense_shard_ranks > 1:  # one rank: nothing to gather
             buffers += fsdp_gathered_bytes(plan, stage)
         elif par.zero == 2:
             buffers += 2 * par.bucket_size

@@ -51,9 +51,14 @@ def _key_layer(key) -> int:
     return key[0] if isinstance(key, tuple) else -1
 
 
+def fsdp_sharded(b: GraphBuilder) -> bool:
+    """ZeRO-3 with parameters actually sharded (a data-parallel group of one gathers nothing)."""
+    return zero_stage(b) == 3 and b.plan.dense_shard_ranks > 1
+
+
 def gathered_bytes(b: GraphBuilder, key) -> float:
-    """Bytes a ZeRO-3 unit occupies once gathered (0 without ZeRO-3)."""
-    if zero_stage(b) != 3:
+    """Bytes a ZeRO-3 unit occupies once gathered (0 without sharded ZeRO-3)."""
+    if not fsdp_sharded(b):
         return 0.0
     return sum(b.plan.params_of(key)) * b.plan.param_bytes_per_param
 
@@ -72,8 +77,8 @@ def fsdp_gather(b: GraphBuilder, rank: int, key, j: int, why: str, deps) -> int 
 
 def unsharded_grad_bytes(b: GraphBuilder, key) -> float:
     """ZeRO-3: a unit's full gradient, held from its first weight gradient until its
-    reduce-scatter ends (B; 0 without ZeRO-3)."""
-    if zero_stage(b) != 3:
+    reduce-scatter ends (B; 0 without sharded ZeRO-3)."""
+    if not fsdp_sharded(b):
         return 0.0
     return sum(b.plan.params_of(key)) * b.plan.grad_bytes_per_param
 

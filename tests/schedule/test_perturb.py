@@ -122,3 +122,12 @@ def test_down_links_and_ranks_outside_the_job_are_refused():
         api.run(s)
     with pytest.raises(ValueError, match="not in the job"):
         api.run(load_scenario_text(TP_JOB), perturbations=[SlowCompute(99, 2.0)])
+
+
+def test_stragglers_of_one_stage_in_different_replicas_do_not_multiply(monkeypatch):
+    # Review finding: standing in for their stage, two 1.2x GPUs of different replicas became
+    # one rank slowed 1.44x; synchronous replicas wait for the slowest: 1.2x.
+    monkeypatch.setattr(api, "FULL_MODE_MAX_GPUS", 4)
+    s = load_scenario_text(TP_JOB.replace("simulation: {mode: full}", ""))
+    _, placed = api._placed(s, [SlowCompute(1, 1.2), SlowCompute(5, 1.2), SlowCompute(6, 1.1)])
+    assert placed == [SlowCompute(0, 1.2)]

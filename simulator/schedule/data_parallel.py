@@ -83,9 +83,12 @@ def unsharded_grad_bytes(b: GraphBuilder, key) -> float:
     return sum(b.plan.params_of(key)) * b.plan.grad_bytes_per_param
 
 
-def fsdp_reduce(b: GraphBuilder, rank: int, key, j: int, deps, dp_tasks: list[int]) -> None:
+def fsdp_reduce(
+    b: GraphBuilder, rank: int, key, j: int, deps, dp_tasks: list[int], free_params: bool = True
+) -> None:
     """ZeRO-3: reduce-scatter unit ``key``'s gradient after its backward, then release the
-    parameters gathered for it and the unsharded gradient."""
+    unsharded gradient and (unless the input-gradient pass already did) the parameters
+    gathered for it."""
     if zero_stage(b) != 3:
         return
     size = unsharded_grad_bytes(b, key)
@@ -93,7 +96,7 @@ def fsdp_reduce(b: GraphBuilder, rank: int, key, j: int, deps, dp_tasks: list[in
         rank=rank, stream="dp", name="fsdp_reduce_scatter", collective="reduce_scatter",
         group=b.group(rank, "dp"), size=size, tag=("rs", key, j), deps=deps,
         phase="grad_sync", layer=_key_layer(key), microbatch=j,
-        mem_free=gathered_bytes(b, key) + size,
+        mem_free=(gathered_bytes(b, key) if free_params else 0.0) + size,
     )  # fmt: skip
     if rs is not None:
         dp_tasks.append(rs)

@@ -102,6 +102,9 @@ def backward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
         if not split:
             last = [weight_grad(b, st, layer, j, last, reduce=not (post and unit_done))]
         if unit_done:
+            if split and dp.fsdp_sharded(b):  # W needs no parameters: release them after B
+                free = dp.gathered_bytes(b, unit)
+                last = [b.task(rank, "compute", "fsdp_free", 0.0, last, mem_free=free)]
             gathers.unit_ends.append(last[0])
             if post:  # PyTorch's BACKWARD_POST: the next gather goes before this reduce
                 gathers.issue(len(gathers.unit_ends) + gathers.depth)
@@ -251,7 +254,8 @@ def weight_grad(
     w = layer_weight_grad(b, st.rank, layer, j, deps, mem_alloc=grad)
     b.w_task[(st.rank, layer, j)] = w
     if layer == unit[0] and reduce:  # the unit's last weight gradient in backward order
-        dp.fsdp_reduce(b, st.rank, unit, j, [w], st.dp_tasks)
+        split = b.plan.schedule.split_backward  # then B already released the parameters
+        dp.fsdp_reduce(b, st.rank, unit, j, [w], st.dp_tasks, free_params=not split)
     return w
 
 

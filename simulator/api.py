@@ -376,8 +376,11 @@ def _degraded(topo: Topology, perturbations) -> Topology:
     return dataclasses.replace(topo, graph=graph)
 
 
-def step_metrics(sim: Simulation, step: StepGraph) -> metrics.StepMetrics:
-    """The headline metrics of a simulated step (:class:`simulator.metrics.StepMetrics`)."""
+def step_metrics(
+    sim: Simulation, step: StepGraph, timeline: pd.DataFrame | None = None
+) -> metrics.StepMetrics:
+    """The headline metrics of a simulated step (:class:`simulator.metrics.StepMetrics`);
+    ``timeline`` is its memory timeline when the caller has it already."""
     s = step.plan.scenario
     acc = s.cluster.accelerator
     facts = metrics.StepFacts(
@@ -391,7 +394,9 @@ def step_metrics(sim: Simulation, step: StepGraph) -> metrics.StepMetrics:
         static_memory=step.static_memory,
         stage_of=step.stage_of,
     )
-    return metrics.step_metrics(sim.frame, sim.memory_events, facts, sim.stats.rerates)
+    return metrics.step_metrics(
+        sim.frame, sim.memory_events, facts, sim.stats.rerates, timeline=timeline
+    )
 
 
 @dataclass(frozen=True)
@@ -421,21 +426,26 @@ FULL_MODE_MAX_GPUS = 1024  # past this, a slow rank stands for its pipeline stag
 
 
 def scenario_perturbations(scenario: Scenario) -> list[Perturbation]:
-    """The scenario's ``failures.stragglers`` (slow GPUs and links) as perturbations.
+    """The scenario's ``failures.stragglers`` (slow GPUs and links) as perturbations, from the
+    schema's own conversion (:meth:`Stragglers.in_step`).
 
-    A flapping link counts as degraded for the whole step (the step's worst case); a link that
-    is down would need rerouting, which the step simulation does not model (ValueError)."""
-    f = scenario.failures
-    if f is None:
+    A link that is down (fraction 0) would need rerouting, which the step simulation does not
+    model (ValueError)."""
+    if scenario.failures is None:
         return []
-    out: list[Perturbation] = [SlowCompute(g.rank, g.slowdown) for g in f.stragglers.gpus]
-    for i, link in enumerate(f.stragglers.links):
-        if link.down:
+    out: list[Perturbation] = []
+    for kind, *args in scenario.failures.stragglers.in_step():
+        if kind == "slow_compute":
+            out.append(SlowCompute(*args))
+            continue
+        src, dst, fraction = args
+        if fraction == 0:
             raise ValueError(
-                f"failures.stragglers.links.{i}: a link that is down needs rerouting, which the "
-                "step simulation does not model; give the fraction of bandwidth left instead"
+                f"failures.stragglers.links ({src} -> {dst}): a link that is down needs "
+                "rerouting, which the step simulation does not model; give the fraction of "
+                "bandwidth left instead"
             )
-        out.append(SlowLink(_node(link.src), _node(link.dst), link.fraction))
+        out.append(SlowLink(_node(src), _node(dst), fraction))
     return out
 
 
@@ -496,12 +506,12 @@ def run(
 def _run_once(scenario, topo, compute_model, track_links, perturbations) -> RunResult:
     step = perturb(build_step(build_plan(scenario, topo), compute_model), perturbations)
     sim = simulate(step, topo, perturbations, track_links)
-    m = step_metrics(sim, step)
+    memory = metrics.memory_timeline(sim.memory_events, step.static_memory)
+    m = step_metrics(sim, step, memory)
     links = None
     if track_links:
         links, busiest = _link_report(sim, m.step_time_s)
         m = dataclasses.replace(m, busiest_links=busiest)
-    memory = metrics.memory_timeline(sim.memory_events, step.static_memory)
     return RunResult(m, sim.frame, memory, links)
 
 

@@ -236,11 +236,14 @@ def step_metrics(
     memory_events: list[tuple[int, float, float]],
     facts: StepFacts,
     network_rerates: int = 0,
+    timeline: pd.DataFrame | None = None,
 ) -> StepMetrics:
-    """Everything :class:`StepMetrics` holds, from the trace and the memory events."""
+    """Everything :class:`StepMetrics` holds, from the trace and the memory events (or their
+    ``timeline``, :func:`memory_timeline`, when the caller built it already)."""
     t, spans = step_time(frame, facts.overlapping_steps)
     parts = rank_breakdown(frame, spans, step_end=t)
-    timeline = memory_timeline(memory_events, facts.static_memory)
+    if timeline is None:
+        timeline = memory_timeline(memory_events, facts.static_memory)
     peaks = peak_memory(timeline, facts.static_memory)
     peak = facts.peak_flops_per_s
     n = facts.num_gpus

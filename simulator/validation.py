@@ -31,7 +31,7 @@ from simulator.collectives import bus_bandwidth, plan_collective
 from simulator.engine import time_collective
 from simulator.model.activations import MicroBatch, layer_activation_bytes
 from simulator.model.ops import Sharding
-from simulator.plan.memory import model_state_bytes_per_param
+from simulator.plan.plan import zero_sharded
 from simulator.scenario.loader import PROJECT_ROOT
 from simulator.scenario.schema import ModelConfig
 
@@ -172,7 +172,7 @@ def zero_rows() -> list[dict]:
             float(r["K_optimizer_bytes_per_param"]),
         )
         for stage, col in [(1, "P_os_GB"), (2, "P_os_g_GB"), (3, "P_os_g_p_GB")]:
-            gigabytes = psi * sum(model_state_bytes_per_param(2, 2, k, stage, n))
+            gigabytes = psi * sum(zero_sharded((2, 2, k), stage, n))
             out.append(
                 _row(
                     "ZeRO Table 1",

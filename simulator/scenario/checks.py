@@ -112,11 +112,10 @@ def _layer_split(s: Scenario) -> list[Finding]:
             s.model.layers, p.pp, pl.virtual_stages, pl.first_stage_layers, pl.last_stage_layers
         )
     except ValueError as exc:
-        field = "pp"
         if pl.first_stage_layers is not None or pl.last_stage_layers is not None:
             which = "first" if pl.first_stage_layers is not None else "last"
             return [(("parallelism", "pipeline", f"{which}_stage_layers"), str(exc))]
-        return [(("parallelism", field), str(exc))]
+        return [(("parallelism", "pp"), str(exc))]
     return []
 
 

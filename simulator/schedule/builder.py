@@ -90,7 +90,7 @@ class GraphBuilder:
         return self.task(rank, stream, name, 0.0, deps, spec, **fields)
 
     def _algorithm(self, stream: str, collective: str, members, size: float) -> str | None:
-        key = (stream, collective, len(members), members[0], members[-1], size)
+        key = (stream, collective, members, size)
         if key not in self.algorithms:
             stream_kind = STREAM_KIND.get(stream, stream)
             forced = self.plan.collectives.get(stream_kind, "auto")

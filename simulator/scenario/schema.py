@@ -387,9 +387,16 @@ class PrecisionConfig(Frozen):
 
 class SimulationConfig(Frozen):
     """How to simulate: ``symmetric`` follows one rank per pipeline stage and lets symmetric
-    copies load the network; ``full`` simulates every rank (up to about 1,024 GPUs)."""
+    copies load the network; ``full`` simulates every rank (up to about 1,024 GPUs).
+
+    ``kernel_tasks`` splits each compute block (attention, MLP, experts, weight gradient) into
+    one task per kernel (projections, attention core, norms, activation, residual adds), named
+    after the op, so the trace can be held against a profiler's; about 5x the tasks, the same
+    step time.
+    """
 
     mode: Literal["symmetric", "full"] = "symmetric"
+    kernel_tasks: bool = False
 
 
 from simulator.scenario.failures import FailuresConfig  # noqa: E402 (it builds on Frozen)

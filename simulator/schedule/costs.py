@@ -63,6 +63,13 @@ class LayerCost:
     experts: Block | None  # routed experts between the all-to-alls (MoE layers)
     act_kept: float  # activations kept for backward under the recompute policy
     act_full: float  # activations without recompute (live while a layer is recomputed)
+    parts: dict[str, tuple[tuple[str, Block], ...]] | None = None  # per block, its ops
+
+    def ops_of(self, block: str) -> tuple[tuple[str, Block], ...]:
+        """(op name, Block) of each kernel in ``block`` ("attn_local", "attn_remote", "core",
+        "ffn", "experts"), whose Blocks add up to the block's: what the trace shows as named
+        tasks with ``simulation.kernel_tasks``."""
+        return self.parts[block] if self.parts else ()
 
 
 def _split(ops: list[Op]) -> tuple[list[Op], list[Op], list[Op], list[Op], list[Op]]:
@@ -87,6 +94,11 @@ def layer_cost(
     core_block = Block.of(core, cm)
     local = 1.0 / sh.cp
     imbalance = m.moe.load_imbalance if (m.moe and m.is_moe_layer(layer)) else 1.0
+
+    def each(ops: list[Op], scale: float = 1.0) -> tuple[tuple[str, Block], ...]:
+        return tuple((o.name, Block.of([o], cm, scale)) for o in ops)
+
+    remote = each(core, 1.0 - local) if sh.cp > 1 else ()
     return LayerCost(
         attn_local=Block.of(pre, cm) + Block.of(core, cm, local),
         attn_remote=Block.of(core, cm, 1.0 - local) + Block.of(post, cm),
@@ -95,6 +107,13 @@ def layer_cost(
         experts=Block.of(experts, cm, imbalance) if experts else None,
         act_kept=layer_activation_bytes(m, layer, mb, sh, recompute),
         act_full=layer_activation_bytes(m, layer, mb, sh, "none"),
+        parts={
+            "attn_local": each(pre) + each(core, local),
+            "attn_remote": remote + each(post),
+            "core": each(core),
+            "ffn": each(ffn),
+            "experts": each(experts, imbalance),
+        },
     )
 
 

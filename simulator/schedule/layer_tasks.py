@@ -38,6 +38,61 @@ def then(last: list[Dep], new: int | None) -> list[Dep]:
     return [new] if new is not None else last
 
 
+PHASE_OF = {"f": "forward", "b": "input_grad", "w": "weight_grad"}
+
+
+def compute(
+    b: GraphBuilder,
+    rank: int,
+    name: str,
+    block: Block,
+    parts: tuple[tuple[str, Block], ...],
+    pass_: str,
+    deps,
+    mem_alloc: float = 0.0,
+    mem_free: float = 0.0,
+    **kw,
+) -> Emitter:
+    """One compute task for ``block``'s ``pass_`` ("f", "b" or "w"), or with
+    ``simulation.kernel_tasks`` one task per kernel in ``parts``, chained, named after the op
+    (the first takes ``mem_alloc``, the last releases ``mem_free``); returns the last task.
+    Pauses after each task, like every emitter here."""
+    seconds, flops = _pass_of(block, pass_)
+    if not (parts and b.plan.scenario.simulation.kernel_tasks):
+        t = b.task(
+            rank, "compute", name, seconds, deps,
+            flops=flops, mem_alloc=mem_alloc, mem_free=mem_free, **kw,
+        )  # fmt: skip
+        yield
+        return t
+    kernels = [(op, part) for op, part in parts if _pass_of(part, pass_)[0] > 0]
+    if pass_ != "f":  # gradients flow through the kernels in reverse
+        kernels.reverse()
+    last = list(deps)
+    for i, (op, part) in enumerate(kernels):
+        seconds, flops = _pass_of(part, pass_)
+        t = b.task(
+            rank, "compute", op, seconds, last, flops=flops,
+            mem_alloc=mem_alloc if i == 0 else 0.0,
+            mem_free=mem_free if i == len(kernels) - 1 else 0.0, **kw,
+        )  # fmt: skip
+        last = [t]
+        yield
+    if not kernels:  # nothing runs in this pass: keep the block's (empty) task
+        t = b.task(rank, "compute", name, 0.0, deps, mem_alloc=mem_alloc, mem_free=mem_free, **kw)
+        yield
+    return last[0] if kernels else t
+
+
+def _pass_of(block: Block, pass_: str) -> tuple[float, float]:
+    """(seconds, FLOPs) of ``block`` in pass "f", "b" or "w"."""
+    if pass_ == "f":
+        return block.f, block.flops_f
+    if pass_ == "b":
+        return block.b, block.flops_b
+    return block.w, block.flops_w
+
+
 def cost_of(b: GraphBuilder, layer: int) -> LayerCost:
     s = b.plan.scenario
     return layer_cost(
@@ -99,27 +154,24 @@ def layer_forward(b, rank, layer, j, deps, tag, phase="forward", alloc=True) -> 
     kw = {"phase": phase, "layer": layer, "microbatch": j}
     last = then(list(deps), tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag1",), deps, **kw))
     alloc_bytes = cost.act_kept if alloc else cost.act_full - cost.act_kept
-    local = b.task(
-        rank, "compute", "attention", cost.attn_local.f, last,
-        flops=cost.attn_local.flops_f, mem_alloc=alloc_bytes, **kw,
+    local = yield from compute(
+        b, rank, "attention", cost.attn_local, cost.ops_of("attn_local"), "f", last,
+        mem_alloc=alloc_bytes, **kw,
     )  # fmt: skip
-    yield
     kv = _cp_comm(b, rank, "cp_kv_all_gather", "all_gather", tag + ("kv",), last, kw)
-    remote = b.task(
-        rank, "compute", "attention_out", cost.attn_remote.f, [local, kv],
-        flops=cost.attn_remote.flops_f, **kw,
+    remote = yield from compute(
+        b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "f", [local, kv],
+        **kw,
     )  # fmt: skip
-    yield
     last = then([remote], tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("a",), [remote], **kw))
     last = then(last, tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag2",), last, **kw))
-    last = [b.task(rank, "compute", "mlp", cost.ffn.f, last, flops=cost.ffn.flops_f, **kw)]
-    yield
+    last = [(yield from compute(b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "f", last, **kw))]
     if cost.experts is not None:
-        last = [(yield from experts(b, rank, cost.experts, "f", last, tag, kw))]
+        last = [(yield from experts(b, rank, cost, "f", last, tag, kw))]
     return then(last, tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("m",), last, **kw))
 
 
-def experts(b: GraphBuilder, rank: int, block: Block, phase: str, deps, tag, kw):
+def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, kw):
     """Dispatch all-to-all, the routed experts' ``phase`` pass, combine all-to-all."""
     m, mb = b.plan.scenario.model, b.plan.micro_batch
     moe = m.moe
@@ -129,10 +181,8 @@ def experts(b: GraphBuilder, rank: int, block: Block, phase: str, deps, tag, kw)
     common = {"rank": rank, "stream": "ep", "collective": "all_to_all", "group": grp, "size": size}
     dispatch = b.comm(name="ep_dispatch", tag=tag + (phase, "d"), deps=deps, **common, **kw)
     last = then(list(deps), dispatch)
-    seconds = {"f": block.f, "b": block.b, "w": block.w}[phase]
-    flops = {"f": block.flops_f, "b": block.flops_b, "w": block.flops_w}[phase]
-    ex = b.task(rank, "compute", "experts", seconds, last, flops=flops, **kw)
-    yield
+    parts = cost.ops_of("experts")
+    ex = yield from compute(b, rank, "experts", cost.experts, parts, phase, last, **kw)
     out = b.comm(name="ep_combine", tag=tag + (phase, "c"), deps=[ex], **common, **kw)
     return out if out is not None else ex
 
@@ -144,12 +194,11 @@ def _recompute(b, rank, layer, j, cost: LayerCost, deps, tag) -> Emitter:
             yield from layer_forward(b, rank, layer, j, deps, tag + ("rc",), "recompute", False)
         )
     if rc == "selective":
-        t = b.task(
-            rank, "compute", "attention_recompute", cost.core.f, deps,
-            flops=cost.core.flops_f, phase="recompute", layer=layer, microbatch=j,
-            mem_alloc=cost.act_full - cost.act_kept,
+        t = yield from compute(
+            b, rank, "attention_recompute", cost.core, cost.ops_of("core"), "f", deps,
+            mem_alloc=cost.act_full - cost.act_kept, phase="recompute", layer=layer,
+            microbatch=j,
         )  # fmt: skip
-        yield
         return [t]
     return list(deps)
 
@@ -165,22 +214,18 @@ def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
     last = yield from _recompute(b, rank, layer, j, cost, list(deps), tag)
     last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("bm",), last, **kw))
     if cost.experts is not None:
-        last = [(yield from experts(b, rank, cost.experts, "b", last, tag, kw))]
-    last = [b.task(rank, "compute", "mlp", cost.ffn.b, last, flops=cost.ffn.flops_b, **kw)]
-    yield
+        last = [(yield from experts(b, rank, cost, "b", last, tag, kw))]
+    last = [(yield from compute(b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "b", last, **kw))]
     last = then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg2",), last, **kw))
     last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("ba",), last, **kw))
-    remote = b.task(
-        rank, "compute", "attention_out", cost.attn_remote.b, last,
-        flops=cost.attn_remote.flops_b, **kw,
-    )  # fmt: skip
-    yield
+    remote = yield from compute(
+        b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "b", last, **kw
+    )
     kv = _cp_comm(b, rank, "cp_dkv_reduce_scatter", "reduce_scatter", tag + ("dkv",), [remote], kw)
-    local = b.task(
-        rank, "compute", "attention", cost.attn_local.b, [remote],
-        flops=cost.attn_local.flops_b, mem_free=transient, **kw,
+    local = yield from compute(
+        b, rank, "attention", cost.attn_local, cost.ops_of("attn_local"), "b", [remote],
+        mem_free=transient, **kw,
     )  # fmt: skip
-    yield
     last = [local] if kv is None else [local, kv]
     return then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg1",), last, **kw))
 
@@ -190,13 +235,21 @@ def layer_weight_grad(
 ) -> int:
     """``layer``'s weight gradient; it releases the layer's activations and may take
     ``mem_alloc`` bytes (ZeRO-3: the unit's unsharded gradient)."""
+    cost = cost_of(b, layer)
     block = b.weight_blocks.get(layer)
     if block is None:
-        cost = cost_of(b, layer)
         block = cost.attn_local + cost.attn_remote + cost.ffn + (cost.experts or Block())
         b.weight_blocks[layer] = block
-    return b.task(
-        rank, "compute", "weight_grad", block.w, deps,
-        flops=block.flops_w, phase="weight_grad", layer=layer, microbatch=j,
-        mem_alloc=mem_alloc, mem_free=cost_of(b, layer).act_kept,
+    parts = ()
+    if b.plan.scenario.simulation.kernel_tasks:
+        names = ("attn_local", "attn_remote", "ffn", "experts")
+        parts = tuple(p for n in names for p in cost.ops_of(n))
+    emit = compute(
+        b, rank, "weight_grad", block, parts, "w", deps, mem_alloc=mem_alloc,
+        mem_free=cost.act_kept, phase="weight_grad", layer=layer, microbatch=j,
     )  # fmt: skip
+    try:  # not paused: a weight gradient is slotted in whole
+        while True:
+            next(emit)
+    except StopIteration as done:
+        return done.value

@@ -9,8 +9,10 @@ Conventions (DESIGN.md, Compute):
   is twice that when the probabilities were kept (dV, dP, dQ, dK: four GEMMs) and 2.5 times
   with flash attention, which recomputes ``QK^T`` first: five GEMMs against the forward's
   two (Dao 2023, FlashAttention-2, sec. 3.1.2; its benchmarks count the backward as 2.5x).
-- elementwise ops (norms, activation functions, dropout, residual adds, softmax, loss) are
-  memory-bound: their bytes matter, their FLOPs are listed but are not model FLOPs.
+- elementwise ops (norms, rotary embedding, activation functions, dropout, residual adds,
+  softmax, loss) are memory-bound: their bytes matter, their FLOPs are listed but are not
+  model FLOPs. Residual dropout is fused into the residual add (Megatron's
+  bias_dropout_add_fusion); its mask is counted in memory, not as a kernel.
 
 Sharding is what one rank holds: ``tp`` splits heads and FFN columns, ``sp`` (sequence
 parallel) splits the elementwise work between the tensor-parallel ops over tokens, ``cp``
@@ -148,6 +150,18 @@ def attention_core_op(
     return ops
 
 
+def rope_op(m: ModelConfig, tokens: float, shard: Sharding, act_bytes: float) -> Op:
+    """Rotary embedding of this rank's queries and keys: a memory-bound kernel reading and
+    writing each rotated value (cos/sin tables are small and cached), forward and backward
+    alike (the backward rotates the gradient the other way: ``backward_factor`` 1). MLA rotates
+    only its decoupled rope dimensions: per head for queries, one shared key."""
+    if m.attention == "mla":
+        rotated = tokens * (m.heads / shard.tp + 1) * m.mla.qk_rope_head_dim
+    else:
+        rotated = tokens * (m.heads + m.n_kv_heads) / shard.tp * m.d_head
+    return _elementwise("rope", rotated, rotated, act_bytes, 3.0, backward_factor=1.0)
+
+
 def layer_ops(
     m: ModelConfig,
     layer: int,
@@ -168,6 +182,8 @@ def layer_ops(
         if lin.group == "attention"
     ]
     ops += attn[:-1]
+    if m.position_embedding == "rope":
+        ops.append(rope_op(m, tokens, shard, e))
     ops += attention_core_op(m, b, s, shard, e, flash)
     ops += attn[-1:]
     ops.append(_elementwise("attention_residual", 2 * sp_tokens * h, sp_tokens * h, e))

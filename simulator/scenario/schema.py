@@ -306,13 +306,17 @@ class ParallelismConfig(Frozen):
 
 
 class TrainingConfig(Frozen):
-    """Batch in sequences: ``global_batch`` per step, ``micro_batch`` per forward pass."""
+    """Batch in sequences: ``global_batch`` per step, ``micro_batch`` per forward pass.
+
+    ``grad_clip``: gradient-norm clipping before the optimizer step (Megatron-LM's and
+    torchtitan's default, max norm 1.0), which reads every local gradient once."""
 
     global_batch: PosInt
     micro_batch: PosInt = 1
     seq_len: PosInt
     optimizer: Literal["adam", "sgd", "sgd_momentum"] = "adam"
     flash_attention: bool = True
+    grad_clip: bool = True
 
 
 # ----------------------------------------------------------------------------- precision

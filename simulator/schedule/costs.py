@@ -136,3 +136,11 @@ def optimizer_seconds(
     and the optimizer state and writes the state back and the low-precision parameters."""
     moved = params * (grad_bytes + 2 * state_bytes_per_param + param_bytes)
     return moved / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s
+
+
+def grad_norm_seconds(params: float, grad_bytes: float, cm: ComputeModel) -> float:
+    """Gradient-norm clipping's norm over ``params`` local gradients: one read of every
+    gradient byte (multi-tensor L2 norm, memory-bound). Its scalar all-reduce over the
+    model-parallel ranks is a few microseconds and not simulated; the clip's scaling only runs
+    when the norm exceeds the threshold and is left out (Megatron-LM ``clip_grad_norm_fp32``)."""
+    return params * grad_bytes / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s

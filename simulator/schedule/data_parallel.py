@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from simulator.plan.buckets import Bucket
 from simulator.schedule.builder import Dep, GraphBuilder
-from simulator.schedule.costs import optimizer_seconds
+from simulator.schedule.costs import grad_norm_seconds, optimizer_seconds
 
 
 def zero_stage(b: GraphBuilder) -> int:
@@ -125,4 +125,8 @@ def optimizer(b: GraphBuilder, rank: int, stage: int, dp_tasks: list[int]) -> in
         plan.optimizer_bytes_per_param,
         b.cm,
     )
-    return b.task(rank, "compute", "optimizer", seconds, dp_tasks, phase="optimizer")
+    deps = dp_tasks
+    if plan.scenario.training.grad_clip:
+        norm = grad_norm_seconds(shard, plan.grad_bytes_per_param, b.cm)
+        deps = [b.task(rank, "compute", "grad_norm", norm, dp_tasks, phase="optimizer")]
+    return b.task(rank, "compute", "optimizer", seconds, deps, phase="optimizer")

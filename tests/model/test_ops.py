@@ -92,3 +92,16 @@ def test_flash_attention_backward_recomputes():
     assert flash.f_flops == plain.f_flops
     assert flash.b_flops == pytest.approx(2.5 * flash.f_flops, rel=1e-15)
     assert plain.b_flops == pytest.approx(2.0 * plain.f_flops, rel=1e-15)
+
+
+def test_rotary_embedding_rotates_queries_and_keys_of_the_rank():
+    # Llama 3 8B: 32 query heads, 8 KV heads of 128; TP 4 keeps 8 + 2 heads per rank.
+    m = ModelConfig(name="llama3-8b", layers=1)
+    tokens = 4096
+    [rope] = [o for o in layer_ops(m, 0, 1, tokens, Sharding(tp=4)) if o.name == "rope"]
+    rotated = tokens * (32 + 8) / 4 * 128
+    assert rope.f_bytes == 2 * 2.0 * rotated  # read and write bf16 values
+    assert rope.b_bytes == rope.f_bytes  # the gradient is rotated back, same traffic
+    assert rope.w_bytes == rope.w_flops == 0.0
+    no_rope = ModelConfig(name="gpt3-175b", layers=1)  # learned positions: no rotary kernel
+    assert "rope" not in {o.name for o in layer_ops(no_rope, 0, 1, 2048)}

@@ -55,7 +55,9 @@ def test_ddp_buckets_wait_for_their_weight_gradients():
     deps = {tasks[d].name for d in ar.deps}
     assert deps >= {"weight_grad", "embedding", "loss"}
     opt = next(t for t in tasks if t.name == "optimizer")
-    assert [tasks[d].name for d in opt.deps] == ["dp_all_reduce"]
+    [norm] = opt.deps  # gradient clipping's norm reads the reduced gradients first
+    assert tasks[norm].name == "grad_norm"
+    assert [tasks[d].name for d in tasks[norm].deps] == ["dp_all_reduce"]
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "zb-h1", "zb-h2", "dualpipe"])
@@ -119,3 +121,15 @@ def test_fsdp_backward_prefetch_hides_the_gathers():
     # issue 10 measured 13-14% of an FSDP step lost without it; here 12%
     assert t["pre"]["step_time_s"] < 0.92 * t["none"]["step_time_s"]
     assert t["pre"]["exposed_comm_fraction"] < t["none"]["exposed_comm_fraction"] / 2
+
+
+def test_grad_norm_reads_every_local_gradient_once():
+    s, step = _step("{tp: 8}", global_batch=2)
+    cm = ComputeModel.for_accelerator(s.cluster.accelerator)
+    [norm] = [t for t in step.graph.tasks if t.name == "grad_norm" and t.rank == 0]
+    grads = step.plan.stages[0].dense_params * step.plan.grad_bytes_per_param  # TP-sharded
+    # memory-bound: bytes / (HBM bandwidth x the calibrated copy efficiency) + one launch
+    assert norm.duration_s == pytest.approx(grads / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s)
+    off = s.model_copy(update={"training": s.training.model_copy(update={"grad_clip": False})})
+    plain = build_step(build_plan(off), cm)
+    assert not [t for t in plain.graph.tasks if t.name == "grad_norm"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -41,6 +41,7 @@ from simulator.plan.plan import build_plan as make_plan
 from simulator.plan.topology_warnings import topology_warnings as plan_topology_warnings
 from simulator.scenario import Scenario, load_scenario, load_topology
 from simulator.scenario.schema import ClusterConfig
+from simulator.schedule.costs import weight_cast_op
 from simulator.schedule.perturb import Perturbation, SlowCompute, SlowLink, perturb
 from simulator.schedule.step import StepGraph
 from simulator.schedule.step import build_step as make_step
@@ -252,6 +253,15 @@ def topology_warnings(scenario: Scenario, topo: Topology | None = None) -> list[
 PASSES = {"f": "forward", "b": "input_grad", "w": "weight_grad"}
 
 
+def compute_model_of(scenario: Scenario) -> ComputeModel:
+    """Kernel durations on the scenario's accelerator (calibrated), with its framework's CPU
+    cost per kernel launch."""
+    cm = ComputeModel.for_accelerator(
+        scenario.cluster.accelerator, scenario.precision.compute_dtype
+    )
+    return replace(cm, cpu_launch_s=scenario.framework.cpu_launch_s)
+
+
 def layer_costs(scenario: Scenario, layer: int = 0) -> pd.DataFrame:
     """One layer's kernels for one micro-batch on one rank, per pass: FLOPs, bytes, seconds
     and whether compute or memory bounds them (what to hold against a profiler trace).
@@ -264,10 +274,10 @@ def layer_costs(scenario: Scenario, layer: int = 0) -> pd.DataFrame:
         raise ValueError(f"layer {layer} is not in 0 .. {scenario.model.layers - 1}")
     plan = make_plan(scenario)
     mb, sh = plan.micro_batch, plan.sharding
-    cm = ComputeModel.for_accelerator(
-        scenario.cluster.accelerator, scenario.precision.compute_dtype
-    )
+    cm = compute_model_of(scenario)
     ops = layer_ops(scenario.model, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash)
+    if mb.weight_cast_bytes:
+        ops = [weight_cast_op(scenario.model, layer, sh, mb.weight_cast_bytes), *ops]
     rc = scenario.parallelism.recompute
     rows = []
     for phase, name in PASSES.items():
@@ -329,9 +339,7 @@ def build_step(plan: Plan, compute_model: ComputeModel | None = None) -> StepGra
     """The TaskGraph of one step of ``plan``; compute durations from ``compute_model``
     (default: the scenario's accelerator, calibrated)."""
     s = plan.scenario
-    cm = compute_model or ComputeModel.for_accelerator(
-        s.cluster.accelerator, s.precision.compute_dtype
-    )
+    cm = compute_model or compute_model_of(s)
     with paused_gc():  # millions of small immutable tasks: the collector only costs time
         return make_step(plan, cm)
 
@@ -393,6 +401,8 @@ def step_metrics(
         overlapping_steps=step.plan.schedule.overlapping_steps,
         static_memory=step.static_memory,
         stage_of=step.stage_of,
+        runtime_bytes=s.framework.runtime_bytes,
+        allocator_reserve=s.framework.allocator_reserve,
     )
     return metrics.step_metrics(
         sim.frame, sim.memory_events, facts, sim.stats.rerates, timeline=timeline

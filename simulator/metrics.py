@@ -219,6 +219,8 @@ class StepFacts:
     overlapping_steps: bool
     static_memory: dict[int, float]
     stage_of: dict[int, int]
+    runtime_bytes: float = 0.0  # per GPU outside the allocator (framework.runtime_bytes)
+    allocator_reserve: float = 0.0  # reserved = allocated / (1 - reserve)
 
 
 def step_time(frame: pd.DataFrame, overlapping_steps: bool):
@@ -244,7 +246,11 @@ def step_metrics(
     parts = rank_breakdown(frame, spans, step_end=t)
     if timeline is None:
         timeline = memory_timeline(memory_events, facts.static_memory)
-    peaks = peak_memory(timeline, facts.static_memory)
+    held = 1.0 - facts.allocator_reserve  # the timeline counts live tensors only
+    peaks = {
+        r: v / held + facts.runtime_bytes
+        for r, v in peak_memory(timeline, facts.static_memory).items()
+    }
     peak = facts.peak_flops_per_s
     n = facts.num_gpus
     comm = parts["comm_s"].sum()

@@ -14,7 +14,7 @@ Q, K, V                    e T (a d_qk + kv d_qk + kv d_v)  tp (GQA: fewer kv he
 softmax output             e a s_q s_k b                tp   (not with flash / selective)
 attention dropout          (1 + e) a s_q s_k b          tp   (only with dropout)
 attention output           e T a d_v                    tp
-MLP hidden                 2 e T f (GeLU), 3 e T f (SwiGLU)  tp
+MLP hidden                 2 e T f (GeLU), 3 e T f (SwiGLU)  tp   (4 e T f eager SwiGLU)
 two dropout masks          2 T h                        sp   (only with dropout)
 =========================  ===========================  ================================
 
@@ -23,6 +23,9 @@ heads. For GPT this is ``sbh (34 + 5as/h)`` unsplit, ``sbh (10 + 24/t + 5as/(ht)
 ``sbh/t (34 + 5as/h)`` with TP+SP. Flash attention keeps no score matrix (its softmax
 statistics, 4 a s b bytes, are under 0.1% and ignored). Selective recompute drops the score
 terms; full recompute keeps only the layer input ``e T h`` (split by sp).
+
+Eager frameworks keep more (:mod:`simulator.scenario.framework`): eager SwiGLU a fourth ffn-sized
+tensor, eager RMSNorm an fp32 copy of each norm's input (4 T h bytes per norm, split by sp).
 
 MoE layers save the router probabilities (fp32), the dispatched tokens and the expert hidden
 activations for ``T x top_k x capacity_factor`` token-copies, and the expert outputs that the
@@ -40,16 +43,24 @@ from simulator.scenario.schema import ModelConfig
 
 Recompute = Literal["none", "selective", "full"]
 MASK_BYTES = 1.0  # PyTorch stores dropout masks as bool/uint8
+FP32 = 4.0
 
 
 @dataclass(frozen=True)
 class MicroBatch:
-    """Shape of one micro-batch: ``b`` sequences of ``s`` tokens, ``e`` bytes per value."""
+    """Shape of one micro-batch: ``b`` sequences of ``s`` tokens, ``e`` bytes per value, and
+    what the framework's kernels keep of it (:mod:`simulator.scenario.framework`): SwiGLU's
+    saved ffn-sized tensors (3 fused, 4 eager), eager norms' fp32 input copies, the bytes per
+    logit at the loss's peak, and the weight-cast traffic per parameter and micro-batch."""
 
     b: int
     s: int
     act_bytes: float = 2.0
     flash: bool = True
+    swiglu_saved: int = 3
+    eager_norms: bool = False
+    loss_bytes_per_logit: float = 6.0
+    weight_cast_bytes: float = 0.0
 
 
 def _attention_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding, recompute: Recompute) -> float:
@@ -71,7 +82,7 @@ def _attention_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding, recompute: Re
 def _ffn_bytes(m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding) -> float:
     e = mb.act_bytes
     tokens = mb.b * mb.s / sh.cp
-    per_ffn = 3 if m.activation == "swiglu" else 2  # SwiGLU saves gate, up and their product
+    per_ffn = mb.swiglu_saved if m.activation == "swiglu" else 2  # fused: gate, up, product
     if not m.is_moe_layer(layer):
         return per_ffn * e * tokens * m.ffn / sh.tp
     moe = m.moe
@@ -98,6 +109,8 @@ def layer_activation_bytes(
     e, h = mb.act_bytes, m.hidden
     masks = 2 * MASK_BYTES * replicated * h if m.dropout else 0.0
     inputs = 4 * e * replicated * h  # two norm inputs, the QKV input and the MLP input
+    if mb.eager_norms:  # each of the two norms keeps an fp32 copy of its input
+        inputs += 2 * FP32 * replicated * h
     return inputs + masks + _attention_bytes(m, mb, sh, recompute) + _ffn_bytes(m, layer, mb, sh)
 
 
@@ -116,4 +129,12 @@ def head_activation_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding = Shardin
     """
     tokens = mb.b * mb.s / sh.cp
     replicated = tokens / sh.tp if sh.sp else tokens
-    return 2 * mb.act_bytes * replicated * m.hidden + 4.0 * tokens * m.vocab / sh.tp
+    norm = FP32 * replicated * m.hidden if mb.eager_norms else 0.0
+    return 2 * mb.act_bytes * replicated * m.hidden + norm + FP32 * tokens * m.vocab / sh.tp
+
+
+def loss_transient_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding = Sharding()) -> float:
+    """Bytes the loss's backward holds beyond the saved fp32 probabilities (the gradients of
+    the logits), per micro-batch on the last stage: ``loss_bytes_per_logit - 4`` per logit."""
+    tokens = mb.b * mb.s / sh.cp
+    return (mb.loss_bytes_per_logit - FP32) * tokens * m.vocab / sh.tp

@@ -31,6 +31,7 @@ class ComputeModel:
     gemm: GemmFit
     mem: MemFit
     launch_s: float = LAUNCH_S
+    cpu_launch_s: float = 0.0  # CPU time to issue one kernel (framework.cpu_launch_s)
 
     @classmethod
     def for_accelerator(cls, acc: Accelerator, dtype: str = "bf16") -> ComputeModel:
@@ -63,5 +64,11 @@ class ComputeModel:
         return max(t_flops, t_mem) + self.launch_s, bound
 
     def seconds(self, ops: list[Op], phase: str) -> float:
-        """Total seconds of ``ops`` run back to back in ``phase``."""
-        return sum(self.op_seconds(op, phase) for op in ops)
+        """Seconds of ``ops`` run back to back in ``phase``: their GPU time, or the CPU's time
+        to issue them when that is longer (``cpu_launch_s`` per kernel; the CPU queues kernels
+        ahead during long ones, so the bound is on the sequence, not on each kernel)."""
+        gpu = [self.op_seconds(op, phase) for op in ops]
+        busy = sum(gpu)
+        if self.cpu_launch_s > 0:
+            return max(busy, self.cpu_launch_s * sum(1 for t in gpu if t > 0))
+        return busy

@@ -16,7 +16,9 @@ gives them back. Buffers are what lives beside them at the peak:
 ZeRO-3's gathered units (the computing one plus ``fsdp_prefetch`` ahead) and the unsharded
 gradient of one unit before its reduce-scatter; ZeRO-2's double-buffered gradient buckets; the
 full-recompute working set (one layer's activations rebuilt during backward); pipeline send and
-receive buffers.
+receive buffers; on the last stage the logits' gradients while the loss runs backward.
+The framework (:mod:`simulator.scenario.framework`) adds the caching allocator's reserve over
+all of that and the runtime's own memory (CUDA context, cuBLAS workspace).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from simulator.model.activations import (
     embedding_activation_bytes,
     head_activation_bytes,
     layer_activation_bytes,
+    loss_transient_bytes,
 )
 from simulator.pipelines import peak_held
 from simulator.plan.plan import Plan, StagePlan, build_plan, zero_sharded
@@ -47,10 +50,19 @@ class RankMemory:
     buffers: float
     capacity: float
     in_flight_micro_batches: float
+    runtime: float = 0.0  # CUDA context and library workspaces, outside the allocator
+    reserve_fraction: float = 0.0  # the caching allocator's reserve (framework)
+
+    @property
+    def allocated(self) -> float:
+        """Bytes of live tensors at the peak (what ``max_memory_allocated`` reports)."""
+        return self.params + self.grads + self.optimizer + self.activations + self.buffers
 
     @property
     def total(self) -> float:
-        return self.params + self.grads + self.optimizer + self.activations + self.buffers
+        """Device memory in use at the peak: the allocator's reserve over its live tensors,
+        plus the runtime's (what nvidia-smi shows, and what must fit in HBM)."""
+        return self.allocated / (1.0 - self.reserve_fraction) + self.runtime
 
     @property
     def fits(self) -> bool:
@@ -100,16 +112,16 @@ def _stage_activations(plan: Plan, stage: StagePlan) -> tuple[float, float]:
     return total, rebuilt
 
 
-def fsdp_gathered_bytes(plan: Plan, stage: StagePlan) -> float:
-    """ZeRO-3 buffers at the peak (B): the units gathered at once (the computing one and
-    ``fsdp_prefetch`` ahead, at most as many as there are), and one unit's unsharded
-    gradient before its reduce-scatter."""
+def fsdp_gathered_bytes(plan: Plan, stage: StagePlan) -> tuple[float, float]:
+    """ZeRO-3 buffers at the peak (B): (the units gathered at once - the computing one and
+    ``fsdp_prefetch`` ahead, at most as many as there are -, one unit's unsharded gradient
+    before its reduce-scatter)."""
     par = plan.scenario.parallelism
     units = [sum(plan.params_of(u)) for ch in stage.chunks for u in ch.units]
     units += [sum(plan.params_of(k)) for k in ("emb", "head") if _holds(stage, k)]
     units.sort(reverse=True)
     gathered = sum(units[: 1 + par.fsdp_prefetch]) * plan.param_bytes_per_param
-    return gathered + (units[0] if units else 0.0) * plan.grad_bytes_per_param
+    return gathered, (units[0] if units else 0.0) * plan.grad_bytes_per_param
 
 
 def _holds(stage: StagePlan, key: str) -> bool:
@@ -126,10 +138,17 @@ def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:
     for stage in plan.stages:
         activations, rebuilt = _stage_activations(plan, stage)
         buffers = rebuilt
+        # the logits' gradients live while the loss runs backward, before any layer's
+        # weight gradient (so never beside a layer unit's unsharded ZeRO-3 gradient)
+        logits = loss_transient_bytes(s.model, plan.micro_batch, plan.sharding)
+        logits = logits if stage.is_last else 0.0
         if par.zero >= 3 and plan.dense_shard_ranks > 1:  # one rank: nothing to gather
-            buffers += fsdp_gathered_bytes(plan, stage)
-        elif par.zero == 2:
-            buffers += 2 * par.bucket_size
+            gathered, grad = fsdp_gathered_bytes(plan, stage)
+            if stage.is_last:  # the output layer's unsharded gradient comes with the loss's
+                logits += sum(plan.params_of("head")) * plan.grad_bytes_per_param
+            buffers += gathered + max(grad, logits)
+        else:
+            buffers += logits + (2 * par.bucket_size if par.zero == 2 else 0.0)
         if par.pp > 1:  # one activation (or its gradient) being sent, one being received
             buffers += 2 * plan.send_bytes
         out.append(
@@ -144,6 +163,8 @@ def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:
                 buffers=buffers,
                 capacity=capacity,
                 in_flight_micro_batches=stage.in_flight,
+                runtime=s.framework.runtime_bytes,
+                reserve_fraction=s.framework.allocator_reserve,
             )
         )
     return out

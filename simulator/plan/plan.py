@@ -133,6 +133,23 @@ def grid_of(s: Scenario) -> RankGrid:
     return RankGrid(dp=s.dp, pp=p.pp, cp=p.cp, tp=p.tp, ep=p.ep, order=tuple(p.order))
 
 
+def micro_batch_of(s: Scenario, param_bytes: float) -> MicroBatch:
+    """The micro-batch's shape and what the framework keeps of it; autocast's weight casts
+    (read fp32, write bf16: 6 B per parameter) only happen to weights kept in fp32
+    (``param_bytes`` >= 4)."""
+    tr, fw = s.training, s.framework
+    return MicroBatch(
+        tr.micro_batch,
+        tr.seq_len,
+        s.precision.activation_bytes,
+        tr.flash_attention,
+        swiglu_saved=fw.swiglu_saved,
+        eager_norms=fw.eager_norms,
+        loss_bytes_per_logit=fw.loss_bytes_per_logit,
+        weight_cast_bytes=6.0 if fw.weight_casts and param_bytes >= 4 else 0.0,
+    )
+
+
 def micro_batches_per_step(s: Scenario) -> int:
     """Micro-batches each pipeline processes per step (gradient-accumulation steps)."""
     return s.training.global_batch // s.dp // s.training.micro_batch
@@ -167,7 +184,7 @@ def build_plan(s: Scenario, network: NetworkFacts | None = None) -> Plan:
     per_param = s.precision.bytes_per_param(tr.optimizer)
     dense_n = s.dp * par.cp
     expert_n = max(1, s.dp * par.cp * par.tp // (par.ep * par.etp))
-    mb = MicroBatch(tr.micro_batch, tr.seq_len, s.precision.activation_bytes, tr.flash_attention)
+    mb = micro_batch_of(s, per_param[0])
     tokens = mb.b * mb.s / par.cp
     tp_msg = mb.act_bytes * tokens * s.model.hidden
     layers = schedule.chunk_layers(

@@ -143,7 +143,7 @@ def apply_override(data: dict, positions: Positions, text: str) -> None:
 
 def _promote_names(data: dict, overrides: list[str]) -> None:
     """Let ``--set model.layers=2`` refine ``model: llama3-8b`` (a name becomes {name: ...})."""
-    for section in ("model", "precision"):
+    for section in ("model", "precision", "framework"):
         if isinstance(data.get(section), str) and any(
             o.startswith(section + ".") for o in overrides
         ):

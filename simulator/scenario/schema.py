@@ -404,6 +404,7 @@ class SimulationConfig(Frozen):
 
 
 from simulator.scenario.failures import FailuresConfig  # noqa: E402 (it builds on Frozen)
+from simulator.scenario.framework import FrameworkConfig  # noqa: E402
 
 
 class Scenario(Frozen):
@@ -418,6 +419,7 @@ class Scenario(Frozen):
     training: TrainingConfig
     precision: PrecisionConfig = PrecisionConfig()
     simulation: SimulationConfig = SimulationConfig()
+    framework: FrameworkConfig = FrameworkConfig()
     failures: FailuresConfig | None = None
     sweep: None = None  # studies are separate spec files: `trainsim sweep SPEC`
 

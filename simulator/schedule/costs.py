@@ -10,12 +10,13 @@ compute model, and the FLOPs the trace records.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from simulator.model.activations import MicroBatch, layer_activation_bytes
 from simulator.model.compute import ComputeModel
 from simulator.model.ops import Op, Sharding, embedding_ops, head_ops, layer_ops
+from simulator.model.params import layer_params_per_rank
 from simulator.scenario.schema import ModelConfig
 
 
@@ -40,6 +41,13 @@ class Block:
             scale * sum(o.b_flops for o in ops),
             scale * sum(o.w_flops for o in ops),
         )
+
+    def times(self) -> tuple[float, float, float]:
+        return self.f, self.b, self.w
+
+    def stretched(self, kf: float, kb: float, kw: float) -> Block:
+        """The same work taking ``k`` times as long per pass (FLOPs unchanged)."""
+        return replace(self, f=self.f * kf, b=self.b * kb, w=self.w * kw)
 
     def __add__(self, other: Block) -> Block:
         return Block(
@@ -84,6 +92,21 @@ def _split(ops: list[Op]) -> tuple[list[Op], list[Op], list[Op], list[Op], list[
     return pre, core, post, ffn, experts
 
 
+def weight_cast_op(m: ModelConfig, layer: int, sh: Sharding, bytes_per_param: float) -> Op:
+    """Autocast's casts of the layer's fp32 weights to bf16 before its forward, once per
+    micro-batch, and of the bf16 weight gradients back to fp32 in its weight-gradient pass:
+    ``bytes_per_param`` (4 read + 2 written) each way, memory-bound."""
+    moved = bytes_per_param * sum(layer_params_per_rank(m, layer, sh.tp, sh.ep, sh.expert_tp))
+    return Op("weight_cast", "elementwise", 0.0, 0.0, 0.0, moved, 0.0, moved)
+
+
+def grad_accumulate_block(params: float, grad_bytes: float, cm: ComputeModel) -> Block:
+    """Eager gradient accumulation, ``grad += new`` over ``params`` gradients: two reads and
+    a write of ``grad_bytes`` each, memory-bound, in the weight-gradient pass."""
+    op = Op("grad_accumulate", "elementwise", 0.0, 0.0, 0.0, 0.0, 0.0, 3 * grad_bytes * params)
+    return Block.of([op], cm)
+
+
 @lru_cache(maxsize=4096)
 def layer_cost(
     m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding, recompute: str, cm: ComputeModel
@@ -91,12 +114,20 @@ def layer_cost(
     """Blocks and activation bytes of ``layer`` for micro-batch shape ``mb`` under ``sh``."""
     ops = layer_ops(m, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash)
     pre, core, post, ffn, experts = _split(ops)
+    if mb.weight_cast_bytes:
+        pre = [weight_cast_op(m, layer, sh, mb.weight_cast_bytes), *pre]
     core_block = Block.of(core, cm)
     local = 1.0 / sh.cp
     imbalance = m.moe.load_imbalance if (m.moe and m.is_moe_layer(layer)) else 1.0
 
     def each(ops: list[Op], scale: float = 1.0) -> tuple[tuple[str, Block], ...]:
-        return tuple((o.name, Block.of([o], cm, scale)) for o in ops)
+        """Per-kernel Blocks of ``ops``, stretched to add up to their block when the CPU
+        bounds it (see :meth:`ComputeModel.seconds`)."""
+        gpu = replace(cm, cpu_launch_s=0.0)
+        parts = [Block.of([o], gpu, scale) for o in ops]
+        whole, busy = Block.of(ops, cm, scale), sum(parts, Block())
+        k = [w / g if g > 0 else 1.0 for w, g in zip(whole.times(), busy.times(), strict=True)]
+        return tuple((o.name, p.stretched(*k)) for o, p in zip(ops, parts, strict=True))
 
     remote = each(core, 1.0 - local) if sh.cp > 1 else ()
     return LayerCost(

@@ -15,7 +15,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 
 from simulator.schedule.builder import Dep, GraphBuilder
-from simulator.schedule.costs import Block, LayerCost, layer_cost
+from simulator.schedule.costs import Block, LayerCost, grad_accumulate_block, layer_cost
 
 Emitter = Generator[None, None, list[Dep]]  # emits tasks, pausing after each compute task
 
@@ -230,6 +230,23 @@ def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
     return then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg1",), last, **kw))
 
 
+def accumulation(b: GraphBuilder, rank: int, layer: int) -> Block | None:
+    """The gradient-accumulation add of ``layer`` on ``rank`` when the framework runs one and a
+    gradient from an earlier micro-batch is already there (None otherwise). It adds over the
+    gradient the rank keeps: its shard under ZeRO-2/3 (FSDP reduce-scatters each
+    micro-batch), the whole layer's otherwise."""
+    plan = b.plan
+    if plan.scenario.framework.grad_accumulation != "add":
+        return None
+    if (rank, layer) not in b.accumulating:
+        b.accumulating.add((rank, layer))
+        return None
+    dense, expert = plan.params_of(layer)
+    if plan.scenario.parallelism.zero >= 2:
+        dense, expert = dense / plan.dense_shard_ranks, expert / plan.expert_shard_ranks
+    return grad_accumulate_block(dense + expert, plan.grad_bytes_per_param, b.cm)
+
+
 def layer_weight_grad(
     b: GraphBuilder, rank: int, layer: int, j: int, deps, mem_alloc: float = 0.0
 ) -> int:
@@ -244,6 +261,10 @@ def layer_weight_grad(
     if b.plan.scenario.simulation.kernel_tasks:
         names = ("attn_local", "attn_remote", "ffn", "experts")
         parts = tuple(p for n in names for p in cost.ops_of(n))
+    add = accumulation(b, rank, layer)
+    if add is not None:  # eager frameworks add each later micro-batch's gradient in
+        block = block + add
+        parts = parts + (("grad_accumulate", add),) if parts else ()
     emit = compute(
         b, rank, "weight_grad", block, parts, "w", deps, mem_alloc=mem_alloc,
         mem_free=cost.act_kept, phase="weight_grad", layer=layer, microbatch=j,

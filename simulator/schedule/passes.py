@@ -12,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Generator
 from dataclasses import dataclass, field
 
-from simulator.model.activations import embedding_activation_bytes, head_activation_bytes
+from simulator.model.activations import (
+    embedding_activation_bytes,
+    head_activation_bytes,
+    loss_transient_bytes,
+)
 from simulator.pipelines import Overlapped
 from simulator.plan.plan import ChunkPlan, StagePlan
 from simulator.schedule import data_parallel as dp
@@ -234,10 +238,11 @@ def loss_forward(b: GraphBuilder, rank: int, j: int, deps: list[Dep]) -> int:
 def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
     _, hb = _blocks(b)
     gather = dp.fsdp_gather(b, st.rank, "head", j, "B", ())
+    grads = loss_transient_bytes(b.plan.scenario.model, b.plan.micro_batch, b.plan.sharding)
     t = b.task(
         st.rank, "compute", "loss", hb.b + hb.w, [gather], phase="input_grad", microbatch=j,
-        flops=hb.flops_b + hb.flops_w, mem_alloc=dp.unsharded_grad_bytes(b, "head"),
-        mem_free=_head_bytes(b),
+        flops=hb.flops_b + hb.flops_w, mem_alloc=dp.unsharded_grad_bytes(b, "head") + grads,
+        mem_free=_head_bytes(b) + grads,
     )  # fmt: skip
     b.w_task[(st.rank, "head", j)] = t
     dp.fsdp_reduce(b, st.rank, "head", j, [t], st.dp_tasks)

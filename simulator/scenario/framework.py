@@ -1,0 +1,139 @@
+"""What the training framework adds to the ideal kernels: the scenario's ``framework:`` section.
+
+A name picks a preset; any field given beside it overrides the preset's value::
+
+    framework: fsdp-eager
+    framework: {name: fsdp-eager, cpu_launch_s: 12 us}
+
+Presets and the sources of their values (collected in the project's research notes; every
+number below is the source's, none is fitted to a validation row):
+
+``megatron`` (the default) - Megatron-LM with its fused kernels:
+    fused SwiGLU saves the fc1 output (2 ffn) and fc2 its input (1 ffn): 3 ffn-sized tensors
+    (megatron/core/fusions/fused_bias_swiglu.py, ``SwiGLUFunction``); fused norms save their
+    input and rstd; the vocabulary-parallel cross-entropy upcasts the logits to fp32 once and
+    works in place: 4 B saved + a 2 B gradient cast = 6 B per logit at the loss
+    (megatron/core/tensor_parallel/cross_entropy.py); ``gradient_accumulation_fusion`` adds
+    each weight gradient into the fp32 main grad inside the wgrad GEMM (no add kernel;
+    tensor_parallel/layers.py); bf16 weights, no autocast casts; contiguous gradient buffers,
+    so no allocator reserve is assumed (no public figure for Megatron pretraining).
+``fsdp-eager`` - PyTorch FSDP/FSDP2 in eager mode (torchtitan without compile, LLM Foundry):
+    eager SwiGLU ``w2(silu(w1 x) * w3 x)`` saves 4 ffn-sized tensors (silu's input, its output,
+    w3's output, w2's input; meta-llama/llama and torchtitan ``FeedForward`` with PyTorch's
+    derivatives.yaml); eager RMSNorm (meta-llama/llama ``RMSNorm``) keeps an fp32 copy of its
+    input, 4 B per value more than a fused norm; the loss ``cross_entropy(logits.float())``
+    peaks at about 12 B per logit in backward (fp32 log-probs saved, the nll and log-softmax
+    gradients in fp32; torchtitan components/loss.py, derived); eager ``.grad``
+    accumulation does ``grad += new`` for every micro-batch after the first (3 gradient
+    reads/writes per parameter; torch/csrc/autograd/functions/accumulate_grad.h) on the
+    shards FSDP keeps; the mixed-precision policy casts shards before the all-gather, not
+    weights per micro-batch; the caching allocator reserves 15% more than it hands out
+    (GMLake, ASPLOS 2024: 15% average fragmentation over eight LLMs on A100-80GB - measured in
+    fine-tuning, the only public figure); 7 us of CPU per eager op with autograd
+    (pytorch/pytorch#41383, within HolisticTraceAnalysis's "5-20 microseconds" per launch).
+``pytorch-eager`` - plain eager PyTorch or DDP under ``torch.autocast`` with fp32 weights:
+    as ``fsdp-eager``, and autocast casts every fp32 weight to bf16 once per micro-batch
+    forward (read 4 B + write 2 B) and the bf16 weight gradient back to fp32 (2 + 4 B)
+    (aten/src/ATen/autocast_mode.cpp ``cached_cast``; the cache clears when the autocast
+    region exits); ``.grad`` accumulates over the full gradient.
+``fused`` - a compiled or fully fused stack (torch.compile with CUDA graphs, TE everywhere):
+    Megatron's saved tensors and loss, no CPU launch cost (graphs replay without the CPU).
+
+``runtime_bytes`` (every preset): the CUDA context (about 300 MB with lazy module loading
+since CUDA 11.7; ptrblck on pytorch/pytorch#107667) and PyTorch's cuBLAS workspace (32 MiB on
+Hopper, ``CublasHandlePool.cpp``): 334 MB. NCCL's own buffers (4 MiB per channel and peer,
+measured from 0.5 GB to 4 GB per GPU) are not counted: they depend on channels and peers.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from simulator.scenario.fields import Frozen, Real
+from simulator.units import Seconds
+
+FRAMEWORKS: dict[str, dict[str, Any]] = {
+    "megatron": {
+        "cpu_launch_s": 0.0,
+        "swiglu_saved": 3,
+        "eager_norms": False,
+        "loss_bytes_per_logit": 6.0,
+        "grad_accumulation": "fused",
+        "weight_casts": False,
+        "allocator_reserve": 0.0,
+    },
+    "fsdp-eager": {
+        "cpu_launch_s": 7e-6,
+        "swiglu_saved": 4,
+        "eager_norms": True,
+        "loss_bytes_per_logit": 12.0,
+        "grad_accumulation": "add",
+        "weight_casts": False,
+        "allocator_reserve": 0.15,
+    },
+    "pytorch-eager": {
+        "cpu_launch_s": 7e-6,
+        "swiglu_saved": 4,
+        "eager_norms": True,
+        "loss_bytes_per_logit": 12.0,
+        "grad_accumulation": "add",
+        "weight_casts": True,
+        "allocator_reserve": 0.15,
+    },
+    "fused": {
+        "cpu_launch_s": 0.0,
+        "swiglu_saved": 3,
+        "eager_norms": False,
+        "loss_bytes_per_logit": 6.0,
+        "grad_accumulation": "fused",
+        "weight_casts": False,
+        "allocator_reserve": 0.0,
+    },
+}
+RUNTIME_BYTES = 300e6 + 32 * 2**20  # CUDA context + cuBLAS workspace (module docstring)
+
+
+def _resolve_framework(data: Any) -> Any:
+    if isinstance(data, str):
+        data = {"name": data}
+    if isinstance(data, dict):
+        name = data.get("name", "megatron")
+        if name not in FRAMEWORKS:
+            raise ValueError(f"unknown framework {name!r}; known: {', '.join(FRAMEWORKS)}")
+        data = {**FRAMEWORKS[name], "runtime_bytes": RUNTIME_BYTES, **data, "name": name}
+    return data
+
+
+class FrameworkConfig(Frozen):
+    """The training framework's costs beyond the kernels (see the module docstring).
+
+    - ``cpu_launch_s``: CPU time to issue one kernel (s); a block of kernels takes at least
+      its kernels' count times this when the GPU outruns the CPU;
+    - ``swiglu_saved``: ffn-sized tensors a SwiGLU MLP keeps for backward (3 fused, 4 eager);
+    - ``eager_norms``: norms keep an fp32 copy of their input (4 B per value) for backward;
+    - ``loss_bytes_per_logit``: bytes per logit (token x vocabulary / tp) at the loss's peak,
+      the 4 B fp32 probabilities saved for backward included;
+    - ``grad_accumulation``: "fused" into the wgrad GEMM, or an "add" kernel per micro-batch
+      after the first;
+    - ``weight_casts``: autocast casts fp32 weights per micro-batch (only with fp32 weights);
+    - ``allocator_reserve``: the caching allocator's reserve as a fraction of what it holds
+      (reserved = allocated / (1 - reserve));
+    - ``runtime_bytes``: per-GPU memory outside the allocator's tensors (B).
+    """
+
+    name: Literal["megatron", "fsdp-eager", "pytorch-eager", "fused"] = "megatron"
+    cpu_launch_s: Annotated[Seconds, Field(ge=0, le=1e-3)] = 0.0
+    swiglu_saved: Annotated[int, Field(ge=2, le=4)] = 3
+    eager_norms: bool = False
+    loss_bytes_per_logit: Annotated[Real, Field(ge=4, le=64)] = 6.0
+    grad_accumulation: Literal["fused", "add"] = "fused"
+    weight_casts: bool = False
+    allocator_reserve: Annotated[Real, Field(ge=0, lt=0.9)] = 0.0
+    runtime_bytes: Annotated[Real, Field(ge=0, le=1e12)] = RUNTIME_BYTES
+
+    @model_validator(mode="before")
+    @classmethod
+    def resolve_preset(cls, data: Any) -> Any:
+        return _resolve_framework(data)

@@ -1,0 +1,134 @@
+"""``framework:``: presets, overrides, and what each field adds, against closed forms written
+from the sources the presets cite (tensor sizes and byte counts, not simulator outputs)."""
+
+import pytest
+
+from simulator import api
+from simulator.model.activations import MicroBatch, head_activation_bytes, layer_activation_bytes
+from simulator.model.ops import Sharding
+from simulator.plan.plan import build_plan
+from simulator.scenario import ScenarioError, load_scenario_text
+from simulator.scenario.framework import FRAMEWORKS, RUNTIME_BYTES, FrameworkConfig
+from simulator.scenario.schema import ModelConfig
+from simulator.schedule.step import build_step
+
+BASE = """
+model: {{name: llama3-8b, layers: 2}}
+cluster:
+  accelerator: H100
+  topology: {{kind: nvswitch, node: {{gpus: 8}}}}
+parallelism: {{tp: 2{par}}}
+training: {{global_batch: 16, micro_batch: 1, seq_len: 1024}}
+precision: {precision}
+framework: {framework}
+"""
+
+
+def _scenario(framework="megatron", par="", precision="megatron-bf16"):
+    return load_scenario_text(BASE.format(framework=framework, par=par, precision=precision))
+
+
+def test_presets_and_overrides():
+    assert FrameworkConfig().name == "megatron"
+    eager = FrameworkConfig.model_validate("fsdp-eager")
+    assert eager.swiglu_saved == 4 and eager.grad_accumulation == "add"
+    tuned = FrameworkConfig.model_validate({"name": "fsdp-eager", "cpu_launch_s": "12 us"})
+    assert tuned.cpu_launch_s == pytest.approx(12e-6) and tuned.eager_norms
+    assert FrameworkConfig().runtime_bytes == RUNTIME_BYTES == 300e6 + 32 * 2**20
+    assert set(FRAMEWORKS) == {"megatron", "fsdp-eager", "pytorch-eager", "fused"}
+
+
+def test_unknown_framework_names_the_line():
+    with pytest.raises(ScenarioError) as err:
+        _scenario(framework="eagre")
+    assert ":9:" in str(err.value) and "unknown framework 'eagre'" in str(err.value)
+
+
+def test_eager_swiglu_and_norms_keep_more_activations():
+    m = ModelConfig(name="llama3-8b", layers=1)
+    sh = Sharding(tp=2)
+    fused = MicroBatch(1, 1024)
+    eager = MicroBatch(1, 1024, swiglu_saved=4, eager_norms=True)
+    extra = layer_activation_bytes(m, 0, eager, sh) - layer_activation_bytes(m, 0, fused, sh)
+    tokens = 1024
+    swiglu = 2.0 * tokens * m.ffn / 2  # one more bf16 ffn-sized tensor, TP-split
+    norms = 2 * 4.0 * tokens * m.hidden  # two fp32 input copies, not split without SP
+    assert extra == pytest.approx(swiglu + norms, rel=1e-12)
+    head_extra = head_activation_bytes(m, eager, sh) - head_activation_bytes(m, fused, sh)
+    assert head_extra == pytest.approx(4.0 * tokens * m.hidden, rel=1e-12)  # the final norm
+
+
+def test_loss_gradients_on_the_last_stage():
+    # fsdp-eager: 12 B per logit at the loss's peak, 4 of them the saved fp32 probabilities;
+    # megatron: 6 B, the in-place fp32 softmax and its bf16 cast
+    mega, eager = _scenario(), _scenario("fsdp-eager")
+    logits = 1024 * 128256 / 2  # tokens x vocabulary / tp
+    ledger = [api.memory_report(s).ranks[0].buffers for s in (mega, eager)]
+    assert ledger[1] - ledger[0] == pytest.approx((12 - 6) * logits, rel=1e-12)
+
+
+def test_allocator_reserve_and_runtime_in_the_peak():
+    s = _scenario("{name: fsdp-eager, allocator_reserve: 0.2}")
+    [rank] = api.memory_report(s).ranks
+    assert rank.total == pytest.approx(rank.allocated / 0.8 + RUNTIME_BYTES, rel=1e-12)
+    metrics = api.run(s).metrics
+    plain = api.run(
+        _scenario("{name: fsdp-eager, allocator_reserve: 0.0, runtime_bytes: 0}")
+    ).metrics
+    assert metrics.peak_memory_bytes == pytest.approx(
+        plain.peak_memory_bytes / 0.8 + RUNTIME_BYTES, rel=1e-12
+    )
+    assert metrics.step_time_s == pytest.approx(plain.step_time_s, rel=1e-12)
+
+
+def _forward_attention(s, layer=0):
+    step = build_step(build_plan(s), api.compute_model_of(s))
+    return next(
+        t
+        for t in step.graph.tasks
+        if t.name == "attention" and t.phase == "forward" and t.layer == layer
+    )
+
+
+def test_cpu_launch_bounds_a_block_of_short_kernels():
+    # a 1 ms launch dwarfs every kernel of this small layer: the attention block (norm, QKV,
+    # rotary, attention core) takes its kernel count in launches
+    slow = _scenario("{name: megatron, cpu_launch_s: 1 ms}")
+    assert _forward_attention(slow).duration_s == pytest.approx(4 * 1e-3, rel=1e-12)
+    fast = _forward_attention(_scenario())
+    assert fast.duration_s < 1e-3
+
+
+def test_autocast_casts_fp32_weights_each_micro_batch():
+    amp = _scenario("pytorch-eager", precision="torch-amp")
+    bf16 = _scenario("pytorch-eager", precision="pure-bf16")  # bf16 weights: nothing to cast
+    cm = api.compute_model_of(amp)
+    dense, _ = build_plan(amp).params_of(0)
+    cast = 6.0 * dense / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s  # read 4 B, write 2 B
+    diff = _forward_attention(amp).duration_s - _forward_attention(bf16).duration_s
+    assert diff == pytest.approx(cast, rel=1e-9)
+
+
+def _weight_grads(s):
+    step = build_step(build_plan(s), api.compute_model_of(s))
+    return [
+        t.duration_s
+        for t in step.graph.tasks
+        if t.name == "weight_grad" and t.layer == 0 and t.rank == 0
+    ]
+
+
+@pytest.mark.parametrize("zero", [0, 3])
+def test_eager_gradient_accumulation_adds_after_the_first_micro_batch(zero):
+    s = _scenario("fsdp-eager", par=f", zero: {zero}")
+    plan = build_plan(s)
+    cm = api.compute_model_of(s)
+    w = _weight_grads(s)
+    assert len(w) == plan.micro_batches == 4  # global batch 16 over dp 4, one per micro-batch
+    assert w[1] == w[2] == w[3]  # every later micro-batch adds the same
+    dense, _ = plan.params_of(0)
+    kept = dense / plan.dense_shard_ranks if zero >= 2 else dense  # FSDP adds over its shard
+    add = 3 * plan.grad_bytes_per_param * kept / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s
+    assert w[1] - w[0] == pytest.approx(add, rel=1e-9)
+    fused = _weight_grads(_scenario("megatron", par=f", zero: {zero}"))
+    assert fused[0] == fused[1] == fused[3]  # accumulated inside the wgrad GEMM

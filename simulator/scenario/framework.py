@@ -20,22 +20,27 @@ number below is the source's, none is fitted to a validation row):
 ``fsdp-eager`` - PyTorch FSDP/FSDP2 in eager mode (torchtitan without compile, LLM Foundry):
     eager SwiGLU ``w2(silu(w1 x) * w3 x)`` saves 4 ffn-sized tensors (silu's input, its output,
     w3's output, w2's input; meta-llama/llama and torchtitan ``FeedForward`` with PyTorch's
-    derivatives.yaml); eager RMSNorm (meta-llama/llama ``RMSNorm``) keeps an fp32 copy of its
-    input, 4 B per value more than a fused norm; the loss ``cross_entropy(logits.float())``
-    peaks at about 12 B per logit in backward (fp32 log-probs saved, the nll and log-softmax
-    gradients in fp32; torchtitan components/loss.py, derived); eager ``.grad``
-    accumulation does ``grad += new`` for every micro-batch after the first (3 gradient
-    reads/writes per parameter; torch/csrc/autograd/functions/accumulate_grad.h) on the
-    shards FSDP keeps; the mixed-precision policy casts shards before the all-gather, not
-    weights per micro-batch; the caching allocator reserves 15% more than it hands out
-    (GMLake, ASPLOS 2024: 15% average fragmentation over eight LLMs on A100-80GB - measured in
-    fine-tuning, the only public figure); 7 us of CPU per eager op with autograd
-    (pytorch/pytorch#41383, within HolisticTraceAnalysis's "5-20 microseconds" per launch).
-``pytorch-eager`` - plain eager PyTorch or DDP under ``torch.autocast`` with fp32 weights:
-    as ``fsdp-eager``, and autocast casts every fp32 weight to bf16 once per micro-batch
-    forward (read 4 B + write 2 B) and the bf16 weight gradient back to fp32 (2 + 4 B)
-    (aten/src/ATen/autocast_mode.cpp ``cached_cast``; the cache clears when the autocast
-    region exits); ``.grad`` accumulates over the full gradient.
+    derivatives.yaml); the loss ``cross_entropy(logits.float())`` peaks at about 12 B per
+    logit in backward (fp32 log-probs saved, the nll and log-softmax gradients in fp32;
+    torchtitan components/loss.py, derived); eager ``.grad`` accumulation does
+    ``grad += new`` for every micro-batch after the first (3 gradient reads/writes per
+    parameter; torch/csrc/autograd/functions/accumulate_grad.h) on the shards FSDP keeps;
+    the mixed-precision policy casts shards before the all-gather, not weights per
+    micro-batch; 7 us of CPU per eager op with autograd (pytorch/pytorch#41383, within
+    HolisticTraceAnalysis's "5-20 microseconds" per launch). Norms are taken as fused
+    (torchtitan's ``nn.RMSNorm`` and LLM Foundry's low-precision LayerNorm keep no fp32 copy
+    that we could confirm), and no allocator reserve is assumed: the one public figure
+    (below) is from fine-tuning, and with it the published torchtitan and MPT runs would not
+    fit in 80 GB.
+``pytorch-eager`` - a plain eager PyTorch script or DDP under ``torch.autocast`` (the
+    meta-llama/llama reference model): as ``fsdp-eager``, and eager RMSNorm (meta-llama/llama
+    ``RMSNorm``) keeps an fp32 copy of its input, 4 B per value more than a fused norm;
+    autocast casts every fp32 weight to bf16 once per micro-batch forward (read 4 B + write
+    2 B) and the bf16 weight gradient back to fp32 (2 + 4 B) (aten/src/ATen/autocast_mode.cpp
+    ``cached_cast``; the cache clears when the autocast region exits); ``.grad`` accumulates
+    over the full gradient; the caching allocator reserves 15% more than it hands out
+    (GMLake, ASPLOS 2024: 15% average fragmentation over eight LLMs on A100-80GB, measured in
+    fine-tuning, the only public figure).
 ``fused`` - a compiled or fully fused stack (torch.compile with CUDA graphs, TE everywhere):
     Megatron's saved tensors and loss, no CPU launch cost (graphs replay without the CPU).
 
@@ -67,11 +72,11 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     "fsdp-eager": {
         "cpu_launch_s": 7e-6,
         "swiglu_saved": 4,
-        "eager_norms": True,
+        "eager_norms": False,
         "loss_bytes_per_logit": 12.0,
         "grad_accumulation": "add",
         "weight_casts": False,
-        "allocator_reserve": 0.15,
+        "allocator_reserve": 0.0,
     },
     "pytorch-eager": {
         "cpu_launch_s": 7e-6,

@@ -32,8 +32,9 @@ def test_presets_and_overrides():
     assert FrameworkConfig().name == "megatron"
     eager = FrameworkConfig.model_validate("fsdp-eager")
     assert eager.swiglu_saved == 4 and eager.grad_accumulation == "add"
+    assert not eager.eager_norms and eager.allocator_reserve == 0.0
     tuned = FrameworkConfig.model_validate({"name": "fsdp-eager", "cpu_launch_s": "12 us"})
-    assert tuned.cpu_launch_s == pytest.approx(12e-6) and tuned.eager_norms
+    assert tuned.cpu_launch_s == pytest.approx(12e-6) and tuned.swiglu_saved == 4
     assert FrameworkConfig().runtime_bytes == RUNTIME_BYTES == 300e6 + 32 * 2**20
     assert set(FRAMEWORKS) == {"megatron", "fsdp-eager", "pytorch-eager", "fused"}
 

@@ -292,7 +292,8 @@ def plan_collective(
     their bandwidth caps). The plan's efficiency is the algorithm's times the protocol's share
     of Simple's bandwidth, and it carries NCCL's per-collective base latency. With
     ``protocol_efficiency`` False the plan is the ideal algorithm (efficiency 1, Simple, no
-    base latency), which the closed-form tests use.
+    base latency), which the closed-form tests use. A plan on a torus runs Simple with no base
+    latency: TPUs run XLA's collectives, not NCCL's.
     """
     algorithm = algorithm or DEFAULT_ALGORITHM.get(kind, "ring")
     group = tuple(group)
@@ -312,6 +313,9 @@ def plan_collective(
         phases = fn(kind, group, size_bytes, locality)
     if not protocol_efficiency or not phases:
         return CollectivePlan(kind, algorithm, group, size_bytes, tuple(phases))
+    if locality.torus_shape is not None:  # a TPU torus runs XLA's collectives, not NCCL's
+        eff = ALGORITHM_EFFICIENCY.get(algorithm, 1.0)
+        return CollectivePlan(kind, algorithm, group, size_bytes, tuple(phases), eff)
     n = len(group)
     nodes = len({locality.host_of.get(d, d) for d in group})
     tuned = algorithm in nccl_tuning.TUNED

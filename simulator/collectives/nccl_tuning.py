@@ -163,7 +163,9 @@ def nccl_time(
 ) -> float:
     """Seconds NCCL's model predicts for ``size`` bytes (``ncclTopoGetAlgoTime``, one
     operation): latency (with the ring's multi-node plateau and the tree's correction by
-    size) plus size / algbw."""
+    size) plus size / algbw. ValueError for an algorithm NCCL does not have."""
+    if algorithm not in TUNED:
+        raise ValueError(f"NCCL's tuning model has no {algorithm!r}; it has {', '.join(TUNED)}")
     lat = latency_us(kind, algorithm, protocol, n, nodes)
     bw = algorithm_bandwidth_GBps(kind, algorithm, protocol, n, nodes, bus_Bps)
     if algorithm == "tree":
@@ -177,20 +179,28 @@ def nccl_time(
     return (lat + size / (1000 * bw)) * 1e-6
 
 
-def choose_protocol(
+def fastest_protocol(
     kind: str, algorithm: str, n: int, nodes: int, size: float, bus_Bps: float
-) -> str:
-    """The protocol of least predicted time for ``algorithm`` (Simple for algorithms NCCL
-    does not tune); a tie keeps the first of LL, LL128, Simple, as NCCL's strict ``<`` does
-    scanning them in that order."""
-    if algorithm not in TUNED:
-        return "Simple"
+) -> tuple[str, float]:
+    """(protocol, seconds) of least predicted time for ``algorithm``: what an algorithm choice
+    compares across algorithms, as NCCL's ``topoGetAlgoInfo`` does. A tie keeps the first of
+    LL, LL128, Simple, as NCCL's strict ``<`` does scanning them in that order."""
     best, best_t = "Simple", math.inf
     for p in protocols_for(algorithm):
         t = nccl_time(kind, algorithm, p, n, nodes, size, bus_Bps)
         if t < best_t:
             best, best_t = p, t
-    return best
+    return best, best_t
+
+
+def choose_protocol(
+    kind: str, algorithm: str, n: int, nodes: int, size: float, bus_Bps: float
+) -> str:
+    """The protocol of least predicted time for ``algorithm`` (Simple for algorithms NCCL
+    does not tune)."""
+    if algorithm not in TUNED:
+        return "Simple"
+    return fastest_protocol(kind, algorithm, n, nodes, size, bus_Bps)[0]
 
 
 def base_latency_s(algorithm: str, protocol: str, nodes: int) -> float:

@@ -25,6 +25,7 @@ import simpy
 
 from simulator.collectives import Locality, plan_collective
 from simulator.engine.collective import CollectiveRunner
+from simulator.engine.network import LinkTable
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace, TraceRecord
 
@@ -36,15 +37,14 @@ class DeadlockError(RuntimeError):
     """The graph cannot finish: a cycle, or a collective some member never reaches."""
 
 
-def hop_bandwidth(runner: CollectiveRunner, devices: tuple[int, ...]) -> float:
+def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
     """The capacity (B/s) of the slowest link on the paths between neighbours of ``devices``
     taken as a ring: the bandwidth NCCL's tuning model calls Simple's bus bandwidth (inf for
-    fewer than two devices)."""
-    links = runner.links
+    fewer than two devices). ``router.path(src, dst, key)`` gives a path's links."""
     best = math.inf
     for a, b in zip(devices, devices[1:] + devices[:1], strict=True):
         if a != b:
-            ids = links.ids(runner.router.path(a, b, 0))
+            ids = links.ids(router.path(a, b, 0))
             if ids.size:
                 best = min(best, float(links.capacity[ids].min()))
     return best
@@ -199,7 +199,9 @@ class Executor:
             devices = tuple(self.device_of[r] for r in spec.group)
             bus = self._hop_Bps.get(devices)
             if bus is None:
-                bus = self._hop_Bps[devices] = hop_bandwidth(self.runner, devices)
+                bus = self._hop_Bps[devices] = hop_bandwidth(
+                    self.runner.links, self.runner.router, devices
+                )
             plan = plan_collective(
                 spec.collective,
                 devices,

@@ -9,6 +9,7 @@ import pytest
 
 from simulator.collectives import choose_protocol, nccl_time, plan_collective
 from simulator.collectives.algorithms import Locality
+from simulator.collectives.nccl_tuning import fastest_protocol
 from simulator.engine import NetworkModel, run_taskgraph, time_collective
 from simulator.schedule import CommSpec, Task, TaskGraph
 from simulator.topology.nvswitch import nvswitch_topology
@@ -93,6 +94,9 @@ def test_plan_records_protocol_efficiency_and_base_latency():
     assert plan_collective("all_reduce", range(N), 1024, "ring", loc).protocol == "Simple"
     hd = plan_collective("all_reduce", range(N), 1024, "halving_doubling", loc, bus_Bps=B)
     assert (hd.protocol, hd.base_latency_s, hd.efficiency) == ("Simple", 0.0, 1.0)
+    torus = Locality(torus_shape=(2, 2, 2))  # TPUs: no NCCL
+    on_torus = plan_collective("all_reduce", range(N), 1024, "ring", torus, bus_Bps=B)
+    assert (on_torus.protocol, on_torus.base_latency_s) == ("Simple", 0.0)
     ideal = plan_collective("all_reduce", range(N), 1024, "ring", loc, False, bus_Bps=B)
     assert (ideal.protocol, ideal.base_latency_s, ideal.efficiency) == ("Simple", 0.0, 1.0)
 
@@ -104,6 +108,15 @@ def test_impossible_protocol_is_an_error(algorithm, protocol, bus):
     loc = Locality(dict.fromkeys(range(N), 0), {0: "sw"})
     with pytest.raises(ValueError, match="protocol|Simple"):
         plan_collective("all_reduce", range(N), 1e6, algorithm, loc, True, bus, protocol)
+
+
+def test_fastest_protocol_and_unknown_algorithm():
+    assert fastest_protocol("all_reduce", "ring", N, 1, 8, B) == (
+        "LL",
+        pytest.approx((6.6 + 14 * 0.6 + 8 / (1000 * 87.7 * N / 14)) * 1e-6, rel=1e-12),
+    )
+    with pytest.raises(ValueError, match="no 'direct'"):
+        nccl_time("all_reduce", "direct", "Simple", N, 1, 8, B)
 
 
 def _node(lat=0.7e-6):

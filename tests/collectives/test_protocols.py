@@ -64,6 +64,15 @@ def test_multi_node_ring_latency_and_crossover_by_hand():
     )
 
 
+def test_multi_node_all_gather_steps_by_hand():
+    # All-gather over 4 nodes x 8: n - 1 = 31 steps, nodes - 1 = 3 across; LL128 at 0.92 B.
+    n, nodes, size = 32, 4, 1e6
+    lat = 14.0 + (31 - 3) * 1.9 + 3 * 4.0
+    algbw = 0.92 * 50 * n / 31
+    got = nccl_time("all_gather", "ring", "LL128", n, nodes, size, 50e9)
+    assert got == pytest.approx((lat + size / (1000 * algbw)) * 1e-6, rel=1e-12)
+
+
 def test_tree_and_nvls():
     # Tree on 4 nodes x 8: small goes LL; its latency 6.8 + 2 (7 x 0.6 + 2 x 5.0).
     got = nccl_time("all_reduce", "tree", "LL", 32, 4, 64, 50e9)

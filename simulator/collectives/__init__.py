@@ -6,6 +6,7 @@ engine routes the flows on the topology and decides how long they take.
 
 from simulator.collectives.algorithms import ALGORITHMS, Locality, plan_collective
 from simulator.collectives.busbw import BUSBW_FACTORS, bus_bandwidth
+from simulator.collectives.nccl_tuning import PROTOCOLS, choose_protocol, nccl_time
 from simulator.collectives.plan import CollectivePlan, Phase, Transfer
 
 __all__ = [
@@ -13,8 +14,11 @@ __all__ = [
     "BUSBW_FACTORS",
     "CollectivePlan",
     "Locality",
+    "PROTOCOLS",
     "Phase",
     "Transfer",
     "bus_bandwidth",
+    "choose_protocol",
+    "nccl_time",
     "plan_collective",
 ]

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from simulator.collectives import nccl_tuning
 from simulator.collectives.efficiency import ALGORITHM_EFFICIENCY
 from simulator.collectives.plan import CollectivePlan, Kind, Node, Phase, Transfer
 
@@ -279,12 +280,20 @@ def plan_collective(
     algorithm: str | None = None,
     locality: Locality = Locality(),
     protocol_efficiency: bool = True,
+    bus_Bps: float | None = None,
+    protocol: str | None = None,
 ) -> CollectivePlan:
-    """Decompose one collective into phases of transfers.
+    """Decompose one collective into phases of transfers, with NCCL's protocol.
 
-    ``algorithm`` None picks ring (direct for all-to-all and send/recv). With
-    ``protocol_efficiency`` False the plan's efficiency is 1 (the ideal algorithm), which the
-    closed-form tests use.
+    ``algorithm`` None picks ring (direct for all-to-all and send/recv). ``bus_Bps`` (B/s), the
+    bandwidth of the slowest link a hop of the group crosses, lets the plan pick the protocol
+    NCCL's tuning model predicts fastest for the size (:mod:`~simulator.collectives.nccl_tuning`);
+    without it the plan runs Simple. ``protocol`` forces one (LL and LL128 need ``bus_Bps`` for
+    their bandwidth caps). The plan's efficiency is the algorithm's times the protocol's share
+    of Simple's bandwidth, and it carries NCCL's per-collective base latency. With
+    ``protocol_efficiency`` False the plan is the ideal algorithm (efficiency 1, Simple, no
+    base latency), which the closed-form tests use. A plan on a torus runs Simple with no base
+    latency: TPUs run XLA's collectives, not NCCL's.
     """
     algorithm = algorithm or DEFAULT_ALGORITHM.get(kind, "ring")
     group = tuple(group)
@@ -302,5 +311,25 @@ def plan_collective(
                 f"unknown algorithm {algorithm!r}; known: {', '.join(sorted(ALGORITHMS))}"
             ) from None
         phases = fn(kind, group, size_bytes, locality)
-    eff = ALGORITHM_EFFICIENCY.get(algorithm, 1.0) if protocol_efficiency else 1.0
-    return CollectivePlan(kind, algorithm, group, size_bytes, tuple(phases), eff)
+    if not protocol_efficiency or not phases:
+        return CollectivePlan(kind, algorithm, group, size_bytes, tuple(phases))
+    if locality.torus_shape is not None:  # a TPU torus runs XLA's collectives, not NCCL's
+        eff = ALGORITHM_EFFICIENCY.get(algorithm, 1.0)
+        return CollectivePlan(kind, algorithm, group, size_bytes, tuple(phases), eff)
+    n = len(group)
+    nodes = len({locality.host_of.get(d, d) for d in group})
+    tuned = algorithm in nccl_tuning.TUNED
+    if protocol is None:
+        protocol = "Simple"
+        if tuned and bus_Bps is not None:
+            protocol = nccl_tuning.choose_protocol(kind, algorithm, n, nodes, size_bytes, bus_Bps)
+    elif protocol not in nccl_tuning.protocols_for(algorithm):
+        raise ValueError(f"{algorithm} runs protocol Simple, not {protocol!r}")
+    elif protocol != "Simple" and bus_Bps is None:
+        raise ValueError(f"protocol {protocol} needs the hop bandwidth bus_Bps")
+    factor = 1.0
+    if protocol != "Simple":
+        factor = nccl_tuning.protocol_factor(kind, algorithm, protocol, n, nodes, bus_Bps)
+    eff = ALGORITHM_EFFICIENCY.get(algorithm, 1.0) * factor
+    base = nccl_tuning.base_latency_s(algorithm, protocol, nodes)
+    return CollectivePlan(kind, algorithm, group, size_bytes, tuple(phases), eff, protocol, base)

@@ -8,7 +8,10 @@ model (src/graph/tuning.cc, NCCL 2.19-2.23):
 - tree, Simple protocol: bus bandwidth x 0.92 (tuning.cc: ``busBw *= .92`` for trees);
 - NVLS (NVLink SHARP): ``nvlsEfficiency`` 0.85 on Hopper (NCCL gives Blackwell 0.74; the
   simulator applies Hopper's, as collectives do not know the accelerator generation);
-- direct and halving-doubling: point-to-point puts, taken as 1.0 (no NCCL figure);
+- direct and halving-doubling: point-to-point puts, taken as 1.0 (no NCCL figure).
+
+The protocol's share (LL, LL128 against Simple) multiplies these per collective:
+:func:`simulator.collectives.nccl_tuning.protocol_factor`.
 """
 
 from __future__ import annotations

@@ -44,8 +44,11 @@ class Phase:
 class CollectivePlan:
     """A collective decomposed: run ``phases`` one after another.
 
-    ``efficiency`` is the fraction of link bandwidth the algorithm's protocol turns into
-    payload (see :mod:`simulator.collectives.efficiency`); the engine divides bytes by it.
+    ``efficiency`` is the fraction of link bandwidth the algorithm and its NCCL ``protocol``
+    (LL, LL128 or Simple) turn into payload (see :mod:`simulator.collectives.efficiency`); the
+    engine divides bytes by it. ``base_latency_s`` (s) is NCCL's per-collective latency
+    (:func:`simulator.collectives.nccl_tuning.base_latency_s`), paid once before the first
+    phase, on top of the path latency every step pays.
     """
 
     kind: Kind
@@ -54,6 +57,8 @@ class CollectivePlan:
     size_bytes: float
     phases: tuple[Phase, ...]
     efficiency: float = 1.0
+    protocol: str = "Simple"
+    base_latency_s: float = 0.0
 
     @property
     def bytes_sent(self) -> float:

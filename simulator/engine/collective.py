@@ -163,4 +163,7 @@ class CollectiveRunner:
                 return
             self.network.submit(geometry[i].classes, lambda: start(i + 1), scale)
 
-        start(0)
+        if plan.base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
+            self.network.env.timeout(plan.base_latency_s).callbacks.append(lambda _: start(0))
+        else:
+            start(0)

@@ -95,12 +95,17 @@ def run_taskgraph(
 
 
 def run_taskgraph_with_memory(
-    model: NetworkModel, graph: TaskGraph, device_of: dict[int, int], track_links: bool = False
+    model: NetworkModel,
+    graph: TaskGraph,
+    device_of: dict[int, int],
+    track_links: bool = False,
+    interference: float = 0.0,
 ) -> tuple[Trace, NetworkStats, list[tuple[int, float, float]]]:
     """As :func:`run_taskgraph`, plus the memory events (rank, time s, bytes delta); with
-    ``track_links`` the stats also hold each link's load over time."""
+    ``track_links`` the stats also hold each link's load over time. ``interference``: the
+    compute slowdown while a rank communicates (:class:`~simulator.engine.executor.Executor`)."""
     env, net, runner = model.new_run(track_links)
     with paused_gc():
-        executor = Executor(env, graph, runner, device_of, model.locality)
+        executor = Executor(env, graph, runner, device_of, model.locality, interference)
         trace = executor.run(progress=True)
     return trace, net.stats, executor.memory

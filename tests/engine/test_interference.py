@@ -1,0 +1,154 @@
+"""Compute slowed by communication in flight on the same rank, against closed forms.
+
+A rank's compute runs at rate 1 / (1 + s) while it has a comm task in flight. The comm here is
+a send/recv through one NVSwitch (direct algorithm, Simple, no NCCL base latency), which
+takes exactly S / B + l: B = 100 GB/s, l = 1 us GPU to GPU.
+"""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.engine import NetworkModel
+from simulator.engine.executor import DEFAULT_INTERFERENCE
+from simulator.engine.simulate import run_taskgraph_with_memory
+from simulator.schedule import CommSpec, Task, TaskGraph
+from simulator.topology.nvswitch import nvswitch_topology
+
+BW, LAT = 100e9, 1e-6
+S_FRAC = 0.189
+REL = 1e-12  # a few float operations from the closed form
+
+
+def _model():
+    topo = nvswitch_topology(4, BW, latency=LAT)
+    return NetworkModel(topo.graph, topo.router, topo.host_of)
+
+
+def _run(g, s, index=True):
+    trace, _, _ = run_taskgraph_with_memory(_model(), g, {r: r for r in range(4)}, interference=s)
+    frame = trace.to_frame()
+    return frame.set_index("name") if index else frame
+
+
+def _send(g, pair, size, instance, deps=(), name="send"):
+    spec = CommSpec("send_recv", pair, size, instance=instance)
+    for r in pair:
+        g.add(Task(r, "comm", "comm", name, deps=deps, comm=spec))
+
+
+def test_default_is_the_published_mean():
+    assert DEFAULT_INTERFERENCE == 0.189  # Lee et al. 2025, arXiv:2507.03114, mean slowdown
+
+
+@pytest.mark.parametrize("s", [0.189, 0.4, 1.0])
+def test_fully_overlapped_compute_takes_d_times_one_plus_s(s):
+    d = 1.0
+    g = TaskGraph()
+    g.add(Task(0, "compute", "compute", "gemm", d))
+    _send(g, (0, 1), 1e12, 0)  # 10 s: outlasts the GEMM
+    frame = _run(g, s)
+    assert frame.loc["gemm", "start_s"] == 0.0
+    assert frame.loc["gemm", "end_s"] == pytest.approx(d * (1 + s), rel=REL)
+
+
+def test_comm_starting_half_way_slows_the_second_half():
+    d, s = 1.0, S_FRAC
+    g = TaskGraph()
+    g.add(Task(0, "compute", "compute", "gemm", d))
+    half = g.add(Task(0, "side", "compute", "half", d / 2))  # ends as the comm starts
+    _send(g, (0, 1), 1e12, 0, deps=(half,))
+    frame = _run(g, s)
+    assert frame.loc["half", "end_s"] == d / 2  # nothing in flight before it: full speed
+    # d/2 of work at full speed, then the other d/2 at 1/(1+s): d + s d/2.
+    assert frame.loc["gemm", "end_s"] == pytest.approx(d + s * d / 2, rel=REL)
+
+
+def test_comm_ending_half_way_slows_the_first_part_only():
+    d, s, size = 1.0, S_FRAC, 4e10
+    c = size / BW + LAT  # 0.4 s + 1 us
+    g = TaskGraph()
+    g.add(Task(0, "compute", "compute", "gemm", d))
+    _send(g, (0, 1), size, 0)
+    frame = _run(g, s)
+    assert frame.loc["send", "end_s"].tolist() == pytest.approx([c, c], rel=REL)
+    # c seconds at 1/(1+s) do c/(1+s) of work; the rest at full speed: d + c s / (1 + s).
+    assert frame.loc["gemm", "end_s"] == pytest.approx(d + c * s / (1 + s), rel=REL)
+
+
+def test_two_comms_at_once_slow_no_more_than_one():
+    d, s = 1.0, S_FRAC
+    g = TaskGraph()
+    g.add(Task(0, "compute", "compute", "gemm", d))
+    _send(g, (0, 1), 1e12, 0)
+    spec = CommSpec("send_recv", (0, 2), 1e12, instance=1)
+    g.add(Task(0, "comm2", "comm", "send2", comm=spec))
+    g.add(Task(2, "comm", "comm", "send2", comm=spec))
+    assert _run(g, s).loc["gemm", "end_s"] == pytest.approx(d * (1 + s), rel=REL)
+
+
+def test_comm_on_another_rank_does_not_slow_compute():
+    d = 1.0
+    g = TaskGraph()
+    g.add(Task(0, "compute", "compute", "gemm", d))
+    _send(g, (2, 3), 1e12, 0)
+    assert _run(g, S_FRAC).loc["gemm", "end_s"] == d
+
+
+def test_zero_reproduces_the_undisturbed_trace_exactly():
+    # Compute overlapping comm: with s = 0 every compute task ends at exactly start + d (no
+    # re-timing arithmetic), and the whole trace equals the default run's.
+    durations = {"a": 0.1, "b": 0.7, "c": 0.3}
+    g = TaskGraph()
+    a = g.add(Task(0, "compute", "compute", "a", durations["a"]))
+    g.add(Task(0, "compute", "compute", "b", durations["b"]))
+    _send(g, (0, 1), 3e10, 0, deps=(a,))
+    g.add(Task(1, "compute", "compute", "c", durations["c"]))
+    frame = _run(g, 0.0)
+    assert frame.loc["send", "start_s"].tolist() == [0.1, 0.1]  # overlaps b on rank 0
+    for name, d in durations.items():
+        assert frame.loc[name, "end_s"] == frame.loc[name, "start_s"] + d
+    trace, _, _ = run_taskgraph_with_memory(_model(), g, {r: r for r in range(4)})
+    assert trace.to_frame().equals(_run(g, 0.0, index=False))
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("inf"), float("nan")])
+def test_bad_interference_is_an_error(bad):
+    g = TaskGraph()
+    g.add(Task(0, "compute", "compute", "gemm", 1.0))
+    with pytest.raises(ValueError, match="interference"):
+        _run(g, bad)
+
+
+def _chain_graph(durations, sizes):
+    """Two ranks; each computes its chain; after compute task j both ranks all-reduce
+    (on one FIFO comm stream, so one collective at a time and no network contention)."""
+    g = TaskGraph()
+    ids = {0: [], 1: []}
+    for r in (0, 1):
+        for j, d in enumerate(durations[r]):
+            ids[r].append(g.add(Task(r, "compute", "compute", f"f{r}.{j}", d)))
+    for k, (j, size) in enumerate(sizes):
+        spec = CommSpec("all_reduce", (0, 1), size, instance=k)
+        for r in (0, 1):
+            g.add(Task(r, "comm", "comm", f"ar{k}", deps=(ids[r][j],), comm=spec))
+    return g
+
+
+chains = st.lists(st.floats(1e-4, 1.0), min_size=2, max_size=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    durations=st.tuples(chains, chains),
+    comms=st.lists(st.tuples(st.integers(0, 1), st.floats(1e3, 1e11)), min_size=1, max_size=4),
+    s=st.floats(1e-3, 1.0),
+)
+def test_interference_never_shortens_a_step(durations, comms, s):
+    g = _chain_graph(durations, comms)
+    base = _run(g, 0.0)["end_s"].max()
+    slowed = _run(g, s)["end_s"].max()
+    # Never faster; and never slower than every compute task stretched by (1 + s), as the
+    # comm times do not change (no contention) and the step is a longest path.
+    assert slowed >= base * (1 - 1e-12)
+    assert slowed <= base * (1 + s) * (1 + 1e-12)

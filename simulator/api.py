@@ -25,6 +25,7 @@ from simulator.engine import (
     run_taskgraph_with_memory,
     time_collective,
 )
+from simulator.engine.executor import hop_bandwidth
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
 from simulator.model.ops import layer_ops
@@ -229,9 +230,12 @@ def collective_table(
     model = network_model(topo)
     group = topo.devices[:ranks]
     copies = [topo.devices[g * ranks : (g + 1) * ranks] for g in range(1, groups)]
+    bus = hop_bandwidth(model.links, model.router, tuple(group)) if protocol_efficiency else None
     rows = []
     for size in sizes or parse_sizes("1MiB:8GiB"):
-        plan = plan_collective(op, group, size, algorithm, model.locality, protocol_efficiency)
+        plan = plan_collective(
+            op, group, size, algorithm, model.locality, protocol_efficiency, bus_Bps=bus
+        )
         seconds, _ = time_collective(model, plan, copies)
         algbw, busbw = bus_bandwidth(op, ranks, size, seconds)
         rows.append({"size_bytes": size, "time_s": seconds, "algbw_Bps": algbw, "busbw_Bps": busbw})
@@ -368,7 +372,13 @@ def simulate(
         )
     model = network_model(_degraded(topo, perturbations))
     device_of = {r: topo.devices[r] for r in range(step.plan.grid.size)}
-    trace, stats, mem_events = run_taskgraph_with_memory(model, step.graph, device_of, track_links)
+    trace, stats, mem_events = run_taskgraph_with_memory(
+        model,
+        step.graph,
+        device_of,
+        track_links,
+        interference=step.plan.scenario.simulation.comm_interference,
+    )
     return Simulation(trace.to_frame(), mem_events, stats, model)
 
 

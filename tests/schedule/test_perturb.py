@@ -37,7 +37,8 @@ def test_a_straggler_in_a_tp_group_gates_the_step():
     # Rank 1 is in the first TP group: every layer's all-reduce waits for it, and the second
     # replica waits at the gradient all-reduce, so the step slows by close to k (the
     # communication that does not scale keeps it a little under).
-    s = load_scenario_text(TP_JOB)
+    # without interference a compute task's span is its duration, whatever overlaps it
+    s = load_scenario_text(TP_JOB.replace("{mode: full}", "{mode: full, comm_interference: 0}"))
     healthy = api.run(s)
     k = 2.0
     slow = api.run(s, perturbations=[SlowCompute(1, k)])
@@ -100,8 +101,11 @@ def test_large_jobs_slow_the_stragglers_stage_representative(monkeypatch):
 def test_a_straggler_in_another_replica_costs_the_healthy_ones_only_waiting():
     # Rank 5 is in the second DP replica: rank 1 (first replica) computes as fast as before
     # and waits for rank 5 at the gradient all-reduce instead.
-    s = load_scenario_text(TP_JOB.replace("simulation: {mode: full}", STRAGGLER))
-    healthy = api.run(load_scenario_text(TP_JOB))
+    # (without interference, so that a compute task's span is its duration)
+    quiet = "simulation: {comm_interference: 0}"
+    s = load_scenario_text(TP_JOB.replace("simulation: {mode: full}", STRAGGLER + "\n" + quiet))
+    no_interference = TP_JOB.replace("{mode: full}", "{mode: full, comm_interference: 0}")
+    healthy = api.run(load_scenario_text(no_interference))
     slow = api.run(s)
     assert _compute_time(slow, 1) == pytest.approx(_compute_time(healthy, 1), rel=1e-9)
     waited = slow.trace[(slow.trace["rank"] == 1) & (slow.trace["name"] == "dp_all_reduce")]

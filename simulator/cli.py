@@ -402,7 +402,8 @@ def validate(
         list[str] | None,
         typer.Option(
             "--group",
-            help="megatron, nccl, zero_bubble, zero, korthikanti (repeatable; default all).",
+            help="megatron, megatron_table2, nccl, zero_bubble, throughput, llama3, zero, "
+            "korthikanti (repeatable; default all).",
         ),
     ] = None,
 ) -> None:
@@ -410,7 +411,11 @@ def validate(
     from simulator.validation import summary_frame
     from simulator.validation import validate as run_validation
 
-    frame = run_validation(group)
+    try:
+        frame = run_validation(group)
+    except ValueError as exc:
+        typer.echo(f"error: --group: {exc}", err=True)
+        raise typer.Exit(2) from None
     if format is Format.json:
         typer.echo(
             json.dumps(

@@ -284,8 +284,24 @@ def llama3_rows(spec: dict) -> list[dict]:
     return out
 
 
+GROUPS = (
+    "megatron",
+    "megatron_table2",
+    "nccl",
+    "zero_bubble",
+    "throughput",
+    "llama3",
+    "zero",
+    "korthikanti",
+)
+
+
 def validate(groups: list[str] | None = None) -> pd.DataFrame:
-    """Every validation row: published, simulated, relative error, tolerance, within."""
+    """Every validation row: published, simulated, relative error, tolerance, within.
+    ``groups`` picks some of :data:`GROUPS` (ValueError naming any unknown one)."""
+    unknown = sorted(set(groups or ()) - set(GROUPS))
+    if unknown:
+        raise ValueError(f"unknown group(s) {', '.join(unknown)}; known: {', '.join(GROUPS)}")
     spec = yaml.safe_load((VALIDATION / "published" / "rows.yaml").read_text())
     makers = {
         "megatron": lambda: megatron_rows(spec["megatron_table1"]),

@@ -224,3 +224,9 @@ def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0
     assert result.stdout.strip() == f"trainsim {version('trainsim')}"
+
+
+def test_validate_names_an_unknown_group():
+    result = runner.invoke(app, ["validate", "--group", "throughput", "--group", "bogus"])
+    assert result.exit_code == 2
+    assert "unknown group(s) bogus" in result.stderr and "llama3" in result.stderr

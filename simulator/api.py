@@ -120,6 +120,8 @@ def memory_frame(report: MemoryReport) -> pd.DataFrame:
         "optimizer",
         "activations",
         "buffers",
+        "runtime",
+        "reserve_fraction",
         "total",
         "capacity",
         "fits",

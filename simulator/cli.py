@@ -110,9 +110,12 @@ def memory(
         typer.echo(json.dumps(report.as_dict(), indent=2))
         return
     frame = api.memory_frame(report)
-    shown = frame[
-        ["rank_kind", "params", "grads", "optimizer", "activations", "buffers", "total", "capacity"]
-    ].copy()
+    tensors = frame[["params", "grads", "optimizer", "activations", "buffers"]].sum(axis=1)
+    frame["reserve"] = frame["total"] - frame["runtime"] - tensors  # the allocator's
+    columns = ["rank_kind", "params", "grads", "optimizer", "activations", "buffers"]
+    if (frame["reserve"] > 0).any():
+        columns.append("reserve")
+    shown = frame[[*columns, "runtime", "total", "capacity"]].copy()
     for col in shown.columns[1:]:
         shown[col] = (shown[col] / GB).map(lambda v: f"{v:,.2f}")
     shown["fits"] = frame["fits"].map({True: "yes", False: "OOM"})

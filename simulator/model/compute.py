@@ -22,6 +22,16 @@ from simulator.model.ops import Op
 LAUNCH_S = 2e-6
 
 
+def gemm_shape(op: Op, phase: str) -> tuple[float, float, float]:
+    """(m, n, k) of the GEMM ``op`` runs in ``phase``: forward ``Y = X W`` is (m, n, k); the
+    input gradient ``dX = dY W^T`` is (m, k, n); the weight gradient ``dW = X^T dY`` is
+    (k, n, m), reducing over the m tokens. The fused attention kernel keeps its inner shape."""
+    m, n, k = op.gemm_mnk
+    if op.kind != "gemm" or phase == "f":
+        return m, n, k
+    return (m, k, n) if phase == "b" else (k, n, m)
+
+
 @dataclass(frozen=True)
 class ComputeModel:
     """Op durations (s) on one accelerator."""
@@ -56,7 +66,7 @@ class ComputeModel:
             return 0.0, ""
         t_mem = moved / (self.hbm_Bps * self.mem.e_mem)
         if op.kind in ("gemm", "attention") and op.gemm_mnk is not None:
-            m, n, k = op.gemm_mnk
+            m, n, k = gemm_shape(op, phase)
             t_flops = flops / (self.peak_flops * self.gemm.efficiency(m, n, k))
         else:
             t_flops = 0.0  # elementwise FLOPs hide under their memory traffic

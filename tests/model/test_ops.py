@@ -105,3 +105,16 @@ def test_rotary_embedding_rotates_queries_and_keys_of_the_rank():
     assert rope.w_bytes == rope.w_flops == 0.0
     no_rope = ModelConfig(name="gpt3-175b", layers=1)  # learned positions: no rotary kernel
     assert "rope" not in {o.name for o in layer_ops(no_rope, 0, 1, 2048)}
+
+
+def test_gradient_gemms_have_their_own_shapes():
+    # Y = X W with X (tokens x d_in): dX = dY W^T is (tokens, d_in, d_out); dW = X^T dY is
+    # (d_in, d_out, tokens), reducing over the tokens
+    from simulator.model.compute import gemm_shape
+    from simulator.model.layers import Linear
+    from simulator.model.ops import gemm_op
+
+    op = gemm_op(Linear("up", 4096, 14336, False, "column", "mlp"), 8192, Sharding(tp=2), 2.0)
+    assert gemm_shape(op, "f") == (8192, 7168, 4096)
+    assert gemm_shape(op, "b") == (8192, 4096, 7168)
+    assert gemm_shape(op, "w") == (4096, 7168, 8192)

@@ -343,7 +343,7 @@ def _merge(base: Any, over: Any) -> Any:
 def _resolve_preset(data: Any) -> Any:
     if isinstance(data, dict) and "preset" in data:
         name = data["preset"]
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:
             raise ValueError(f"unknown failures preset {name!r}; known: {', '.join(PRESETS)}")
         rest = {k: v for k, v in data.items() if k != "preset"}
         return _merge(PRESETS[name], rest)

@@ -105,7 +105,7 @@ def _resolve_framework(data: Any) -> Any:
         data = {"name": data}
     if isinstance(data, dict):
         name = data.get("name", "megatron")
-        if name not in FRAMEWORKS:
+        if not isinstance(name, str) or name not in FRAMEWORKS:
             raise ValueError(f"unknown framework {name!r}; known: {', '.join(FRAMEWORKS)}")
         data = {**FRAMEWORKS[name], "runtime_bytes": RUNTIME_BYTES, **data, "name": name}
     return data

@@ -174,6 +174,8 @@ def test_mutated_scenarios(text):
 @pytest.mark.slow
 @settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
+@example(text="failures:\n  preset: []\n  spares: 64\n")  # a list where a name goes
+@example(text="framework: {name: []}\n")
 def test_mutated_scenarios_10k(text):
     _load(text)
 

@@ -133,3 +133,10 @@ def test_eager_gradient_accumulation_adds_after_the_first_micro_batch(zero):
     assert w[1] - w[0] == pytest.approx(add, rel=1e-9)
     fused = _weight_grads(_scenario("megatron", par=f", zero: {zero}"))
     assert fused[0] == fused[1] == fused[3]  # accumulated inside the wgrad GEMM
+
+
+@pytest.mark.parametrize("value", ["{name: []}", "[1]", "3", "{name: fused, swiglu_saved: 9}"])
+def test_malformed_framework_is_a_located_error(value):
+    with pytest.raises(ScenarioError) as err:
+        _scenario(framework=value)
+    assert ":9:" in str(err.value) and "framework" in str(err.value)

@@ -10,10 +10,15 @@ progress at rate 1 / (1 + s); a running compute task is re-timed whenever that c
 The default ``s`` = :data:`DEFAULT_INTERFERENCE` = 0.189 is the average compute slowdown under
 overlapped communication that Lee et al. measured, "Characterizing Compute-Communication
 Overlap in GPU-Accelerated Distributed Deep Learning: Performance and Power Implications"
-(arXiv:2507.03114, 2025): GPT and LLaMA layers on 4 A100, H100, MI250 and MI210, average
-slowdown 18.9%, maximum 40.0%. ``Executor`` itself defaults to 0 (no interference); the
-scenario passes the value it wants. Collectives count; pipeline send/receive pairs do not
-(NCCL runs them on two channels per peer, a few SMs, where a collective takes up to 32).
+(arXiv:2507.03114, 2025): GPT and LLaMA layers on 4-GPU A100, H100, MI250 and MI210 machines,
+average slowdown 18.9%, maximum 40.0%. Those collectives ran over the machines' scale-up links
+(NVLink, Infinity Fabric). A collective takes from a GEMM through the SMs its channels occupy
+and the HBM bandwidth it moves, and NCCL gives a slower path fewer channels, so a collective
+whose slowest hop is slower than a scale-up hop slows compute in proportion:
+``s x hop bandwidth / scale-up hop bandwidth`` (a 400 Gb/s NIC against 450 GB/s NVLink: s/9).
+With several collectives in flight the largest slowdown applies. Pipeline send/receive pairs
+do not count (NCCL runs them on two channels per peer, a few SMs). ``Executor`` itself
+defaults to 0 (no interference); the scenario passes the value it wants.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ class Executor:
     """Simulates ``graph`` on ``runner``'s network; ``device_of`` places ranks on devices.
 
     ``interference`` (s, a fraction >= 0) slows a rank's compute to rate 1 / (1 + s) while
-    that rank has communication in flight (module doc); 0 runs compute at full speed.
+    that rank runs a collective over scale-up links, less over slower ones (module doc); 0
+    runs compute at full speed.
     """
 
     def __init__(
@@ -106,9 +112,10 @@ class Executor:
         self._hop_Bps: dict[tuple[int, ...], float] = {}
         # Interference: comm tasks in flight per rank; running compute tasks per rank as
         # task -> [work left (s at full speed), as of time (s), rate, token, start time (s)].
-        self.slow_rate = 1.0 / (1.0 + interference)
-        self.comm_active: dict[int, int] = defaultdict(int)
+        self.interference = interference
+        self.comm_active: dict[int, dict[float, int]] = defaultdict(dict)  # rank -> {s: count}
         self.computing: dict[int, dict[int, list]] = defaultdict(dict)
+        self._ref_Bps: float | None = None  # a scale-up (NVLink) hop's bandwidth, found once
 
     def run(self, progress: bool = False) -> Trace:
         """Run to the end. ``progress`` shows a bar of finished tasks on stderr (when it is a
@@ -152,10 +159,10 @@ class Executor:
                     f"task {task.name!r} on rank {task.rank} has duration {task.duration_s!r} s; "
                     "a duration must be finite and non-negative"
                 )
-            if self.slow_rate == 1.0:
+            if self.interference == 0.0:
                 self.env.timeout(task.duration_s).callbacks.append(lambda _ev: self._finish(i, now))
                 return
-            rate = self.slow_rate if self.comm_active[task.rank] else 1.0
+            rate = self._rate(task.rank)
             self.computing[task.rank][i] = [task.duration_s, now, rate, 0, now]
             self._time_compute(i, task.duration_s / rate)
             return
@@ -177,14 +184,47 @@ class Executor:
 
         self.env.timeout(seconds).callbacks.append(due)
 
-    def _comm_count(self, rank: int, delta: int) -> None:
-        """Change ``rank``'s count of comm tasks in flight; on 0 <-> more, re-time its
-        running compute at the new rate."""
-        before = self.comm_active[rank]
-        after = self.comm_active[rank] = before + delta
-        if (before == 0) == (after == 0) or self.slow_rate == 1.0:
+    def _rate(self, rank: int) -> float:
+        """Compute speed of ``rank`` now: 1 / (1 + the largest slowdown of its collectives in
+        flight)."""
+        active = self.comm_active[rank]
+        return 1.0 / (1.0 + max(active)) if active else 1.0
+
+    def _slowdown(self, bus_Bps: float) -> float:
+        """A collective's slowdown of the compute it overlaps: the measured ``interference``
+        for one as fast as a scale-up (NVLink) hop, in proportion to its hop bandwidth below
+        that: NCCL gives a slower collective fewer channels (one SM each) and it moves fewer
+        bytes through HBM per second, the two ways it takes from a GEMM."""
+        if self._ref_Bps is None:
+            self._ref_Bps = self._scale_up_Bps()
+        if not (math.isfinite(bus_Bps) and math.isfinite(self._ref_Bps)):
+            return self.interference
+        return self.interference * min(1.0, bus_Bps / self._ref_Bps)
+
+    def _scale_up_Bps(self) -> float:
+        """The hop bandwidth between two devices of one host (inf: no host has two)."""
+        by_host: dict[int, list[int]] = defaultdict(list)
+        host_of = self.runner.host_of
+        for d in sorted(set(self.device_of.values())):
+            by_host[host_of.get(d, d)].append(d)
+        pair = next((tuple(ds[:2]) for ds in by_host.values() if len(ds) > 1), None)
+        if pair is None:
+            return math.inf
+        return hop_bandwidth(self.runner.links, self.runner.router, pair)
+
+    def _comm_count(self, rank: int, s: float, delta: int) -> None:
+        """Add (``delta`` 1) or remove (-1) a collective of slowdown ``s`` in flight on
+        ``rank``; when the rank's compute speed changes, re-time its running compute."""
+        active = self.comm_active[rank]
+        before = self._rate(rank)
+        left = active.get(s, 0) + delta
+        if left:
+            active[s] = left
+        else:
+            del active[s]
+        rate = self._rate(rank)
+        if rate == before:
             return
-        rate = self.slow_rate if after else 1.0
         now = self.env.now
         for i, state in self.computing[rank].items():
             state[0] = max(state[0] - (now - state[1]) * state[2], 0.0)
@@ -217,15 +257,19 @@ class Executor:
         # point-to-point sends run on NCCL's p2p channels (2 per peer by default, so about 2
         # SMs against a collective's up to 32): they are not what Lee et al. measured, and
         # are taken not to slow compute
-        slows = spec.collective != "send_recv"
-        if slows:
+        s = 0.0
+        if self.interference and spec.collective != "send_recv":
+            s = self._slowdown(
+                self._hop_Bps.get(tuple(self.device_of[r] for r in spec.group), math.inf)
+            )
+        if s:
             for i in members:
-                self._comm_count(tasks[i].rank, 1)
+                self._comm_count(tasks[i].rank, s, 1)
 
         def finished() -> None:
-            if slows:
+            if s:
                 for i in members:
-                    self._comm_count(tasks[i].rank, -1)
+                    self._comm_count(tasks[i].rank, s, -1)
             for i in members:
                 self._finish(i, start)
 

@@ -395,15 +395,16 @@ class SimulationConfig(Frozen):
 
     ``kernel_tasks`` splits each compute block (attention, MLP, experts, weight gradient) into
     one task per kernel (projections, attention core, norms, activation, residual adds), named
-    after the op, so the trace can be held against a profiler's; about 5x the tasks, the same
-    step time.
+    after the op, so the trace can be held against a profiler's; two to three times the
+    tasks, the same step time.
 
     ``comm_interference`` is the fraction ``s`` by which a GPU's compute slows while it runs a
-    collective (NCCL's kernels take SMs and memory bandwidth): compute progresses at
-    1/(1+s) then. Default 0.189, the mean slowdown Lee et al. measured for GPT and LLaMA
-    layers overlapping NCCL on A100 and H100 ("Characterizing Compute-Communication Overlap in
-    GPU-Accelerated Distributed Deep Learning", arXiv:2507.03114, 2025; maximum 40%); 0 turns
-    it off.
+    collective over scale-up (NVLink) links - NCCL's kernels take SMs and HBM bandwidth -;
+    compute then progresses at 1/(1+s), and a collective over slower links (the network)
+    slows it in proportion to its bandwidth. Default 0.189, the mean slowdown Lee et al.
+    measured for GPT and LLaMA layers overlapping communication on 4-GPU A100, H100, MI250 and
+    MI210 machines ("Characterizing Compute-Communication Overlap in GPU-Accelerated
+    Distributed Deep Learning", arXiv:2507.03114, 2025; maximum 40%); 0 turns it off.
     """
 
     mode: Literal["symmetric", "full"] = "symmetric"

@@ -56,7 +56,8 @@ def compute(
     """One compute task for ``block``'s ``pass_`` ("f", "b" or "w"), or with
     ``simulation.kernel_tasks`` one task per kernel in ``parts``, chained, named after the op
     (the first takes ``mem_alloc``, the last releases ``mem_free``); returns the last task.
-    Pauses after each task, like every emitter here."""
+    Pauses after the block, like every emitter here, so that an overlapped pass (DualPipe)
+    interleaves with the same granularity either way."""
     seconds, flops = _pass_of(block, pass_)
     if not (parts and b.plan.scenario.simulation.kernel_tasks):
         t = b.task(
@@ -68,6 +69,10 @@ def compute(
     kernels = [(op, part) for op, part in parts if _pass_of(part, pass_)[0] > 0]
     if pass_ != "f":  # gradients flow through the kernels in reverse
         kernels.reverse()
+    if not kernels:  # nothing runs in this pass: keep the block's (empty) task
+        t = b.task(rank, "compute", name, 0.0, deps, mem_alloc=mem_alloc, mem_free=mem_free, **kw)
+        yield
+        return t
     last = list(deps)
     for i, (op, part) in enumerate(kernels):
         seconds, flops = _pass_of(part, pass_)
@@ -77,11 +82,8 @@ def compute(
             mem_free=mem_free if i == len(kernels) - 1 else 0.0, **kw,
         )  # fmt: skip
         last = [t]
-        yield
-    if not kernels:  # nothing runs in this pass: keep the block's (empty) task
-        t = b.task(rank, "compute", name, 0.0, deps, mem_alloc=mem_alloc, mem_free=mem_free, **kw)
-        yield
-    return last[0] if kernels else t
+    yield  # once per block, as without kernel tasks: an overlapped pass slots in between blocks
+    return t
 
 
 def _pass_of(block: Block, pass_: str) -> tuple[float, float]:

@@ -15,18 +15,22 @@ from simulator.scenario import load_scenario_text
 from simulator.schedule.step import build_step
 
 SCENARIO = """
-model: {{layers: 4, hidden: 1024, heads: 16, ffn: 4096, vocab: 1024}}
+model: {{layers: 8, hidden: 1024, heads: 16, ffn: 4096, vocab: 1024}}
 cluster:
   accelerator: H100
   topology: {{kind: nvswitch, node: {{gpus: 8}}}}
-parallelism: {{tp: 2, pp: 2, recompute: {rc}}}
+parallelism: {{tp: 2, pp: 2, recompute: {rc}, pipeline: {{schedule: {schedule}}}}}
 training: {{global_batch: 8, micro_batch: 1, seq_len: 1024}}
 simulation: {{kernel_tasks: {kt}}}
 """
 
 
+def _text(kt: bool, rc: str = "none", schedule: str = "1f1b") -> str:
+    return SCENARIO.format(kt=str(kt).lower(), rc=rc, schedule=schedule)
+
+
 def _step(kt: bool, rc: str = "none"):
-    s = load_scenario_text(SCENARIO.format(kt=str(kt).lower(), rc=rc))
+    s = load_scenario_text(_text(kt, rc))
     cm = ComputeModel.for_accelerator(s.cluster.accelerator)
     return s, cm, build_step(build_plan(s), cm)
 
@@ -85,13 +89,22 @@ def test_kernel_tasks_chain_one_after_another():
             assert idx[k - 1] in tasks[k].deps, tasks[k].name
 
 
-@pytest.mark.parametrize("rc", ["none", "selective", "full"])
-def test_same_step_time_and_memory_as_blocks(rc):
+@pytest.mark.parametrize(
+    ("rc", "schedule", "framework"),
+    [
+        ("none", "1f1b", "megatron"),
+        ("selective", "1f1b", "megatron"),
+        ("full", "1f1b", "megatron"),
+        ("none", "dualpipe", "megatron"),  # overlapped passes interleave block by block
+        ("none", "zb-h1", "fsdp-eager"),  # CPU-bound blocks, accumulation adds
+    ],
+)
+def test_same_step_time_and_memory_as_blocks(rc, schedule, framework):
     # the kernels' durations add up to their block's (float sums in another order: 1e-9)
     results = []
     for kt in (False, True):
-        s = load_scenario_text(SCENARIO.format(kt=str(kt).lower(), rc=rc))
-        results.append(api.run(s).metrics)
+        text = _text(kt, rc, schedule) + f"framework: {framework}\n"
+        results.append(api.run(load_scenario_text(text)).metrics)
     coarse, fine = results
     assert fine.step_time_s == pytest.approx(coarse.step_time_s, rel=1e-9)
     assert fine.peak_memory_bytes == pytest.approx(coarse.peak_memory_bytes, rel=1e-9)

@@ -345,7 +345,10 @@ def build_step(plan: Plan, compute_model: ComputeModel | None = None) -> StepGra
     """The TaskGraph of one step of ``plan``; compute durations from ``compute_model``
     (default: the scenario's accelerator, calibrated)."""
     s = plan.scenario
-    cm = compute_model or compute_model_of(s)
+    if compute_model is None:
+        cm = compute_model_of(s)
+    else:  # the caller's kernel model, with the scenario framework's CPU cost per launch
+        cm = replace(compute_model, cpu_launch_s=s.framework.cpu_launch_s)
     with paused_gc():  # millions of small immutable tasks: the collector only costs time
         return make_step(plan, cm)
 

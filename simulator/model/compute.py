@@ -73,12 +73,14 @@ class ComputeModel:
         bound = "compute" if t_flops >= t_mem else "memory"
         return max(t_flops, t_mem) + self.launch_s, bound
 
-    def seconds(self, ops: list[Op], phase: str) -> float:
-        """Seconds of ``ops`` run back to back in ``phase``: their GPU time, or the CPU's time
-        to issue them when that is longer (``cpu_launch_s`` per kernel; the CPU queues kernels
-        ahead during long ones, so the bound is on the sequence, not on each kernel)."""
+    def seconds(self, ops: list[Op], phase: str, scale: float = 1.0) -> float:
+        """Seconds of ``ops`` run back to back in ``phase``, their GPU work scaled by
+        ``scale`` (a share of the attention core, a load imbalance): the GPU's time, or the
+        CPU's to issue the kernels when that is longer (``cpu_launch_s`` per kernel, whatever
+        their size; the CPU queues kernels ahead during long ones, so the bound is on the
+        sequence, not on each kernel)."""
         gpu = [self.op_seconds(op, phase) for op in ops]
-        busy = sum(gpu)
-        if self.cpu_launch_s > 0:
+        busy = scale * sum(gpu)
+        if self.cpu_launch_s > 0 and scale > 0:
             return max(busy, self.cpu_launch_s * sum(1 for t in gpu if t > 0))
         return busy

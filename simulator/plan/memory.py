@@ -137,18 +137,18 @@ def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:
     out = []
     for stage in plan.stages:
         activations, rebuilt = _stage_activations(plan, stage)
-        buffers = rebuilt
         # the logits' gradients live while the loss runs backward, before any layer's
-        # weight gradient (so never beside a layer unit's unsharded ZeRO-3 gradient)
+        # weight gradient (so never beside a layer unit's unsharded ZeRO-3 gradient),
         logits = loss_transient_bytes(s.model, plan.micro_batch, plan.sharding)
         logits = logits if stage.is_last else 0.0
+        # nor beside the recompute working set (a layer is rebuilt after the loss)
         if par.zero >= 3 and plan.dense_shard_ranks > 1:  # one rank: nothing to gather
             gathered, grad = fsdp_gathered_bytes(plan, stage)
             if stage.is_last:  # the output layer's unsharded gradient comes with the loss's
                 logits += sum(plan.params_of("head")) * plan.grad_bytes_per_param
-            buffers += gathered + max(grad, logits)
+            buffers = gathered + max(grad + rebuilt, logits)
         else:
-            buffers += logits + (2 * par.bucket_size if par.zero == 2 else 0.0)
+            buffers = max(rebuilt, logits) + (2 * par.bucket_size if par.zero == 2 else 0.0)
         if par.pp > 1:  # one activation (or its gradient) being sent, one being received
             buffers += 2 * plan.send_bytes
         out.append(

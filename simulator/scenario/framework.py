@@ -26,21 +26,25 @@ number below is the source's, none is fitted to a validation row):
     ``grad += new`` for every micro-batch after the first (3 gradient reads/writes per
     parameter; torch/csrc/autograd/functions/accumulate_grad.h) on the shards FSDP keeps;
     the mixed-precision policy casts shards before the all-gather, not weights per
-    micro-batch; 7 us of CPU per eager op with autograd (pytorch/pytorch#41383, within
-    HolisticTraceAnalysis's "5-20 microseconds" per launch). Norms are taken as fused
+    micro-batch; 5 us of CPU per kernel launch, the low end of "usually, the launch time on the
+    CPU side is between 5-20 microseconds" (Meta's HolisticTraceAnalysis documentation,
+    cuda_kernel_launch_stats; one launch counted per op, where eager code often launches
+    several, so the bound is a lower one). Norms are taken as fused
     (torchtitan's ``nn.RMSNorm`` and LLM Foundry's low-precision LayerNorm keep no fp32 copy
     that we could confirm), and no allocator reserve is assumed: the one public figure
-    (below) is from fine-tuning, and with it the published torchtitan and MPT runs would not
-    fit in 80 GB.
+    (GMLake, below) is from fine-tuning, and with it the published torchtitan and MPT runs
+    would not fit in 80 GB.
 ``pytorch-eager`` - a plain eager PyTorch script or DDP under ``torch.autocast`` (the
     meta-llama/llama reference model): as ``fsdp-eager``, and eager RMSNorm (meta-llama/llama
     ``RMSNorm``) keeps an fp32 copy of its input, 4 B per value more than a fused norm;
     autocast casts every fp32 weight to bf16 once per micro-batch forward (read 4 B + write
     2 B) and the bf16 weight gradient back to fp32 (2 + 4 B) (aten/src/ATen/autocast_mode.cpp
     ``cached_cast``; the cache clears when the autocast region exits); ``.grad`` accumulates
-    over the full gradient; the caching allocator reserves 15% more than it hands out
-    (GMLake, ASPLOS 2024: 15% average fragmentation over eight LLMs on A100-80GB, measured in
-    fine-tuning, the only public figure).
+    over the full gradient; the caching allocator's fragmentation (1 - allocated / reserved)
+    is taken as 15%, so reserved = allocated / 0.85: GMLake (ASPLOS 2024) removes 15% of
+    fragmentation on average (up to 33%) across eight LLMs on A100-80GB against PyTorch's
+    allocator, in fine-tuning with recompute, offload and LoRA - the only public figure, and a
+    lower bound of what was there.
 ``fused`` - a compiled or fully fused stack (torch.compile with CUDA graphs, TE everywhere):
     Megatron's saved tensors and loss, no CPU launch cost (graphs replay without the CPU).
 
@@ -70,7 +74,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         "allocator_reserve": 0.0,
     },
     "fsdp-eager": {
-        "cpu_launch_s": 7e-6,
+        "cpu_launch_s": 5e-6,
         "swiglu_saved": 4,
         "eager_norms": False,
         "loss_bytes_per_logit": 12.0,
@@ -79,7 +83,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         "allocator_reserve": 0.0,
     },
     "pytorch-eager": {
-        "cpu_launch_s": 7e-6,
+        "cpu_launch_s": 5e-6,
         "swiglu_saved": 4,
         "eager_norms": True,
         "loss_bytes_per_logit": 12.0,
@@ -123,8 +127,8 @@ class FrameworkConfig(Frozen):
     - ``grad_accumulation``: "fused" into the wgrad GEMM, or an "add" kernel per micro-batch
       after the first;
     - ``weight_casts``: autocast casts fp32 weights per micro-batch (only with fp32 weights);
-    - ``allocator_reserve``: the caching allocator's reserve as a fraction of what it holds
-      (reserved = allocated / (1 - reserve));
+    - ``allocator_reserve``: the caching allocator's fragmentation, 1 - allocated / reserved
+      (so reserved = allocated / (1 - reserve));
     - ``runtime_bytes``: per-GPU memory outside the allocator's tensors (B).
     """
 

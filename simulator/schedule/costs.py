@@ -34,9 +34,9 @@ class Block:
     @staticmethod
     def of(ops: list[Op], cm: ComputeModel, scale: float = 1.0) -> Block:
         return Block(
-            scale * cm.seconds(ops, "f"),
-            scale * cm.seconds(ops, "b"),
-            scale * cm.seconds(ops, "w"),
+            cm.seconds(ops, "f", scale),
+            cm.seconds(ops, "b", scale),
+            cm.seconds(ops, "w", scale),
             scale * sum(o.f_flops for o in ops),
             scale * sum(o.b_flops for o in ops),
             scale * sum(o.w_flops for o in ops),
@@ -171,7 +171,9 @@ def optimizer_seconds(
 
 def grad_norm_seconds(params: float, grad_bytes: float, cm: ComputeModel) -> float:
     """Gradient-norm clipping's norm over ``params`` local gradients: one read of every
-    gradient byte (multi-tensor L2 norm, memory-bound). Its scalar all-reduce over the
-    model-parallel ranks is a few microseconds and not simulated; the clip's scaling only runs
-    when the norm exceeds the threshold and is left out (Megatron-LM ``clip_grad_norm_fp32``)."""
+    gradient byte (multi-tensor L2 norm, memory-bound). Not simulated: its scalar all-reduce
+    over the model-parallel ranks, which also makes every stage wait for the slowest before
+    its optimizer step (here each stage's optimizer waits only for its own gradients), and the
+    clip's scaling, which runs only when the norm exceeds the threshold (Megatron-LM
+    ``clip_grad_norm_fp32``)."""
     return params * grad_bytes / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s

@@ -118,3 +118,26 @@ def test_gradient_gemms_have_their_own_shapes():
     assert gemm_shape(op, "f") == (8192, 7168, 4096)
     assert gemm_shape(op, "b") == (8192, 4096, 7168)
     assert gemm_shape(op, "w") == (4096, 7168, 8192)
+
+
+def test_the_compute_model_times_each_pass_at_its_own_shape():
+    # an efficiency that depends on the reduction dimension alone tells the passes apart
+    from dataclasses import replace
+
+    from simulator.hardware import get_accelerator
+    from simulator.model.compute import ComputeModel
+    from simulator.model.layers import Linear
+    from simulator.model.ops import gemm_op
+
+    class ByDepth:
+        def efficiency(self, m, n, k):
+            return k / (k + 4096)
+
+    cm = replace(ComputeModel.for_accelerator(get_accelerator("H100")), gemm=ByDepth())
+    op = gemm_op(Linear("up", 4096, 14336, False, "column", "mlp"), 8192, Sharding(tp=2), 2.0)
+    flops = op.f_flops
+    for phase, depth in (("f", 4096), ("b", 7168), ("w", 8192)):
+        t, bound = cm.op_timing(op, phase)
+        assert bound == "compute"
+        expected = flops / (cm.peak_flops * depth / (depth + 4096)) + cm.launch_s
+        assert t == pytest.approx(expected, rel=1e-12)

@@ -140,3 +140,15 @@ def test_malformed_framework_is_a_located_error(value):
     with pytest.raises(ScenarioError) as err:
         _scenario(framework=value)
     assert ":9:" in str(err.value) and "framework" in str(err.value)
+
+
+def test_loss_gradients_are_allocated_by_the_loss_task():
+    # the simulated timeline holds them exactly while the loss runs backward
+    for name, per_logit in (("megatron", 6), ("fsdp-eager", 12)):
+        s = _scenario(name)
+        step = build_step(build_plan(s), api.compute_model_of(s))
+        loss = next(t for t in step.graph.tasks if t.name == "loss" and t.phase == "input_grad")
+        logits = 1024 * 128256 / 2
+        saved = 4.0 * logits + 2 * 2.0 * 1024 * 4096  # fp32 probabilities, norm/output inputs
+        assert loss.mem_alloc == pytest.approx((per_logit - 4) * logits, rel=1e-12)
+        assert loss.mem_free == pytest.approx(saved + (per_logit - 4) * logits, rel=1e-12)

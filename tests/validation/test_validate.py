@@ -26,13 +26,11 @@ def test_every_row_within_tolerance():
     # against our hand-crafted ZB-H2 (1.5B model, few micro-batches), and Table 2's
     # ZeRO-3 rows (the 2021 DeepSpeed implementation's overheads are not modelled).
     assert (failing["expected_miss"] != "").all(), failing.to_string()
-    # 5 + the three public FSDP throughput rows, which the simulator overestimates by 17-32%
-    # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory) + its
-    # 16K-GPU rows, 10-14% pessimistic with the published mean interference (4.8-9% without)
-    assert len(failing) <= 11
+    # 5 + the three public FSDP throughput rows, which the simulator overestimates by 20-32%
+    # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory)
+    assert len(failing) <= 9
     llama = frame[frame["group"] == "Llama 3 Table 4"].set_index("row")
-    # the throughput of every Llama 3 row stays within 15% of the paper's
-    assert (llama["error"].abs() <= 0.15).all(), llama.to_string()
+    assert llama.loc[["llama3-405b-16k", "llama3-405b-16k-128k"], "within"].all()
     summary = summary_frame(frame).set_index("group")
     assert summary.loc["Megatron SC21 Table 1", "worst_abs_error"] <= 0.10
     table2 = frame[frame["group"] == "Megatron SC21 Table 2"]

@@ -42,7 +42,7 @@ from simulator.plan.plan import build_plan as make_plan
 from simulator.plan.topology_warnings import topology_warnings as plan_topology_warnings
 from simulator.scenario import Scenario, load_scenario, load_topology
 from simulator.scenario.schema import ClusterConfig
-from simulator.schedule.costs import weight_cast_op
+from simulator.schedule.costs import grad_accumulate_op, weight_cast_op
 from simulator.schedule.perturb import Perturbation, SlowCompute, SlowLink, perturb
 from simulator.schedule.step import StepGraph
 from simulator.schedule.step import build_step as make_step
@@ -289,6 +289,12 @@ def layer_costs(scenario: Scenario, layer: int = 0) -> pd.DataFrame:
     for phase, name in PASSES.items():
         for op in ops:
             rows.append(_cost_row(cm, op, phase, name))
+    if scenario.framework.grad_accumulation == "add":  # every micro-batch after the first
+        dense, expert = plan.params_of(layer)
+        if scenario.parallelism.zero >= 2:
+            dense, expert = dense / plan.dense_shard_ranks, expert / plan.expert_shard_ranks
+        add = grad_accumulate_op(dense + expert, plan.grad_bytes_per_param)
+        rows.append(_cost_row(cm, add, "w", "weight_grad"))
     for op in ops:
         if rc == "full" or (rc == "selective" and op.kind == "attention"):
             rows.append(_cost_row(cm, op, "f", "recompute"))

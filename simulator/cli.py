@@ -548,6 +548,14 @@ def costs(
     typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     totals = frame.groupby("pass", sort=False)["seconds"].sum() * 1e6
     typer.echo("per pass (us): " + ", ".join(f"{k} {v:,.1f}" for k, v in totals.items()))
+    launch = s.framework.cpu_launch_s
+    if launch > 0:  # the simulated blocks take at least their kernels' launches
+        floor = frame.groupby("pass", sort=False).size() * launch * 1e6
+        typer.echo(
+            f"CPU launch floor ({s.framework.name}, {launch * 1e6:g} us a kernel; each block "
+            "takes at least its kernels' launches): "
+            + ", ".join(f"{k} {v:,.1f}" for k, v in floor.items())
+        )
 
 
 @app.command()

@@ -100,11 +100,15 @@ def weight_cast_op(m: ModelConfig, layer: int, sh: Sharding, bytes_per_param: fl
     return Op("weight_cast", "elementwise", 0.0, 0.0, 0.0, moved, 0.0, moved)
 
 
-def grad_accumulate_block(params: float, grad_bytes: float, cm: ComputeModel) -> Block:
+def grad_accumulate_op(params: float, grad_bytes: float) -> Op:
     """Eager gradient accumulation, ``grad += new`` over ``params`` gradients: two reads and
     a write of ``grad_bytes`` each, memory-bound, in the weight-gradient pass."""
-    op = Op("grad_accumulate", "elementwise", 0.0, 0.0, 0.0, 0.0, 0.0, 3 * grad_bytes * params)
-    return Block.of([op], cm)
+    return Op("grad_accumulate", "elementwise", 0.0, 0.0, 0.0, 0.0, 0.0, 3 * grad_bytes * params)
+
+
+def grad_accumulate_block(params: float, grad_bytes: float, cm: ComputeModel) -> Block:
+    """:func:`grad_accumulate_op` as a block (s, FLOPs)."""
+    return Block.of([grad_accumulate_op(params, grad_bytes)], cm)
 
 
 @lru_cache(maxsize=4096)

@@ -152,3 +152,14 @@ def test_loss_gradients_are_allocated_by_the_loss_task():
         saved = 4.0 * logits + 2 * 2.0 * 1024 * 4096  # fp32 probabilities, norm/output inputs
         assert loss.mem_alloc == pytest.approx((per_logit - 4) * logits, rel=1e-12)
         assert loss.mem_free == pytest.approx(saved + (per_logit - 4) * logits, rel=1e-12)
+
+
+def test_costs_list_the_accumulation_add_for_eager_frameworks():
+    eager = api.layer_costs(_scenario("fsdp-eager"), 0)
+    [add] = eager[eager["op"] == "grad_accumulate"].itertuples()
+    plan = build_plan(_scenario("fsdp-eager"))
+    dense, _ = plan.params_of(0)
+    assert add.bytes == pytest.approx(3 * plan.grad_bytes_per_param * dense, rel=1e-12)
+    assert add._1 == "weight_grad"  # the pass column
+    fused = api.layer_costs(_scenario(), 0)
+    assert "grad_accumulate" not in set(fused["op"])

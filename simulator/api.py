@@ -543,7 +543,17 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations) -> RunR
     if track_links:
         links, busiest = _link_report(sim, m.step_time_s)
         m = dataclasses.replace(m, busiest_links=busiest)
-    return RunResult(m, sim.frame, memory, links)
+    return RunResult(m, sim.frame, _on_device(memory, scenario.framework), links)
+
+
+def _on_device(memory: pd.DataFrame, framework) -> pd.DataFrame:
+    """The timeline of live tensors as device memory in use, the way the peak is reported:
+    the allocator's reserve over the tensors, plus the runtime's own memory (B)."""
+    held = 1.0 - framework.allocator_reserve
+    out = memory.copy()
+    for col in ("bytes", "static_bytes"):
+        out[col] = out[col] / held + framework.runtime_bytes
+    return out
 
 
 def _link_report(sim: Simulation, step_time: float):

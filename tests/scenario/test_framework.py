@@ -80,6 +80,9 @@ def test_allocator_reserve_and_runtime_in_the_peak():
         plain.peak_memory_bytes / 0.8 + RUNTIME_BYTES, rel=1e-12
     )
     assert metrics.step_time_s == pytest.approx(plain.step_time_s, rel=1e-12)
+    # the memory timeline (memory.csv and its plot) shows device memory the same way
+    run = api.run(s)
+    assert run.memory["bytes"].max() == pytest.approx(run.metrics.peak_memory_bytes, rel=1e-12)
 
 
 def _forward_attention(s, layer=0):

@@ -232,11 +232,11 @@ def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
     return then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg1",), last, **kw))
 
 
-def accumulation(b: GraphBuilder, rank: int, layer: int) -> Block | None:
-    """The gradient-accumulation add of ``layer`` on ``rank`` when the framework runs one and a
-    gradient from an earlier micro-batch is already there (None otherwise). It adds over the
-    gradient the rank keeps: its shard under ZeRO-2/3 (FSDP reduce-scatters each
-    micro-batch), the whole layer's otherwise."""
+def accumulation(b: GraphBuilder, rank: int, layer: int | str) -> Block | None:
+    """The gradient-accumulation add of ``layer`` (or "emb", "head") on ``rank`` when the
+    framework runs one and a gradient from an earlier micro-batch is already there (None
+    otherwise). It adds over the gradient the rank keeps: its shard under ZeRO-2/3 (FSDP
+    reduce-scatters each micro-batch), the whole layer's otherwise."""
     plan = b.plan
     if plan.scenario.framework.grad_accumulation != "add":
         return None

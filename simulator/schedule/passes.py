@@ -22,7 +22,12 @@ from simulator.plan.plan import ChunkPlan, StagePlan
 from simulator.schedule import data_parallel as dp
 from simulator.schedule.builder import Dep, GraphBuilder
 from simulator.schedule.costs import embedding_block, head_block
-from simulator.schedule.layer_tasks import layer_backward, layer_forward, layer_weight_grad
+from simulator.schedule.layer_tasks import (
+    accumulation,
+    layer_backward,
+    layer_forward,
+    layer_weight_grad,
+)
 
 Emitter = Generator[None, None, None]
 
@@ -239,8 +244,10 @@ def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
     _, hb = _blocks(b)
     gather = dp.fsdp_gather(b, st.rank, "head", j, "B", ())
     grads = loss_transient_bytes(b.plan.scenario.model, b.plan.micro_batch, b.plan.sharding)
+    add = accumulation(b, st.rank, "head")  # eager frameworks: grad += new after the first
     t = b.task(
-        st.rank, "compute", "loss", hb.b + hb.w, [gather], phase="input_grad", microbatch=j,
+        st.rank, "compute", "loss", hb.b + hb.w + (add.w if add else 0.0), [gather],
+        phase="input_grad", microbatch=j,
         flops=hb.flops_b + hb.flops_w, mem_alloc=dp.unsharded_grad_bytes(b, "head") + grads,
         mem_free=_head_bytes(b) + grads,
     )  # fmt: skip
@@ -269,8 +276,10 @@ def embedding_grad(b: GraphBuilder, st: RankState, j: int, deps) -> int:
     parameters even though the scatter-add does not read them."""
     eb, _ = _blocks(b)
     gather = dp.fsdp_gather(b, st.rank, "emb", j, "B", ())
+    add = accumulation(b, st.rank, "emb")  # eager frameworks: grad += new after the first
     t = b.task(
-        st.rank, "compute", "embedding", eb.w, list(deps) + [gather], phase="weight_grad",
+        st.rank, "compute", "embedding", eb.w + (add.w if add else 0.0), list(deps) + [gather],
+        phase="weight_grad",
         microbatch=j, flops=eb.flops_w, mem_alloc=dp.unsharded_grad_bytes(b, "emb"),
         mem_free=_emb_bytes(b),
     )  # fmt: skip

@@ -166,3 +166,17 @@ def test_costs_list_the_accumulation_add_for_eager_frameworks():
     assert add._1 == "weight_grad"  # the pass column
     fused = api.layer_costs(_scenario(), 0)
     assert "grad_accumulate" not in set(fused["op"])
+
+
+def test_embedding_and_output_layer_gradients_accumulate_too():
+    s = _scenario("fsdp-eager")
+    plan = build_plan(s)
+    cm = api.compute_model_of(s)
+    step = build_step(plan, cm)
+    tasks = step.graph.tasks
+    for name, phase, key in (("loss", "input_grad", "head"), ("embedding", "weight_grad", "emb")):
+        durations = [t.duration_s for t in tasks if t.name == name and t.phase == phase]
+        assert len(durations) == 4
+        params = sum(plan.params_of(key))
+        add = 3 * plan.grad_bytes_per_param * params / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s
+        assert durations[1] - durations[0] == pytest.approx(add, rel=1e-9), name

@@ -26,6 +26,11 @@ def paused_gc() -> Iterator[None]:
     trace records) and nothing cyclic that must be reclaimed before it ends, so the
     collector's repeated passes over them are pure overhead: about 1.7 s of a 6 s GPT-3 175B
     simulation (benchmarks/RESULTS.md). Reference counting still frees everything acyclic.
+
+    On the way out the objects made in the block are moved to the oldest generation without
+    being traversed (``gc.freeze`` then ``gc.unfreeze``): re-enabled as is, the collector's
+    first pass would walk all of them at once (1.5 s after a GPT-3 175B step). They are
+    still collected, by the next full collection, as any long-lived object is.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -33,6 +38,8 @@ def paused_gc() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 

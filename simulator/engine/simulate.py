@@ -11,6 +11,7 @@ import networkx as nx
 import simpy
 
 from simulator.collectives import CollectivePlan, Locality
+from simulator.engine.clock import Clock
 from simulator.engine.collective import CollectiveRunner
 from simulator.engine.executor import Executor
 from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats
@@ -70,7 +71,7 @@ class NetworkModel:
     def new_run(
         self, track_links: bool = False
     ) -> tuple[simpy.Environment, FlowNetwork, CollectiveRunner]:
-        env = simpy.Environment()
+        env = Clock()
         net = FlowNetwork(env, self.links, track_links)
         runner = CollectiveRunner(
             net,

@@ -282,6 +282,10 @@ class FlowNetwork:
         """The groups in flight that share links with ``keys``' groups, directly or through
         other groups in flight, in submission order."""
         groups_of = self._groups_of
+        if len(keys) == 1 and len(self._neighbours[keys[0]]) == 1:
+            # a key that shares links only with itself (a collective inside one node): its
+            # groups in flight, already in submission order
+            return list(groups_of.get(keys[0], ()))
         seen = set()
         found: list[_Group] = []
         stack = list(keys)
@@ -397,7 +401,8 @@ class FlowNetwork:
         while (g := self._top()) is not None and g.finish <= now * (1 + _EPS):
             heapq.heappop(self._heap)
             due.append(g)
-        due.sort(key=lambda g: g.seq)
+        if len(due) > 1:
+            due.sort(key=lambda g: g.seq)
         for g in due:
             self._complete(g, now)
         self._rerate(self._component([g.key for g in due]), now)

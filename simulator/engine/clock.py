@@ -2,7 +2,7 @@
 
 The step engine schedules only timeouts with callbacks (about 1.5 events per task: 460K in a
 GPT-3 175B step), so SimPy's generality costs more than the work: a method call to schedule
-each timeout, one to process each event, a property read for every ``now``. :class:`Clock`
+each timeout and one to process each event. :class:`Clock`
 keeps SimPy's queue and its ordering (time, priority, insertion number) exactly, so a run
 gives the same trace bit for bit, and stays a :class:`simpy.Environment`: processes, plain
 events and ``run(until=...)`` work as in SimPy.
@@ -19,20 +19,14 @@ _new_timeout = Timeout.__new__
 
 
 class Clock(simpy.Environment):
-    """:class:`simpy.Environment` with ``now`` a plain attribute, an inlined ``timeout`` and a
-    tight ``run`` loop (when run to the end).
+    """:class:`simpy.Environment` with an inlined ``timeout`` and a tight ``run`` loop (when
+    run to the end).
 
     >>> clock = Clock()
     >>> clock.timeout(2.5).callbacks.append(lambda ev: print(clock.now))
     >>> clock.run()
     2.5
     """
-
-    now = 0.0  # shadows SimPy's read-only property; kept equal to ``_now``
-
-    def __init__(self, initial_time: float = 0.0):
-        super().__init__(initial_time)
-        self.now = self._now
 
     def timeout(self, delay: float, value=None) -> Timeout:  # type: ignore[override]
         """A :class:`simpy.events.Timeout` ``delay`` s from now (SimPy's, built inline)."""
@@ -47,10 +41,6 @@ class Clock(simpy.Environment):
         heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), event))
         return event
 
-    def step(self) -> None:
-        super().step()
-        self.now = self._now
-
     def run(self, until=None):
         """Process events until none is left (or, with ``until``, as SimPy does)."""
         if until is not None:
@@ -58,7 +48,6 @@ class Clock(simpy.Environment):
         queue = self._queue
         while queue:
             self._now, _, _, event = heappop(queue)
-            self.now = self._now
             callbacks, event.callbacks = event.callbacks, None
             for callback in callbacks:
                 callback(event)

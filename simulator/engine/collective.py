@@ -160,12 +160,25 @@ class CollectiveRunner:
     ) -> None:
         """Run the phases of ``plan`` one after another, then call ``on_done``."""
         geometry = self.geometry(plan, copies, copies_key)
-        scale = plan.size_bytes / plan.efficiency
+        _run_phase(self.network, geometry, 0, plan.size_bytes / plan.efficiency, on_done)
 
-        def start(i: int) -> None:
-            if i == len(geometry):
-                on_done()
-                return
-            self.network.submit(geometry[i].classes, lambda: start(i + 1), scale)
 
-        start(0)
+def _run_phase(
+    network: FlowNetwork,
+    geometry: list[_Geometry],
+    i: int,
+    scale: float,
+    on_done: Callable[[], None],
+) -> None:
+    """Submit phase ``i`` of ``geometry`` (the next one when it ends, ``on_done`` after the
+    last). A module function rather than a closure that names itself: such a closure is a
+    reference cycle per collective, freed only by the cyclic collector (100 MB of peak memory
+    in a 760K-task run)."""
+    if i == len(geometry):
+        on_done()
+        return
+    network.submit(
+        geometry[i].classes,
+        lambda: _run_phase(network, geometry, i + 1, scale, on_done),
+        scale,
+    )

@@ -34,13 +34,15 @@ def paused_gc() -> Iterator[None]:
     still collected, by the next full collection, as any long-lived object is.
     """
     enabled = gc.isenabled()
+    frozen_before = gc.get_freeze_count()  # a caller's own frozen objects stay frozen
     gc.disable()
     try:
         yield
     finally:
         if enabled:
-            gc.freeze()
-            gc.unfreeze()
+            if frozen_before == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

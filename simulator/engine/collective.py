@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
 
 _SHAPES = itertools.count()  # unique pattern ids for rate reuse
 MERGE_ABOVE = 256  # transfers in a phase beyond which equal ones share a flow class
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,14 @@ class CollectiveRunner:
             index = self.links.index
             spread = getattr(self.router, "spread", None)
             if spread is None:
-                ids = [index[e] for e in self.router.path(src, dst, key)]
+                ids = list(map(index.__getitem__, self.router.path(src, dst, key)))
                 memo = (ids, [1.0] * len(ids))
-            else:
+            else:  # an inter-pod spread lists ~550 links: map() in C, not a listcomp
                 pairs = spread(src, dst, key)
-                memo = ([index[e] for e, _ in pairs], [float(w) for _, w in pairs])
+                memo = (
+                    list(map(index.__getitem__, map(_first, pairs))),
+                    list(map(float, map(_second, pairs))),
+                )
             self._routes[(src, dst, key)] = memo
         return memo
 

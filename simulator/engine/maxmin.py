@@ -33,24 +33,36 @@ def max_min_rates(
     rates = np.full(n_flows, np.inf)
     if entry_flow.size == 0:
         return rates
-    remaining = capacity.astype(float).copy()
+    # Work over the links the entries use, renumbered 0..n-1, not every link of the topology
+    # (200K on a 24K-GPU cluster): the same sums in the same order, so the same rates.
+    links = np.flatnonzero(np.bincount(entry_link, minlength=capacity.size))
+    local = np.empty(capacity.size, dtype=np.intp)
+    local[links] = np.arange(links.size)
+    entry_link = local[entry_link]
+    remaining = capacity[links].astype(float)
     frozen = np.zeros(n_flows, dtype=bool)
-    live = np.ones(entry_flow.size, dtype=bool)
-    n_links = capacity.size
-    while live.any():
-        weight = np.bincount(entry_link[live], weights=entry_count[live], minlength=n_links)
+    live = None  # every entry, until the first classes freeze (no masking needed)
+    n_links = links.size
+    while True:
+        if live is None:
+            weight = np.bincount(entry_link, weights=entry_count, minlength=n_links)
+        else:
+            weight = np.bincount(entry_link[live], weights=entry_count[live], minlength=n_links)
         used = weight > 0
         share = np.full(n_links, np.inf)
         share[used] = np.maximum(remaining[used], 0.0) / weight[used]
         level = share.min()
-        bottleneck = share <= level * (1 + _REL)
-        hit = np.unique(entry_flow[live & bottleneck[entry_link]])
+        at_level = (share <= level * (1 + _REL))[entry_link]
+        # the classes crossing a bottleneck, as a mask (np.unique would sort every entry)
+        hit = np.zeros(n_flows, dtype=bool)
+        hit[entry_flow[at_level if live is None else live & at_level]] = True
         rates[hit] = level
-        frozen[hit] = True
-        newly = live & frozen[entry_flow]
+        frozen |= hit
+        newly = frozen[entry_flow] if live is None else live & frozen[entry_flow]
+        live = ~newly if live is None else live & ~newly
+        if not live.any():
+            return rates  # nothing left to share what remains
         np.subtract.at(remaining, entry_link[newly], entry_count[newly] * level)
-        live &= ~newly
-    return rates
 
 
 def max_min_rates_lists(

@@ -63,12 +63,20 @@ class RankGrid:
         return tuple(sorted(base + o for o in offsets))
 
     def groups(self, *dims: str) -> list[tuple[int, ...]]:
-        """Every group over ``dims``, each once, ordered by its first rank."""
-        seen: dict[int, tuple[int, ...]] = {}
+        """Every group over ``dims``, each once, ordered by its first rank.
+
+        The groups partition the ranks, so a rank already in a found group is skipped: one
+        :meth:`group` call per group, not per rank (16K calls on 16K ranks otherwise), and
+        the first rank not yet covered is the first of its group.
+        """
+        covered: set[int] = set()
+        out: list[tuple[int, ...]] = []
         for r in range(self.size):
-            g = self.group(r, *dims)
-            seen.setdefault(g[0], g)
-        return [seen[k] for k in sorted(seen)]
+            if r not in covered:
+                g = self.group(r, *dims)
+                covered.update(g)
+                out.append(g)
+        return out
 
     def ep_group(self, rank: int) -> tuple[int, ...]:
         """The expert-parallel group: ``ep`` consecutive (dp, cp) positions, same tp and pp."""

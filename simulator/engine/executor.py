@@ -231,37 +231,41 @@ class Executor:
             state[1], state[2], state[3] = now, rate, state[3] + 1
             self._time_compute(i, state[0] / rate)
 
-    def _launch(self, spec) -> None:
-        start = self.env.now
-        members = [i for i, _ in self.arrived.pop(spec.instance)]
-        key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm)
-        plan = self._plans.get(key)
-        if plan is None:
-            devices = tuple(self.device_of[r] for r in spec.group)
-            bus = self._hop_Bps.get(devices)
-            if bus is None:
-                bus = self._hop_Bps[devices] = hop_bandwidth(
-                    self.runner.links, self.runner.router, devices
-                )
-            plan = plan_collective(
-                spec.collective,
-                devices,
-                spec.size_bytes,
-                spec.algorithm,
-                self.locality,
-                bus_Bps=bus if math.isfinite(bus) else None,
+    def _plan(self, spec) -> tuple[object, float]:
+        """(the collective's plan, the slowdown it puts on overlapping compute), once per
+        (collective, group, size, algorithm)."""
+        devices = tuple(self.device_of[r] for r in spec.group)
+        bus = self._hop_Bps.get(devices)
+        if bus is None:
+            bus = self._hop_Bps[devices] = hop_bandwidth(
+                self.runner.links, self.runner.router, devices
             )
-            self._plans[key] = plan
-        copies = self._copies(spec.copies)
-        tasks = self.graph.tasks
+        plan = plan_collective(
+            spec.collective,
+            devices,
+            spec.size_bytes,
+            spec.algorithm,
+            self.locality,
+            bus_Bps=bus if math.isfinite(bus) else None,
+        )
         # point-to-point sends run on NCCL's p2p channels (2 per peer by default, so about 2
         # SMs against a collective's up to 32): they are not what Lee et al. measured, and
         # are taken not to slow compute
         s = 0.0
         if self.interference and spec.collective != "send_recv":
-            s = self._slowdown(
-                self._hop_Bps.get(tuple(self.device_of[r] for r in spec.group), math.inf)
-            )
+            s = self._slowdown(bus)
+        return plan, s
+
+    def _launch(self, spec) -> None:
+        start = self.env.now
+        members = [i for i, _ in self.arrived.pop(spec.instance)]
+        key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm)
+        planned = self._plans.get(key)
+        if planned is None:
+            planned = self._plans[key] = self._plan(spec)
+        plan, s = planned
+        copies = self._copies(spec.copies)
+        tasks = self.graph.tasks
         if s:
             for i in members:
                 self._comm_count(tasks[i].rank, s, 1)

@@ -28,11 +28,11 @@ from simulator.engine import (
 from simulator.engine.executor import hop_bandwidth
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
-from simulator.model.ops import layer_ops
 from simulator.model.params import count_params
 from simulator.plan.collective_choice import NetworkFacts
 from simulator.plan.memory import (
     RankMemory,
+    device_bytes,
     distinct_rank_kinds,
     max_params_model_states,
     memory_ledger,
@@ -42,7 +42,7 @@ from simulator.plan.plan import build_plan as make_plan
 from simulator.plan.topology_warnings import topology_warnings as plan_topology_warnings
 from simulator.scenario import Scenario, load_scenario, load_topology
 from simulator.scenario.schema import ClusterConfig
-from simulator.schedule.costs import grad_accumulate_op, weight_cast_op
+from simulator.schedule.costs import grad_accumulate_op, layer_kernels
 from simulator.schedule.perturb import Perturbation, SlowCompute, SlowLink, perturb
 from simulator.schedule.step import StepGraph
 from simulator.schedule.step import build_step as make_step
@@ -281,19 +281,14 @@ def layer_costs(scenario: Scenario, layer: int = 0) -> pd.DataFrame:
     plan = make_plan(scenario)
     mb, sh = plan.micro_batch, plan.sharding
     cm = compute_model_of(scenario)
-    ops = layer_ops(scenario.model, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash)
-    if mb.weight_cast_bytes:
-        ops = [weight_cast_op(scenario.model, layer, sh, mb.weight_cast_bytes), *ops]
+    ops = layer_kernels(scenario.model, layer, mb, sh)
     rc = scenario.parallelism.recompute
     rows = []
     for phase, name in PASSES.items():
         for op in ops:
             rows.append(_cost_row(cm, op, phase, name))
     if scenario.framework.grad_accumulation == "add":  # every micro-batch after the first
-        dense, expert = plan.params_of(layer)
-        if scenario.parallelism.zero >= 2:
-            dense, expert = dense / plan.dense_shard_ranks, expert / plan.expert_shard_ranks
-        add = grad_accumulate_op(dense + expert, plan.grad_bytes_per_param)
+        add = grad_accumulate_op(plan.accumulated_params(layer), plan.grad_bytes_per_param)
         rows.append(_cost_row(cm, add, "w", "weight_grad"))
     for op in ops:
         if rc == "full" or (rc == "selective" and op.kind == "attention"):
@@ -549,10 +544,9 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations) -> RunR
 def _on_device(memory: pd.DataFrame, framework) -> pd.DataFrame:
     """The timeline of live tensors as device memory in use, the way the peak is reported:
     the allocator's reserve over the tensors, plus the runtime's own memory (B)."""
-    held = 1.0 - framework.allocator_reserve
     out = memory.copy()
     for col in ("bytes", "static_bytes"):
-        out[col] = out[col] / held + framework.runtime_bytes
+        out[col] = device_bytes(out[col], framework.runtime_bytes, framework.allocator_reserve)
     return out
 
 

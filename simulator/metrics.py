@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from simulator.plan.memory import device_bytes
+
 
 def union_length(intervals: np.ndarray) -> float:
     """Total length (s) covered by ``[start, end]`` rows (vectorised: sort by start, a new
@@ -246,9 +248,8 @@ def step_metrics(
     parts = rank_breakdown(frame, spans, step_end=t)
     if timeline is None:
         timeline = memory_timeline(memory_events, facts.static_memory)
-    held = 1.0 - facts.allocator_reserve  # the timeline counts live tensors only
-    peaks = {
-        r: v / held + facts.runtime_bytes
+    peaks = {  # the timeline counts live tensors only
+        r: device_bytes(v, facts.runtime_bytes, facts.allocator_reserve)
         for r, v in peak_memory(timeline, facts.static_memory).items()
     }
     peak = facts.peak_flops_per_s

@@ -2,23 +2,23 @@
 rendezvous on the flow network. Callbacks only: no SimPy process per task or stream.
 
 Interference: NCCL's kernels occupy SMs (and HBM bandwidth) while they run, so compute that
-overlaps communication on the same GPU slows down. While a rank has any communication task in
-flight (from its collective's launch to its end, as the trace shows it), its compute tasks
-progress at rate 1 / (1 + s); a running compute task is re-timed whenever that count goes from
-0 to more or back, and a superseded finish is ignored through a per-task token.
+overlaps a collective on the same GPU slows down. While a rank has collectives in flight (from
+launch to end, as the trace shows them), its compute tasks progress at rate 1 / (1 + s_c), s_c
+the largest of their slowdowns; a running compute task is re-timed whenever that rate changes,
+and a superseded finish is ignored through a per-task token.
 
-The default ``s`` = :data:`DEFAULT_INTERFERENCE` = 0.189 is the average compute slowdown under
-overlapped communication that Lee et al. measured, "Characterizing Compute-Communication
-Overlap in GPU-Accelerated Distributed Deep Learning: Performance and Power Implications"
-(arXiv:2507.03114, 2025): GPT and LLaMA layers on 4-GPU A100, H100, MI250 and MI210 machines,
-average slowdown 18.9%, maximum 40.0%. Those collectives ran over the machines' scale-up links
-(NVLink, Infinity Fabric). A collective takes from a GEMM through the SMs its channels occupy
-and the HBM bandwidth it moves, and NCCL gives a slower path fewer channels, so a collective
-whose slowest hop is slower than a scale-up hop slows compute in proportion:
-``s x hop bandwidth / scale-up hop bandwidth`` (a 400 Gb/s NIC against 450 GB/s NVLink: s/9).
-With several collectives in flight the largest slowdown applies. Pipeline send/receive pairs
-do not count (NCCL runs them on two channels per peer, a few SMs). ``Executor`` itself
-defaults to 0 (no interference); the scenario passes the value it wants.
+The scenario's default ``s`` = 0.189 (``simulation.comm_interference``) is the average compute
+slowdown under overlapped communication that Lee et al. measured, "Characterizing Compute-
+Communication Overlap in GPU-Accelerated Distributed Deep Learning: Performance and Power
+Implications" (arXiv:2507.03114, 2025): GPT and LLaMA layers on 4-GPU A100, H100, MI250 and
+MI210 machines, average slowdown 18.9%, maximum 40.0%. Those collectives ran over the machines'
+scale-up links (NVLink, Infinity Fabric). A collective takes from a GEMM through the SMs its
+channels occupy and the HBM bandwidth it moves, and NCCL gives a slower path fewer channels, so
+a collective whose slowest hop is slower than a scale-up hop slows compute in proportion: ``s x
+hop bandwidth / scale-up hop bandwidth`` (a 400 Gb/s NIC against 450 GB/s NVLink: s/9). With
+several collectives in flight the largest slowdown applies. Pipeline send/receive pairs do not
+count (NCCL runs them on two channels per peer, a few SMs). ``Executor`` itself defaults to 0
+(no interference); the scenario passes the value it wants.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace, TraceRecord
 
 _RUNS = itertools.count()
-DEFAULT_INTERFERENCE = 0.189  # Lee et al. 2025 (arXiv:2507.03114): mean compute slowdown
 
 
 class DeadlockError(RuntimeError):

@@ -36,6 +36,13 @@ from simulator.plan.plan import Plan, StagePlan, build_plan, zero_sharded
 from simulator.scenario.schema import Scenario
 
 
+def device_bytes(allocated, runtime: float, reserve_fraction: float):
+    """Device memory in use (B) when ``allocated`` bytes of tensors are live (a number or an
+    array): the caching allocator's reserve over them (reserved = allocated / (1 - reserve)),
+    plus the runtime's own (CUDA context, library workspaces) - what nvidia-smi shows."""
+    return allocated / (1.0 - reserve_fraction) + runtime
+
+
 @dataclass(frozen=True)
 class RankMemory:
     """Peak memory of one kind of rank (bytes), and whether it fits in HBM."""
@@ -60,9 +67,8 @@ class RankMemory:
 
     @property
     def total(self) -> float:
-        """Device memory in use at the peak: the allocator's reserve over its live tensors,
-        plus the runtime's (what nvidia-smi shows, and what must fit in HBM)."""
-        return self.allocated / (1.0 - self.reserve_fraction) + self.runtime
+        """Device memory in use at the peak (:func:`device_bytes`): what must fit in HBM."""
+        return device_bytes(self.allocated, self.runtime, self.reserve_fraction)
 
     @property
     def fits(self) -> bool:

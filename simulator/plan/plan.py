@@ -115,6 +115,15 @@ class Plan:
         """(dense, expert) parameters per rank of a layer, a unit of layers, "emb" or "head"."""
         return params_of_key(self.scenario, key)
 
+    def accumulated_params(self, key: Key) -> float:
+        """Parameters of ``key`` whose gradient this rank keeps between micro-batches: its
+        shard under ZeRO-2/3 (gradients are reduce-scattered each micro-batch), all of them
+        otherwise."""
+        dense, expert = self.params_of(key)
+        if self.scenario.parallelism.zero >= 2:
+            return dense / self.dense_shard_ranks + expert / self.expert_shard_ranks
+        return dense + expert
+
 
 def params_of_key(s: Scenario, key) -> tuple[float, float]:
     m, p = s.model, s.parallelism

@@ -45,6 +45,14 @@ class Block:
     def times(self) -> tuple[float, float, float]:
         return self.f, self.b, self.w
 
+    def in_pass(self, pass_: str) -> tuple[float, float]:
+        """(seconds, FLOPs) in pass "f", "b" or "w"."""
+        if pass_ == "f":
+            return self.f, self.flops_f
+        if pass_ == "b":
+            return self.b, self.flops_b
+        return self.w, self.flops_w
+
     def stretched(self, kf: float, kb: float, kw: float) -> Block:
         """The same work taking ``k`` times as long per pass (FLOPs unchanged)."""
         return replace(self, f=self.f * kf, b=self.b * kb, w=self.w * kw)
@@ -100,6 +108,15 @@ def weight_cast_op(m: ModelConfig, layer: int, sh: Sharding, bytes_per_param: fl
     return Op("weight_cast", "elementwise", 0.0, 0.0, 0.0, moved, 0.0, moved)
 
 
+def layer_kernels(m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding) -> list[Op]:
+    """The layer's ops in forward order (:func:`~simulator.model.ops.layer_ops`), led by
+    autocast's weight cast when the framework casts fp32 weights each micro-batch."""
+    ops = layer_ops(m, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash)
+    if mb.weight_cast_bytes:
+        ops = [weight_cast_op(m, layer, sh, mb.weight_cast_bytes), *ops]
+    return ops
+
+
 def grad_accumulate_op(params: float, grad_bytes: float) -> Op:
     """Eager gradient accumulation, ``grad += new`` over ``params`` gradients: two reads and
     a write of ``grad_bytes`` each, memory-bound, in the weight-gradient pass."""
@@ -116,10 +133,7 @@ def layer_cost(
     m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding, recompute: str, cm: ComputeModel
 ) -> LayerCost:
     """Blocks and activation bytes of ``layer`` for micro-batch shape ``mb`` under ``sh``."""
-    ops = layer_ops(m, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash)
-    pre, core, post, ffn, experts = _split(ops)
-    if mb.weight_cast_bytes:
-        pre = [weight_cast_op(m, layer, sh, mb.weight_cast_bytes), *pre]
+    pre, core, post, ffn, experts = _split(layer_kernels(m, layer, mb, sh))
     core_block = Block.of(core, cm)
     local = 1.0 / sh.cp
     imbalance = m.moe.load_imbalance if (m.moe and m.is_moe_layer(layer)) else 1.0

@@ -58,7 +58,7 @@ def compute(
     (the first takes ``mem_alloc``, the last releases ``mem_free``); returns the last task.
     Pauses after the block, like every emitter here, so that an overlapped pass (DualPipe)
     interleaves with the same granularity either way."""
-    seconds, flops = _pass_of(block, pass_)
+    seconds, flops = block.in_pass(pass_)
     if not (parts and b.plan.scenario.simulation.kernel_tasks):
         t = b.task(
             rank, "compute", name, seconds, deps,
@@ -66,7 +66,7 @@ def compute(
         )  # fmt: skip
         yield
         return t
-    kernels = [(op, part) for op, part in parts if _pass_of(part, pass_)[0] > 0]
+    kernels = [(op, part) for op, part in parts if part.in_pass(pass_)[0] > 0]
     if pass_ != "f":  # gradients flow through the kernels in reverse
         kernels.reverse()
     if not kernels:  # nothing runs in this pass: keep the block's (empty) task
@@ -75,7 +75,7 @@ def compute(
         return t
     last = list(deps)
     for i, (op, part) in enumerate(kernels):
-        seconds, flops = _pass_of(part, pass_)
+        seconds, flops = part.in_pass(pass_)
         t = b.task(
             rank, "compute", op, seconds, last, flops=flops,
             mem_alloc=mem_alloc if i == 0 else 0.0,
@@ -84,15 +84,6 @@ def compute(
         last = [t]
     yield  # once per block, as without kernel tasks: an overlapped pass slots in between blocks
     return t
-
-
-def _pass_of(block: Block, pass_: str) -> tuple[float, float]:
-    """(seconds, FLOPs) of ``block`` in pass "f", "b" or "w"."""
-    if pass_ == "f":
-        return block.f, block.flops_f
-    if pass_ == "b":
-        return block.b, block.flops_b
-    return block.w, block.flops_w
 
 
 def cost_of(b: GraphBuilder, layer: int) -> LayerCost:
@@ -235,18 +226,14 @@ def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
 def accumulation(b: GraphBuilder, rank: int, layer: int | str) -> Block | None:
     """The gradient-accumulation add of ``layer`` (or "emb", "head") on ``rank`` when the
     framework runs one and a gradient from an earlier micro-batch is already there (None
-    otherwise). It adds over the gradient the rank keeps: its shard under ZeRO-2/3 (FSDP
-    reduce-scatters each micro-batch), the whole layer's otherwise."""
+    otherwise), over the gradient the rank keeps (:meth:`Plan.accumulated_params`)."""
     plan = b.plan
     if plan.scenario.framework.grad_accumulation != "add":
         return None
     if (rank, layer) not in b.accumulating:
         b.accumulating.add((rank, layer))
         return None
-    dense, expert = plan.params_of(layer)
-    if plan.scenario.parallelism.zero >= 2:
-        dense, expert = dense / plan.dense_shard_ranks, expert / plan.expert_shard_ranks
-    return grad_accumulate_block(dense + expert, plan.grad_bytes_per_param, b.cm)
+    return grad_accumulate_block(plan.accumulated_params(layer), plan.grad_bytes_per_param, b.cm)
 
 
 def layer_weight_grad(

@@ -11,6 +11,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,16 +20,13 @@ import pandas as pd
 
 from simulator import metrics
 from simulator.collectives import BUSBW_FACTORS, bus_bandwidth, plan_collective
-from simulator.engine import (
-    NetworkModel,
-    paused_gc,
-    run_taskgraph_with_memory,
-    time_collective,
-)
+from simulator.engine import NetworkModel, paused_gc, run_engine, time_collective
 from simulator.engine.executor import hop_bandwidth
+from simulator.engine.steady_state import expand, expand_memory, find_repeat
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
 from simulator.model.params import count_params
+from simulator.pipelines import steady_state
 from simulator.plan.collective_choice import NetworkFacts
 from simulator.plan.memory import (
     RankMemory,
@@ -49,6 +47,8 @@ from simulator.schedule.step import build_step as make_step
 from simulator.topology import Topology, build_topology
 from simulator.topology.summary import link_levels, summary
 from simulator.units import parse_quantity
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "RunResult",
@@ -342,16 +342,44 @@ def build_plan(scenario: Scenario, topo: Topology | None = None) -> Plan:
     return make_plan(scenario, network_facts(topo) if topo is not None else None)
 
 
-def build_step(plan: Plan, compute_model: ComputeModel | None = None) -> StepGraph:
+def build_step(
+    plan: Plan, compute_model: ComputeModel | None = None, repeat: bool = False
+) -> StepGraph:
     """The TaskGraph of one step of ``plan``; compute durations from ``compute_model``
-    (default: the scenario's accelerator, calibrated)."""
+    (default: the scenario's accelerator, calibrated).
+
+    ``repeat``: where the pipeline has a steady state to repeat
+    (:func:`simulator.pipelines.steady_state`), the graph of only its warm-up, two periods
+    and cool-down, for :func:`simulate` to stretch to the full step (``StepGraph.steady``
+    says so). :func:`run` does this unless the scenario says
+    ``simulation.repeat_steady_state: false``."""
     s = plan.scenario
     if compute_model is None:
         cm = compute_model_of(s)
     else:  # the caller's kernel model, with the scenario framework's CPU cost per launch
         cm = replace(compute_model, cpu_launch_s=s.framework.cpu_launch_s)
+    pp = s.parallelism.pp
+    steady = None
+    if repeat:
+        steady = steady_state(plan.schedule, pp, plan.micro_batches, plan.chunks_per_stage)
     with paused_gc():  # millions of small immutable tasks: the collector only costs time
-        return make_step(plan, cm)
+        if steady is None:
+            return make_step(plan, cm)
+        reduced = make_step(_with_micro_batches(plan, steady.reduced), cm)
+    return dataclasses.replace(reduced, plan=plan, steady=steady)
+
+
+def _with_micro_batches(plan: Plan, count: int) -> Plan:
+    """``plan`` remade for ``count`` micro-batches per pipeline (a smaller global batch)."""
+    s = plan.scenario
+    batch = count * s.dp * s.training.micro_batch
+    training = s.training.model_copy(update={"global_batch": batch})
+    return make_plan(s.model_copy(update={"training": training}), plan.network)
+
+
+class NotRepeating(Exception):
+    """A step built to repeat its steady state did not: its second period is not its first
+    shifted (the reason says how). Simulate the full step instead."""
 
 
 @dataclass(frozen=True)
@@ -371,21 +399,35 @@ def simulate(
     perturbations: list[Perturbation] | tuple = (),
     track_links: bool = False,
 ) -> Simulation:
-    """Run ``step`` on ``topo`` (with any :class:`SlowLink` perturbations applied)."""
+    """Run ``step`` on ``topo`` (with any :class:`SlowLink` perturbations applied).
+
+    A step built to repeat its steady state (``step.steady``) is simulated as built and its
+    periods repeated up to the plan's micro-batches (:mod:`simulator.engine.steady_state`);
+    :class:`NotRepeating` if they do not repeat, or with ``track_links`` (link loads over
+    time are not repeated)."""
     if step.plan.grid.size > topo.num_devices:
         raise ValueError(
             f"{step.plan.grid.size} ranks but the topology has {topo.num_devices} devices"
         )
+    if step.steady is not None and track_links:
+        raise NotRepeating("link loads over time are not repeated: simulate the full step")
     model = network_model(_degraded(topo, perturbations))
     device_of = {r: topo.devices[r] for r in range(step.plan.grid.size)}
-    trace, stats, mem_events = run_taskgraph_with_memory(
+    run = run_engine(
         model,
         step.graph,
         device_of,
         track_links,
         interference=step.plan.scenario.simulation.comm_interference,
     )
-    return Simulation(trace.to_frame(), mem_events, stats, model)
+    frame = run.trace.to_frame()
+    if step.steady is None:
+        return Simulation(frame, run.memory, run.stats, model)
+    rep = find_repeat(frame, step.steady, step.plan.micro_batches)
+    if isinstance(rep, str):
+        raise NotRepeating(rep)
+    memory = expand_memory(run.memory, run.memory_microbatch, rep)
+    return Simulation(expand(frame, rep), memory, run.stats, model)
 
 
 def _degraded(topo: Topology, perturbations) -> Topology:
@@ -530,8 +572,19 @@ def run(
 
 
 def _run_once(scenario, topo, compute_model, track_links, perturbations) -> RunResult:
-    step = perturb(build_step(build_plan(scenario, topo), compute_model), perturbations)
-    sim = simulate(step, topo, perturbations, track_links)
+    plan = build_plan(scenario, topo)
+    repeat = scenario.simulation.repeat_steady_state and not track_links
+    step = perturb(build_step(plan, compute_model, repeat), perturbations)
+    try:
+        sim = simulate(step, topo, perturbations, track_links)
+    except NotRepeating as why:
+        log.info(
+            "%s: the steady state does not repeat (%s); simulating every micro-batch",
+            scenario.name or "scenario",
+            why,
+        )
+        step = perturb(build_step(plan, compute_model), perturbations)
+        sim = simulate(step, topo, perturbations, track_links)
     memory = metrics.memory_timeline(sim.memory_events, step.static_memory)
     m = step_metrics(sim, step, memory)
     links = None

@@ -4,16 +4,20 @@ it takes a graph and a router from the caller.
 """
 
 from simulator.engine.simulate import (
+    EngineRun,
     NetworkModel,
     paused_gc,
+    run_engine,
     run_taskgraph,
     run_taskgraph_with_memory,
     time_collective,
 )
 
 __all__ = [
+    "EngineRun",
     "NetworkModel",
     "paused_gc",
+    "run_engine",
     "run_taskgraph",
     "run_taskgraph_with_memory",
     "time_collective",

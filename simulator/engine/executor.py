@@ -108,6 +108,7 @@ class Executor:
         self._bar = None
         self._finished = 0  # names this graph's copy sets in shared geometry caches
         self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
+        self.memory_task: list[int] = []  # the task of each memory event
         self._hop_Bps: dict[tuple[int, ...], float] = {}
         # Interference: comm tasks in flight per rank; running compute tasks per rank as
         # task -> [work left (s at full speed), as of time (s), rate, token, start time (s)].
@@ -152,6 +153,7 @@ class Executor:
         now = self.env.now
         if task.mem_alloc:
             self.memory.append((task.rank, now, task.mem_alloc))
+            self.memory_task.append(i)
         if task.kind == "compute":
             if not 0.0 <= task.duration_s < math.inf:
                 raise ValueError(
@@ -297,6 +299,7 @@ class Executor:
                 self._bar.update(2000)
         if t.mem_free:
             self.memory.append((t.rank, self.env.now, -t.mem_free))
+            self.memory_task.append(i)
         self.trace.add(
             TraceRecord(
                 t.rank,

@@ -114,8 +114,33 @@ def run_taskgraph_with_memory(
     """As :func:`run_taskgraph`, plus the memory events (rank, time s, bytes delta); with
     ``track_links`` the stats also hold each link's load over time. ``interference``: the
     compute slowdown while a rank communicates (:class:`~simulator.engine.executor.Executor`)."""
+    run = run_engine(model, graph, device_of, track_links, interference)
+    return run.trace, run.stats, run.memory
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """What one run of a TaskGraph gives: the trace, the network's counters, the memory
+    events (rank, time s, bytes delta) and the micro-batch of each event's task (-1: none)."""
+
+    trace: Trace
+    stats: NetworkStats
+    memory: list[tuple[int, float, float]]
+    memory_microbatch: list[int]
+
+
+def run_engine(
+    model: NetworkModel,
+    graph: TaskGraph,
+    device_of: dict[int, int],
+    track_links: bool = False,
+    interference: float = 0.0,
+) -> EngineRun:
+    """Simulate ``graph`` (arguments as :func:`run_taskgraph_with_memory`)."""
     env, net, runner = model.new_run(track_links)
     with paused_gc():
         executor = Executor(env, graph, runner, device_of, model.locality, interference)
         trace = executor.run(progress=True)
-    return trace, net.stats, executor.memory
+        tasks = graph.tasks
+        microbatch = [tasks[i].microbatch for i in executor.memory_task]
+    return EngineRun(trace, net.stats, executor.memory, microbatch)

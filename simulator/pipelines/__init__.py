@@ -13,7 +13,16 @@ registry and the plan derives placement and in-flight memory from it.
 
 from __future__ import annotations
 
-from simulator.pipelines.base import Item, Overlapped, Pass, PipelineSchedule, passes, peak_held
+from simulator.pipelines.base import (
+    Item,
+    Overlapped,
+    Pass,
+    PipelineSchedule,
+    SteadyState,
+    passes,
+    peak_held,
+    steady_state,
+)
 from simulator.pipelines.dualpipe import DualPipe
 from simulator.pipelines.gpipe import GPipe
 from simulator.pipelines.interleaved import Interleaved
@@ -53,9 +62,11 @@ __all__ = [
     "Overlapped",
     "Pass",
     "PipelineSchedule",
+    "SteadyState",
     "get_schedule",
     "passes",
     "peak_held",
     "register",
     "schedule_names",
+    "steady_state",
 ]

@@ -119,6 +119,13 @@ class PipelineSchedule:
         return out
 
     # -- order -----------------------------------------------------------------------------
+    def steady_period(self, p: int, v: int) -> int | None:
+        """Micro-batches per period of the order's steady state: between warm-up and
+        cool-down, each stage's order repeats with every micro-batch index raised by this
+        much (1F1B: 1), so the simulator may run a few periods and shift them in time
+        (:func:`steady_state`). None: no such repetition (the base, GPipe, DualPipe)."""
+        return None
+
     def check(self, p: int, m: int, v: int) -> str | None:
         """Why ``p`` stages, ``m`` micro-batches and ``v`` do not suit this schedule, or None."""
         if v > 1:
@@ -131,6 +138,68 @@ class PipelineSchedule:
 
     def orders(self, p: int, m: int, v: int) -> list[list[Item]]:
         return [self.order(p, r, m, v) for r in range(p)]
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """Where an order repeats: micro-batches ``0 .. head - 1`` take part in some stage's
+    warm-up, the last ``tail`` in some stage's cool-down, and between them the order repeats
+    every ``period`` micro-batches. ``reduced`` micro-batches keep the head, two periods
+    and the tail: the fewest that show a period repeating."""
+
+    head: int
+    period: int
+    tail: int
+
+    @property
+    def reduced(self) -> int:
+        return self.head + 2 * self.period + self.tail
+
+
+def steady_state(schedule: PipelineSchedule, p: int, m: int, v: int) -> SteadyState | None:
+    """The steady state of ``schedule`` with ``m`` micro-batches, when running the
+    :attr:`SteadyState.reduced` count leaves out at least half of them; else None.
+
+    Read off the orders: on each stage, a pass is steady when the pass one period (``q``
+    micro-batches' worth of passes) after it, or before it, is the same pass of the micro-batch
+    ``q`` on or back, and it comes from the stage's first backward to its last forward
+    (before, the stage waits on the pipeline filling; after, on it draining). The head is
+    every micro-batch with a pass before a stage's first steady one, and at least the first
+    micro-batch; the tail every one with a pass after a stage's last steady one, and at least
+    the last; each rounded up to whole periods. That the simulated periods do repeat in time
+    is for the simulator to verify."""
+    q = schedule.steady_period(p, v)
+    if q is None:
+        return None
+    head = tail = 0
+    for r in range(p):
+        seq = list(passes(schedule.order(p, r, m, v)))
+        per, rem = divmod(len(seq) * q, m)  # passes in a period
+        if rem or per == 0:
+            return None
+        repeats = [
+            i
+            for i in range(len(seq) - per)
+            if seq[i + per] == (seq[i][0], seq[i][1], seq[i][2] + q)
+        ]
+        if not repeats or repeats[-1] - repeats[0] != len(repeats) - 1:
+            return None  # no steady run, or more than one
+        # a stage's passes before its first backward wait on the pipeline filling, and those
+        # after its last forward on it draining, whatever their order
+        first_b = next(i for i, x in enumerate(seq) if x[0] != "F")
+        last_f = max(i for i, x in enumerate(seq) if x[0] == "F")
+        first, last = max(repeats[0], first_b), min(repeats[-1] + per, last_f)
+        head = max(head, 1 + max((x[2] for x in seq[:first]), default=-1))
+        tail = max(tail, m - min((x[2] for x in seq[last + 1 :]), default=m))
+    # the first micro-batch starts the gradients (no accumulation) and the last one's
+    # backward synchronises them: whatever the order, neither is steady
+    head, tail = max(head, 1), max(tail, 1)
+    s = SteadyState(-(-head // q) * q, q, -(-tail // q) * q)
+    # checking the repetition and writing out the trace cost about what a few micro-batches
+    # do: worth it from half the micro-batches left out
+    if 2 * s.reduced > m or schedule.check(p, s.reduced, v) is not None:
+        return None
+    return s
 
 
 def _stage_totals(layers: int, p: int, first: int | None, last: int | None) -> list[int]:

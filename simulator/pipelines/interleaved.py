@@ -19,6 +19,11 @@ class Interleaved(PipelineSchedule):
     def chunks_per_stage(self, v: int) -> int:
         return v
 
+    def steady_period(self, p: int, v: int) -> int | None:
+        """Virtual micro-batches go round the ``p v`` chunks in groups of ``p``: the order
+        repeats every ``p`` micro-batches (every one with ``v`` = 1, which is 1F1B)."""
+        return p if v > 1 else 1
+
     def check(self, p: int, m: int, v: int) -> str | None:
         if v < 2:
             return "the interleaved schedule needs virtual_stages >= 2"

@@ -24,5 +24,8 @@ class OneFOneB(PipelineSchedule):
     name = "1f1b"
     description = "one forward one backward after a warm-up (PipeDream-Flush)"
 
+    def steady_period(self, p: int, v: int) -> int | None:
+        return 1
+
     def order(self, p: int, r: int, m: int, v: int) -> list[Item]:
         return one_f_one_b(p, r, m)

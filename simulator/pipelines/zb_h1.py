@@ -14,5 +14,8 @@ class ZBH1(PipelineSchedule):
     description = "zero-bubble H1: 1F1B with weight gradients postponed"
     split_backward = True
 
+    def steady_period(self, p: int, v: int) -> int | None:
+        return 1
+
     def order(self, p: int, r: int, m: int, v: int) -> list[Item]:
         return with_deferred_w(f_b_order(p - r - 1, m), m, r)

@@ -16,5 +16,8 @@ class ZBH2(PipelineSchedule):
     split_backward = True
     overlapping_steps = True
 
+    def steady_period(self, p: int, v: int) -> int | None:
+        return 1
+
     def order(self, p: int, r: int, m: int, v: int) -> list[Item]:
         return with_deferred_w(f_b_order(2 * (p - r) - 2, m), m, 2 * r)

@@ -405,11 +405,18 @@ class SimulationConfig(Frozen):
     measured for GPT and LLaMA layers overlapping communication on 4-GPU A100, H100, MI250 and
     MI210 machines ("Characterizing Compute-Communication Overlap in GPU-Accelerated
     Distributed Deep Learning", arXiv:2507.03114, 2025; maximum 40%); 0 turns it off.
+
+    ``repeat_steady_state`` lets a pipeline whose steady state repeats (1F1B, interleaved,
+    zero-bubble H1/H2, or none at all) be simulated with its warm-up, two periods and its
+    cool-down, the repetition checked and the periods between written into the trace as
+    they would have run (:mod:`simulator.engine.steady_state`): the same trace, in a
+    fraction of the time. ``false`` simulates every micro-batch.
     """
 
     mode: Literal["symmetric", "full"] = "symmetric"
     kernel_tasks: bool = False
     comm_interference: Annotated[Real, Field(ge=0, le=4)] = 0.189
+    repeat_steady_state: bool = True
 
 
 from simulator.scenario.failures import FailuresConfig  # noqa: E402 (it builds on Frozen)

@@ -81,7 +81,19 @@ def forward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
         last = yield from layer_forward(b, rank, layer, j, last + extra, (layer, c, j))
         if dp.zero_stage(b) == 3 and layer == unit[-1]:
             free = dp.gathered_bytes(b, unit)
-            last = [b.task(rank, "compute", "fsdp_free", 0.0, last, mem_free=free)]
+            last = [
+                b.task(
+                    rank,
+                    "compute",
+                    "fsdp_free",
+                    0.0,
+                    last,
+                    phase="fsdp",
+                    layer=unit[0],
+                    microbatch=j,
+                    mem_free=free,
+                )
+            ]
             unit_ends.append(last[0])
     if chunk.has_head:
         loss_forward(b, rank, j, last)
@@ -113,7 +125,19 @@ def backward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
         if unit_done:
             if split and dp.fsdp_sharded(b):  # W needs no parameters: release them after B
                 free = dp.gathered_bytes(b, unit)
-                last = [b.task(rank, "compute", "fsdp_free", 0.0, last, mem_free=free)]
+                last = [
+                    b.task(
+                        rank,
+                        "compute",
+                        "fsdp_free",
+                        0.0,
+                        last,
+                        phase="fsdp",
+                        layer=unit[0],
+                        microbatch=j,
+                        mem_free=free,
+                    )
+                ]
             gathers.unit_ends.append(last[0])
             if post:  # PyTorch's BACKWARD_POST: the next gather goes before this reduce
                 gathers.issue(len(gathers.unit_ends) + gathers.depth)

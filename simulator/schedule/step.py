@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.model.compute import ComputeModel
-from simulator.pipelines import passes
+from simulator.pipelines import SteadyState, passes
 from simulator.plan.plan import Plan
 from simulator.schedule import data_parallel as dp
 from simulator.schedule.builder import GraphBuilder
@@ -40,12 +40,17 @@ from simulator.schedule.taskgraph import TaskGraph
 @dataclass(frozen=True)
 class StepGraph:
     """The TaskGraph of one step and what its metrics need: the plan, the simulated ranks,
-    their static memory (parameters + gradients + optimizer state, B) and stages."""
+    their static memory (parameters + gradients + optimizer state, B) and stages.
+
+    With ``steady`` set the graph holds only ``steady.reduced`` of the plan's micro-batches
+    (warm-up, two periods, cool-down), for the engine to repeat the periods
+    (:mod:`simulator.engine.steady_state`)."""
 
     graph: TaskGraph
     plan: Plan
     static_memory: dict[int, float]
     stage_of: dict[int, int]
+    steady: SteadyState | None = None
 
     @property
     def ranks(self) -> tuple[int, ...]:

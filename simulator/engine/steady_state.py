@@ -1,0 +1,149 @@
+"""Run a pipeline's steady state for two periods and repeat it, instead of simulating it all.
+
+Between warm-up and cool-down a 1F1B-like pipeline repeats itself: every ``q`` micro-batches
+(:meth:`~simulator.pipelines.PipelineSchedule.steady_period`) each stage runs the same passes
+with the same communication and contention, ``delta`` seconds later. GPT-3 175B on 1,024 A100
+(192 micro-batches, interleaved with ``q`` = 16) spends 128 of its micro-batches there.
+
+So the step is simulated with ``head + 2q + tail`` micro-batches
+(:func:`~simulator.pipelines.steady_state`): the warm-up's, two periods, the cool-down's.
+:func:`find_repeat` checks that the second period is the first shifted: every task that
+starts while the second period runs (from its first task's start to its last's) has a twin
+``q`` micro-batches earlier (or, for the first ``q`` micro-batches' late passes, later) -
+same rank, stream, name, layer, FLOPs and bytes - that started and ended exactly ``delta``
+before (after) it (to :data:`TOLERANCE_S`; the engine's own rounding
+between periods is about 1e-12 s), and no task outside the micro-batches (gradient
+synchronisation, optimizer) runs then. :func:`expand` then writes the full step's trace and
+memory events: what came before the window as it is, the second period ``k`` more times each
+``delta`` later, and everything after the window (the cool-down, the gradient synchronisation,
+the optimizer) ``k delta`` later, micro-batches renumbered. The engine is deterministic, so a
+state that repeats once repeats every time; the tests compare the result with the full
+simulation record by record. When the check fails the caller simulates the full step.
+
+What is not repeated: ``NetworkStats`` (the engine's own counters, ``network_rerates``, count
+the work actually done) and per-link loads, which is why a run that tracks links is
+simulated in full.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulator.pipelines import SteadyState
+
+TOLERANCE_S = 1e-9  # a twin's start and end may differ from +delta by this much (s)
+_KEY = ["rank", "stream", "kind", "phase", "name", "layer", "microbatch"]
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A verified repetition: micro-batches ``[first, first + period)`` (the second simulated
+    period) repeat every ``delta_s`` s; tasks starting before ``window_s[0]`` stay, tasks
+    starting after ``window_s[1]`` move ``copies x delta_s`` later."""
+
+    first: int
+    period: int
+    delta_s: float
+    window_s: tuple[float, float]
+    copies: int
+
+
+def find_repeat(frame: pd.DataFrame, steady: SteadyState, full: int) -> Repeat | str:
+    """The repetition in ``frame``, the trace of a step run with ``steady.reduced``
+    micro-batches, that stretches it to ``full``; or why there is none (a str)."""
+    h, q = steady.head, steady.period
+    mb = frame["microbatch"].to_numpy()
+    start = frame["start_s"].to_numpy()
+    end = frame["end_s"].to_numpy()
+    second = (mb >= h + q) & (mb < h + 2 * q)
+    if not second.any():
+        return "no task of the second period"
+    a, b = float(start[second].min()), float(start[second].max())
+    outside = mb < 0
+    if (outside & (end > a) & (start <= b)).any():
+        return "a task outside the micro-batches runs during the steady state"
+    if ((mb >= 0) & (mb < h + q) & (start > b)).any():
+        return "a warm-up micro-batch's task starts after the second period"
+    if ((mb >= h + 2 * q) & (start < a)).any():
+        return "a cool-down micro-batch's task starts before the second period"
+    tasks = frame.loc[mb >= 0, [*_KEY, "start_s", "end_s", "flops", "bytes"]]
+    tasks = tasks.sort_values("start_s", kind="stable")
+    tasks["occurrence"] = tasks.groupby(_KEY, sort=False).cumcount()
+    in_window = (tasks["start_s"] >= a) & (tasks["start_s"] <= b)
+    window = tasks[in_window]
+    # the twin: a period earlier; for the first period's micro-batches (a warm-up's deferred
+    # weight gradients), a period later
+    d_start, d_end = [], []
+    for sign in (1, -1):
+        side = window[(window["microbatch"] >= q) == (sign == 1)].copy()
+        side["microbatch"] -= sign * q
+        pairs = side.merge(
+            tasks, on=[*_KEY, "occurrence"], how="left", suffixes=("", "_twin"), validate="1:1"
+        )
+        if pairs["start_s_twin"].isna().any():
+            return "a task in the window has no twin a period away"
+        for col in ("flops", "bytes"):
+            if not np.array_equal(pairs[col].to_numpy(), pairs[f"{col}_twin"].to_numpy()):
+                return f"a task in the window differs from its twin in {col}"
+        d_start.append(sign * (pairs["start_s"].to_numpy() - pairs["start_s_twin"].to_numpy()))
+        d_end.append(sign * (pairs["end_s"].to_numpy() - pairs["end_s_twin"].to_numpy()))
+    d_start, d_end = np.concatenate(d_start), np.concatenate(d_end)
+    delta = float(np.median(d_start))
+    off = max(np.abs(d_start - delta).max(), np.abs(d_end - delta).max())
+    if not off <= TOLERANCE_S:
+        return f"the second period is not the first shifted (off by up to {off:.3g} s)"
+    copies, rem = divmod(full - steady.reduced, q)
+    if rem or copies < 1:
+        return f"{full} micro-batches are not {steady.reduced} plus whole periods of {q}"
+    return Repeat(h + q, q, delta, (a, b), copies)
+
+
+def expand(frame: pd.DataFrame, rep: Repeat) -> pd.DataFrame:
+    """The full step's trace from the reduced one (rows in the order they end)."""
+    mb = frame["microbatch"].to_numpy()
+    start = frame["start_s"].to_numpy()
+    lo, hi = rep.first, rep.first + rep.period
+    later = (mb >= hi) | ((mb < 0) & (start > rep.window_s[1]))
+    parts = [frame[~later]]
+    period = frame[(mb >= lo) & (mb < hi)]
+    for j in range(1, rep.copies + 1):
+        parts.append(_moved(period, j * rep.delta_s, j * rep.period))
+    parts.append(_moved(frame[later], rep.copies * rep.delta_s, rep.copies * rep.period))
+    out = pd.concat(parts, ignore_index=True)
+    order = np.argsort(out["end_s"].to_numpy(), kind="stable")
+    return out.iloc[order].reset_index(drop=True)
+
+
+def _moved(rows: pd.DataFrame, dt: float, dmb: int) -> pd.DataFrame:
+    """``rows`` ``dt`` s later, their micro-batches (not -1, none) ``dmb`` on."""
+    out = rows.copy()
+    out["start_s"] += dt
+    out["end_s"] += dt
+    mb = out["microbatch"].to_numpy()
+    out["microbatch"] = np.where(mb >= 0, mb + dmb, mb)
+    return out
+
+
+def expand_memory(
+    events: list[tuple[int, float, float]], microbatch: list[int], rep: Repeat
+) -> list[tuple[int, float, float]]:
+    """The full step's memory events (rank, time s, bytes delta) from the reduced step's;
+    ``microbatch`` is each event's task's micro-batch (-1: none)."""
+    out: list[tuple[int, float, float]] = []
+    lo, hi = rep.first, rep.first + rep.period
+    last = rep.copies * rep.delta_s
+    repeated = []
+    for ev, m in zip(events, microbatch, strict=True):
+        if m >= hi or (m < 0 and ev[1] > rep.window_s[1]):
+            out.append((ev[0], ev[1] + last, ev[2]))
+            continue
+        out.append(ev)
+        if lo <= m:
+            repeated.append(ev)
+    for j in range(1, rep.copies + 1):
+        dt = j * rep.delta_s
+        out.extend((r, t + dt, d) for r, t, d in repeated)
+    return out

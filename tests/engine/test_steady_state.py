@@ -1,0 +1,214 @@
+"""Repeating a pipeline's steady state (engine.steady_state, api.run) gives the trace, memory
+timeline and metrics of simulating every micro-batch."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator import api
+from simulator.engine.steady_state import Repeat, expand, expand_memory, find_repeat
+from simulator.pipelines import SteadyState
+from simulator.schedule.perturb import SlowCompute
+from simulator.topology import build_topology
+from simulator.trace import COLUMNS
+
+# The engine's own rounding makes two periods of a full simulation differ by about 1e-12 s
+# (GPT-3 175B: 1.4e-12 s over 27 s); repeated k times that stays far below 1e-9 s, while any
+# real difference in contention or order moves tasks by microseconds or more.
+TIME_TOL_S = 1e-9
+LABELS = [c for c in COLUMNS if c not in ("start_s", "end_s")]
+EX = "scenarios/examples/"
+
+
+def _run(path: str, *overrides: str, repeat: bool = True, **kwargs) -> api.RunResult:
+    flag = f"simulation.repeat_steady_state={'true' if repeat else 'false'}"
+    return api.run(api.load(path, [*overrides, flag]), **kwargs)
+
+
+def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    keys = ["rank", "stream", "start_s", "end_s", "name", "layer", "microbatch", "phase"]
+    return frame.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def assert_same_run(a: api.RunResult, b: api.RunResult) -> None:
+    fa, fb = _sorted(a.trace), _sorted(b.trace)
+    assert len(fa) == len(fb)
+    pd.testing.assert_frame_equal(fa[LABELS], fb[LABELS])
+    for col in ("start_s", "end_s"):
+        assert np.abs(fa[col].to_numpy() - fb[col].to_numpy()).max() <= TIME_TOL_S
+    da, db = a.metrics.as_dict(), b.metrics.as_dict()
+    assert da.keys() == db.keys()
+    for key, va in da.items():
+        vb = db[key]
+        if key == "network_rerates":  # the engine's own counter of work done (module doc)
+            continue
+        if isinstance(va, float):
+            # a ratio of sums of the times above: relative 1e-9 is the same bound
+            assert va == pytest.approx(vb, rel=1e-9, abs=1e-12), key
+        elif isinstance(va, dict):
+            assert va.keys() == vb.keys(), key
+            for k in va:
+                assert va[k] == pytest.approx(vb[k], rel=1e-9, abs=1e-12), (key, k)
+        else:
+            assert va == vb, key
+    # the memory timeline: the same events (allocations and releases) at the same times
+    ma = a.memory.sort_values(["rank", "time_s", "bytes"]).reset_index(drop=True)
+    mb = b.memory.sort_values(["rank", "time_s", "bytes"]).reset_index(drop=True)
+    assert len(ma) == len(mb)
+    assert np.abs(ma["time_s"].to_numpy() - mb["time_s"].to_numpy()).max() <= TIME_TOL_S
+    assert ma["bytes"].max() == pytest.approx(mb["bytes"].max(), rel=1e-12)
+
+
+def _repeats(path: str, *overrides: str) -> bool:
+    """Whether ``api.run`` simulates the scenario with fewer micro-batches than it has."""
+    s = api.load(path, list(overrides))
+    plan = api.build_plan(s)
+    step = api.build_step(plan, repeat=True)
+    return step.steady is not None and len(step.graph.tasks) < len(api.build_step(plan).graph.tasks)
+
+
+CASES = {
+    "1f1b": (EX + "pipeline-1f1b.yaml", "training.global_batch=32"),
+    "interleaved": (EX + "pipeline-interleaved.yaml", "training.global_batch=48"),
+    "full-mode": (
+        EX + "pipeline-1f1b.yaml",
+        "training.global_batch=32",
+        "simulation.mode=full",
+    ),
+    "per-kernel-tasks": (
+        EX + "pipeline-1f1b.yaml",
+        "training.global_batch=24",
+        "simulation.kernel_tasks=true",
+    ),
+    "eager-framework": (
+        EX + "pipeline-1f1b.yaml",
+        "training.global_batch=24",
+        "framework.name=pytorch-eager",
+    ),
+    "no-interference": (
+        EX + "pipeline-1f1b.yaml",
+        "training.global_batch=24",
+        "simulation.comm_interference=0",
+    ),
+    "zero1-grad-accumulation": (EX + "zero1-llama3-8b.yaml", "training.global_batch=128"),
+    "fsdp-zero3": (EX + "llama3-8b-fsdp.yaml",),
+    "moe-expert-parallel": (EX + "mixtral-8x22b.yaml",),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_repeated_steady_state_is_the_full_simulation(case):
+    path, *overrides = CASES[case]
+    assert _repeats(path, *overrides)  # else the test would compare a run with itself
+    assert_same_run(_run(path, *overrides), _run(path, *overrides, repeat=False))
+
+
+def test_a_slow_rank_repeats_too():
+    path, *overrides = CASES["full-mode"]
+    slow = [SlowCompute(rank=5, factor=1.5)]
+    a = _run(path, *overrides, perturbations=slow)
+    b = _run(path, *overrides, repeat=False, perturbations=slow)
+    assert_same_run(a, b)
+    assert a.healthy_step_time_s == pytest.approx(b.healthy_step_time_s, rel=1e-12)
+
+
+def test_a_schedule_that_does_not_repeat_is_simulated_in_full(caplog):
+    # ZB-H1 on this 4-stage cut: the stages differ (embedding on the first, loss on the
+    # last) and the deferred weight gradients keep their slack changing for longer than
+    # 40 micro-batches - the check finds the second period is not the first shifted
+    path, over = EX + "pipeline-zb-h1.yaml", "training.global_batch=40"
+    assert _repeats(path, over)
+    with caplog.at_level(logging.INFO, logger="simulator.api"):
+        a = _run(path, over)
+    assert "does not repeat" in caplog.text
+    b = _run(path, over, repeat=False)
+    pd.testing.assert_frame_equal(_sorted(a.trace), _sorted(b.trace))  # the same run, exactly
+
+
+def test_tracked_links_are_simulated_in_full():
+    path, *overrides = CASES["1f1b"]
+    s = api.load(path, list(overrides))
+    with pytest.raises(api.NotRepeating):
+        api.simulate(
+            api.build_step(api.build_plan(s), repeat=True), build_topology(s.cluster), (), True
+        )
+    full = _run(path, *overrides, repeat=False)
+    tracked = _run(path, *overrides, track_links=True)
+    assert len(tracked.trace) == len(full.trace)
+    assert tracked.links is not None
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+@given(
+    pp=st.sampled_from([2, 4]),
+    schedule=st.sampled_from(["1f1b", "interleaved"]),
+    periods=st.integers(1, 3),
+    tp=st.sampled_from([1, 2]),
+)
+def test_property_repeat_equals_full(pp, schedule, periods, tp):
+    v = 2 if schedule == "interleaved" else 1
+    q = pp if v > 1 else 1
+    # head and tail: p (1F1B); interleaved rounds its warm-up up to whole groups of p
+    st_min = 2 * pp + 2 * q if v == 1 else 6 * pp
+    m = 2 * st_min + periods * q
+    over = [
+        f"parallelism.pp={pp}",
+        f"parallelism.tp={tp}",
+        f"parallelism.pipeline.schedule={schedule}",
+        f"parallelism.pipeline.virtual_stages={v}",
+        f"training.global_batch={m * (8 // (pp * tp))}",
+    ]
+    path = EX + "pipeline-1f1b.yaml"
+    assert _repeats(path, *over)
+    assert_same_run(_run(path, *over), _run(path, *over, repeat=False))
+
+
+# -- the repetition on hand-made traces ----------------------------------------------------
+
+
+def _trace(periodic: bool) -> pd.DataFrame:
+    """Six micro-batches on one rank, each a forward (1 s) and a backward (0.5 s) every 2 s,
+    then an optimizer step; with ``periodic`` False micro-batch 3's backward is 0.25 s late."""
+    rows = []
+    for j in range(6):
+        late = 0.25 if not periodic and j == 3 else 0.0
+        rows.append((0, "compute", "compute", "forward", "f", 0, j, 2.0 * j, 2.0 * j + 1, 1, 0))
+        b = 2.0 * j + 1 + late
+        rows.append((0, "compute", "compute", "input_grad", "b", 0, j, b, b + 0.5, 1, 0))
+    rows.append((0, "compute", "compute", "optimizer", "opt", -1, -1, 12.0, 13.0, 0.0, 0.0))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def test_find_repeat_and_expand_on_a_hand_made_trace():
+    steady = SteadyState(head=1, period=1, tail=3)  # micro-batches 1 and 2 the two periods
+    rep = find_repeat(_trace(True), steady, full=10)
+    assert rep == Repeat(first=2, period=1, delta_s=2.0, window_s=(4.0, 5.0), copies=4)
+    out = expand(_trace(True), rep)
+    assert len(out) == 2 * 10 + 1
+    # ten micro-batches every 2 s, the optimizer after the last: at 20 s = 12 + 4 x 2
+    f = out[out["name"] == "f"]
+    assert sorted(f["microbatch"]) == list(range(10))
+    assert np.allclose(f.sort_values("microbatch")["start_s"], 2.0 * np.arange(10))
+    assert out[out["name"] == "opt"]["start_s"].item() == 20.0
+    # memory: micro-batch 2's allocation is repeated, the tail's and the optimizer's move
+    events = [(0, 4.0, 1.0), (0, 6.0, 1.0), (0, 12.5, -2.0)]
+    moved = expand_memory(events, [2, 3, -1], rep)
+    assert sorted(moved) == sorted(
+        [(0, 4.0, 1.0), (0, 6.0, 1.0), (0, 8.0, 1.0), (0, 10.0, 1.0), (0, 12.0, 1.0)]
+        + [(0, 14.0, 1.0), (0, 20.5, -2.0)]
+    )
+
+
+def test_find_repeat_refuses_a_trace_that_does_not_repeat():
+    # micro-batch 3 (the second period with head 2) has its backward late: not the first
+    # period shifted
+    why = find_repeat(_trace(False), SteadyState(head=2, period=1, tail=2), full=10)
+    assert isinstance(why, str) and "not the first shifted" in why

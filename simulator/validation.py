@@ -11,7 +11,8 @@ Rows (``scenarios/validation/published/rows.yaml`` and the tables in
 - the zero-bubble paper's Table 4: throughput of ZB-H1 / ZB-H2 relative to 1F1B, against the
   paper's ZB-1p / ZB-2p (rows the model cannot meet say why, in ``expected_miss``);
 - ZeRO Table 1: model-state memory per device, every cell, at the table's printed precision;
-- Korthikanti et al. 2022: activation memory per layer, formula by formula (22B model).
+- Korthikanti et al. 2022: activation memory per layer, formula by formula (22B model), and
+  Table 4's forward and backward time of one layer of that model on A100 (TP 8).
 
 Each row carries its tolerance; ``within`` says whether it is met.
 A row with ``expected_miss`` is shown but not counted as a failure: the reason says why the
@@ -251,6 +252,40 @@ def korthikanti_rows() -> list[dict]:
     return out
 
 
+def layer_times(frame: pd.DataFrame, layer: int) -> tuple[float, float]:
+    """(forward s, backward s) of ``layer`` on the first simulated rank of a one-micro-batch
+    step: from its first forward task's start to the next layer's, and from its first backward
+    task's start (input or weight gradient, recompute) to the previous layer's - everything
+    the rank does for the layer, its exposed tensor-parallel communication included, as a
+    timer around the layer's forward and backward would see it."""
+    f = frame[frame["rank"] == frame["rank"].min()]
+    fwd = f[f["phase"] == "forward"].groupby("layer")["start_s"].min()
+    bwd = f[f["phase"].isin(["input_grad", "weight_grad", "recompute"])]
+    bwd = bwd.groupby("layer")["start_s"].min()
+    return float(fwd[layer + 1] - fwd[layer]), float(bwd[layer - 1] - bwd[layer])
+
+
+def layer_timing_rows(spec: dict) -> list[dict]:
+    """Forward and backward time of one transformer layer (a middle one) against the paper's
+    per-layer timings."""
+    out = []
+    group = "Korthikanti Table 4 (layer time)"
+    for r in spec["rows"]:
+        s = api.load(PROJECT_ROOT / spec["scenario"], r["set"])
+        frame = api.run(s).trace
+        fwd, bwd = layer_times(frame, s.model.layers // 2)
+        for name, published, ours in (
+            ("forward", r["forward_ms"], fwd),
+            ("backward", r["backward_ms"], bwd),
+        ):
+            row = _row(
+                group, f"{r['name']}: {name}", published, ours * 1e3, spec["tolerance"], "ms"
+            )
+            row["expected_miss"] = r.get(f"{name}_miss", "")
+            out.append(row)
+    return out
+
+
 def throughput_rows(spec: dict) -> list[dict]:
     """Tokens per second per GPU of published runs, from the simulated step time."""
     out = []
@@ -293,6 +328,7 @@ GROUPS = (
     "llama3",
     "zero",
     "korthikanti",
+    "layer_timing",
 )
 
 
@@ -312,6 +348,7 @@ def validate(groups: list[str] | None = None) -> pd.DataFrame:
         "llama3": lambda: llama3_rows(spec["llama3_table4"]),
         "zero": zero_rows,
         "korthikanti": korthikanti_rows,
+        "layer_timing": lambda: layer_timing_rows(spec["korthikanti_table4"]),
     }
     chosen = [(n, make) for n, make in makers.items() if groups is None or n in groups]
     rows = []

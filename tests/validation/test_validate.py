@@ -19,7 +19,7 @@ from simulator.validation import summary_frame, validate
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 5 + 6 + 5 + 10 + 54 + 6 + 3 + 3
+    assert len(frame) == 5 + 6 + 5 + 10 + 54 + 6 + 3 + 3 + 10
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: ZB-2p's searched schedule
@@ -27,8 +27,11 @@ def test_every_row_within_tolerance():
     # ZeRO-3 rows (the 2021 DeepSpeed implementation's overheads are not modelled).
     assert (failing["expected_miss"] != "").all(), failing.to_string()
     # 5 + the three public FSDP throughput rows, which the simulator overestimates by 20-32%
-    # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory)
-    assert len(failing) <= 9
+    # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory), + the
+    # 22B layer's backward without sequence parallelism (Megatron's async all-reduce)
+    assert len(failing) <= 10
+    layer = frame[frame["group"] == "Korthikanti Table 4 (layer time)"]
+    assert layer["within"].sum() >= 9  # every forward and 4 of 5 backwards within 10%
     llama = frame[frame["group"] == "Llama 3 Table 4"].set_index("row")
     assert llama.loc[["llama3-405b-16k", "llama3-405b-16k-128k"], "within"].all()
     summary = summary_frame(frame).set_index("group")
@@ -47,3 +50,26 @@ def test_validate_command_json():
         "8x H100 NVLS all-reduce",
     ]
     assert data["groups"][0]["within"] == 5
+
+
+def test_layer_times_on_a_hand_made_trace():
+    # layer 1's forward runs from 1.0 s to layer 2's first task at 1.7 s (its TP all-reduce
+    # included); its backward from 5.0 s to layer 0's at 6.2 s
+    import pandas as pd
+
+    from simulator.trace import COLUMNS
+    from simulator.validation import layer_times
+
+    rows = [
+        (0, "compute", "compute", "forward", "attention", 0, 0, 0.0, 0.5, 1, 0),
+        (0, "compute", "compute", "forward", "attention", 1, 0, 1.0, 1.4, 1, 0),
+        (0, "tp", "comm", "forward", "tp_all_reduce", 1, 0, 1.4, 1.7, 0, 8),
+        (0, "compute", "compute", "forward", "attention", 2, 0, 1.7, 2.0, 1, 0),
+        (0, "compute", "compute", "input_grad", "mlp", 2, 0, 3.0, 4.0, 1, 0),
+        (0, "compute", "compute", "input_grad", "mlp", 1, 0, 5.0, 6.0, 1, 0),
+        (0, "compute", "compute", "weight_grad", "weight_grad", 0, 0, 6.2, 7.0, 1, 0),
+        (8, "compute", "compute", "forward", "attention", 1, 0, 0.0, 9.0, 1, 0),  # not rank 0
+    ]
+    fwd, bwd = layer_times(pd.DataFrame(rows, columns=COLUMNS), 1)
+    assert fwd == pytest.approx(0.7)
+    assert bwd == pytest.approx(1.2)

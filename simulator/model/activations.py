@@ -38,12 +38,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simulator.model.layers import attention_dims
-from simulator.model.ops import Sharding
+from simulator.model.ops import FP32, Sharding
 from simulator.scenario.schema import ModelConfig
 
 Recompute = Literal["none", "selective", "full"]
 MASK_BYTES = 1.0  # PyTorch stores dropout masks as bool/uint8
-FP32 = 4.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,7 @@ class MicroBatch:
     eager_norms: bool = False
     loss_bytes_per_logit: float = 6.0
     weight_cast_bytes: float = 0.0
+    eager_kernels: bool = False  # rotary, SwiGLU and the loss as eager PyTorch's kernels
 
 
 def _attention_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding, recompute: Recompute) -> float:

@@ -5,7 +5,8 @@
 ``e_gemm`` and ``e_mem`` come from :mod:`simulator.model.calibration` (fitted once to the H200
 microbenchmarks); other GPUs keep the same efficiencies against their own peaks. The attention
 core runs as a fused kernel (flash attention) whose efficiency is that of a GEMM of its inner
-shape (rows ``b x heads x s_q``, columns ``s_k``, depth ``d``). Elementwise ops are
+shape (rows ``b x heads x s_q``, columns ``s_k``, depth ``d``), its backward's that times the
+kernel's published backward/forward ratio (``Op.b_efficiency``). Elementwise ops are
 memory-bound. ``launch_s`` (2 us) is the CPU cost of enqueueing a kernel when the GPU queue
 runs ahead: an assumption, not a measurement (isolated-kernel timings include ~37 us of
 launch-and-event latency that training hides).
@@ -67,7 +68,8 @@ class ComputeModel:
         t_mem = moved / (self.hbm_Bps * self.mem.e_mem)
         if op.kind in ("gemm", "attention") and op.gemm_mnk is not None:
             m, n, k = gemm_shape(op, phase)
-            t_flops = flops / (self.peak_flops * self.gemm.efficiency(m, n, k))
+            e = self.gemm.efficiency(m, n, k) * (op.b_efficiency if phase == "b" else 1.0)
+            t_flops = flops / (self.peak_flops * e)
         else:
             t_flops = 0.0  # elementwise FLOPs hide under their memory traffic
         bound = "compute" if t_flops >= t_mem else "memory"

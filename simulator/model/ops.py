@@ -8,11 +8,20 @@ Conventions (DESIGN.md, Compute):
   ``2 b heads s_q s_k (d_qk + d_v) / 2`` forward. Its backward, all in B (it has no weights),
   is twice that when the probabilities were kept (dV, dP, dQ, dK: four GEMMs) and 2.5 times
   with flash attention, which recomputes ``QK^T`` first: five GEMMs against the forward's
-  two (Dao 2023, FlashAttention-2, sec. 3.1.2; its benchmarks count the backward as 2.5x).
+  two (Dao 2023, FlashAttention-2, sec. 3.1.2; its benchmarks count the backward as 2.5x),
+  run at the lower FLOP rate the kernel's published benchmarks show
+  (:data:`FLASH_BACKWARD_RATIO`).
 - elementwise ops (norms, rotary embedding, activation functions, dropout, residual adds,
   softmax, loss) are memory-bound: their bytes matter, their FLOPs are listed but are not
   model FLOPs. Residual dropout is fused into the residual add (Megatron's
   bias_dropout_add_fusion); its mask is counted in memory, not as a kernel.
+
+Eager PyTorch runs some of these as several kernels, each reading and writing HBM
+(:func:`eager_rope_ops`, :func:`eager_swiglu_ops`, :func:`eager_rmsnorm_ops`,
+:func:`eager_loss_ops`): ``eager`` and ``eager_norms`` (the scenario's ``framework``) select
+them. Their bytes count one read of every input and one write of every output per kernel,
+from the reference code; a kernel that reads its input twice (a softmax over a long row) is
+counted once, so they are lower bounds.
 
 Sharding is what one rank holds: ``tp`` splits heads and FFN columns, ``sp`` (sequence
 parallel) splits the elementwise work between the tensor-parallel ops over tokens, ``cp``
@@ -23,6 +32,7 @@ each rank's experts process on average ``tokens x top_k x capacity_factor`` toke
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -66,6 +76,7 @@ class Op:
     w_bytes: float
     gemm_mnk: tuple[float, float, float] | None = None
     copies: float = 1.0
+    b_efficiency: float = 1.0  # the input gradient's FLOP rate / the forward's (fused kernels)
 
     @property
     def flops(self) -> float:
@@ -117,6 +128,29 @@ def _elementwise(
     )
 
 
+# FlashAttention's backward runs at a lower FLOP rate than its forward (its FLOPs counted as
+# 2.5x the forward's): FlashAttention-2 on H100, head dim 128, non-causal, 16K tokens per
+# batch, backward / forward TFLOP/s at sequence lengths 512 .. 16K (FA3 paper, Shah et al.
+# 2024, arXiv:2407.08608, Figs. 5 and 6, FA2 bars: 214/309 .. 322/370). FA3 and cuDNN show
+# the same rise (0.8-0.87 from 2K up); on A100, FA2's paper gives up to 73% of peak forward
+# and 63% backward (0.86). Collected in the project's research notes.
+FLASH_BACKWARD_RATIO = ((512, 0.69), (1024, 0.74), (2048, 0.80), (4096, 0.84), (8192, 0.86),
+                        (16384, 0.87))  # fmt: skip
+
+
+def flash_backward_ratio(seq_len: float) -> float:
+    """:data:`FLASH_BACKWARD_RATIO` at ``seq_len`` keys, linear in log2 of the length between
+    the measured ones, the end values beyond them."""
+    pts = FLASH_BACKWARD_RATIO
+    if seq_len <= pts[0][0]:
+        return pts[0][1]
+    for (s0, r0), (s1, r1) in zip(pts, pts[1:], strict=False):
+        if seq_len <= s1:
+            x = (math.log2(seq_len) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+            return r0 + x * (r1 - r0)
+    return pts[-1][1]
+
+
 def attention_core_op(
     m: ModelConfig, b: int, s: int, shard: Sharding, act_bytes: float, flash: bool
 ) -> list[Op]:
@@ -130,7 +164,12 @@ def attention_core_op(
     e = act_bytes
     io = e * b * (s_q * heads * (d_qk + d_v) + s_k * kv * (d_qk + d_v))
     shape = (b * heads * s_q, s_k, d_qk)  # the fused kernel's inner GEMM
-    ops = [Op("attention", "attention", f, 2.5 * f, 0.0, io, 2.5 * io, 0.0, shape)]
+    ops = [
+        Op(
+            "attention", "attention", f, 2.5 * f, 0.0, io, 2.5 * io, 0.0, shape,
+            b_efficiency=flash_backward_ratio(s_k),
+        )
+    ]  # fmt: skip
     if not flash:  # the score matrix is materialised, masked and soft-maxed in HBM
         scores = b * heads * s_q * s_k
         ops[0] = Op(
@@ -162,6 +201,110 @@ def rope_op(m: ModelConfig, tokens: float, shard: Sharding, act_bytes: float) ->
     return _elementwise("rope", rotated, rotated, act_bytes, 3.0, backward_factor=1.0)
 
 
+FP32 = 4.0  # bytes of an fp32 value
+
+
+def _kernel(name: str, f_bytes: float, b_bytes: float, flops: float = 0.0) -> Op:
+    """One memory-bound kernel forward (``f_bytes``) and its autograd counterpart
+    (``b_bytes``); either may be 0 (no kernel in that pass)."""
+    return Op(name, "elementwise", flops, flops, 0.0, f_bytes, b_bytes, 0.0)
+
+
+def eager_rope_ops(m: ModelConfig, tokens: float, shard: Sharding, act_bytes: float) -> list[Op]:
+    """Rotary embedding as eager PyTorch runs it (meta-llama/llama3 and torchtitan
+    ``apply_rotary_emb``): for queries and for keys, ``x.float()`` (read e, write 4 B per
+    value), the complex multiply by ``freqs_cis`` (read 4, write 4; the table is small), and
+    ``.type_as(x)`` (4 -> e); autograd runs the same three backwards: the gradient cast up,
+    multiplied by the conjugate, cast down."""
+    if m.attention == "mla":
+        q = tokens * m.heads / shard.tp * m.mla.qk_rope_head_dim
+        k = tokens * m.mla.qk_rope_head_dim
+    else:
+        q = tokens * m.heads / shard.tp * m.d_head
+        k = tokens * m.n_kv_heads / shard.tp * m.d_head
+    e = act_bytes
+    ops = []
+    for who, n in (("q", q), ("k", k)):
+        up, mul, down = (e + FP32) * n, 2 * FP32 * n, (FP32 + e) * n
+        ops += [
+            _kernel(f"rope_{who}_float", up, down),
+            _kernel(f"rope_{who}_complex_mul", mul, mul, 6.0 * n / 2),
+            _kernel(f"rope_{who}_type_as", down, up),
+        ]
+    return ops
+
+
+def eager_swiglu_ops(prefix: str, rows: float, ffn: float, act_bytes: float) -> list[Op]:
+    """``silu(w1 x) * w3 x`` as two eager kernels (meta-llama and torchtitan ``FeedForward``):
+    silu (read e, write e per ffn value) and the product (read 2e, write e); backward
+    (derivatives.yaml): the product's two gradients, ``grad * w3 x`` and ``grad * silu``
+    (read 2e, write e each), and ``silu_backward`` (read the gradient and the input, write e)."""
+    n, e = rows * ffn, act_bytes
+    return [
+        _kernel(f"{prefix}_silu", 2 * e * n, 3 * e * n, 4.0 * n),
+        _kernel(f"{prefix}_swiglu_mul", 3 * e * n, 3 * e * n, n),
+        _kernel(f"{prefix}_swiglu_mul_grad", 0.0, 3 * e * n),
+    ]
+
+
+def eager_rmsnorm_ops(name: str, tokens: float, h: float, act_bytes: float) -> list[Op]:
+    """meta-llama's eager ``RMSNorm``: ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps))
+    .type_as(x) * weight``. Forward kernels per value: to fp32 (e -> 4), pow (4 -> 4), mean
+    (read 4), the product with rsqrt (4 -> 4), back to e (4 -> e), times the weight (e -> e);
+    eps and rsqrt act on one value per token. Backward (autograd, reversed): the weight's
+    product (grad x weight, e -> e; grad x normed and its sum over tokens for the weight's
+    gradient, 2e -> e and e), the cast up (e -> 4), the rsqrt product's two gradients (4 -> 4;
+    8 -> 4 and its sum over the row, 4), pow's (8 -> 4), the two branches' sum (8 -> 4), the
+    cast down (4 -> e)."""
+    n, e, per_token = tokens * h, act_bytes, tokens * FP32
+    fwd = [
+        ("float", (e + FP32) * n),
+        ("pow", 2 * FP32 * n),
+        ("mean", FP32 * n + per_token),
+        ("add_eps", 2 * per_token),
+        ("rsqrt", 2 * per_token),
+        ("mul_rsqrt", 2 * FP32 * n + per_token),
+        ("type_as", (FP32 + e) * n),
+        ("mul_weight", 2 * e * n),
+    ]
+    bwd = [
+        ("mul_weight", 2 * e * n),
+        ("mul_normed", 3 * e * n),
+        ("sum_weight_grad", e * n),
+        ("type_as", (e + FP32) * n),
+        ("mul_rsqrt", 2 * FP32 * n),
+        ("mul_x", 3 * FP32 * n),
+        ("sum_row", FP32 * n),
+        ("rsqrt", 2 * per_token),
+        ("mean", per_token + FP32 * n),
+        ("pow", 3 * FP32 * n),
+        ("add_branches", 3 * FP32 * n),
+        ("float", (FP32 + e) * n),
+    ]
+    ops = [_kernel(f"{name}_{k}", b, 0.0) for k, b in fwd]
+    return ops + [_kernel(f"{name}_{k}_backward", 0.0, b) for k, b in bwd]
+
+
+def eager_loss_ops(logits: float, act_bytes: float) -> list[Op]:
+    """``cross_entropy(logits.float(), targets)`` in eager PyTorch (torchtitan, the
+    meta-llama reference): the cast to fp32 (e -> 4 B per logit), log-softmax (4 -> 4) and
+    the NLL gather (per token, small); backward: the NLL gradient (a zeroed fp32 tensor with
+    one value per token set: 4 B per logit), log-softmax's (read the gradient and the output,
+    write 4) and the cast down (4 -> e)."""
+    e = act_bytes
+    return [
+        _kernel("loss_float", (e + FP32) * logits, (FP32 + e) * logits),
+        _kernel("loss_log_softmax", 2 * FP32 * logits, 3 * FP32 * logits, 5.0 * logits),
+        _kernel("loss_nll", 0.0, FP32 * logits),
+    ]
+
+
+def _norm(name: str, m: ModelConfig, tokens: float, e: float, eager_norms: bool) -> list[Op]:
+    if eager_norms and m.norm == "rmsnorm":
+        return eager_rmsnorm_ops(name, tokens, m.hidden, e)
+    return [_elementwise(name, tokens * m.hidden, tokens * m.hidden, e, 5.0)]
+
+
 def layer_ops(
     m: ModelConfig,
     layer: int,
@@ -170,12 +313,16 @@ def layer_ops(
     shard: Sharding = Sharding(),
     act_bytes: float = 2.0,
     flash: bool = True,
+    eager: bool = False,
+    eager_norms: bool = False,
 ) -> list[Op]:
-    """Every op of transformer layer ``layer`` for a micro-batch of ``b`` x ``s`` tokens."""
+    """Every op of transformer layer ``layer`` for a micro-batch of ``b`` x ``s`` tokens;
+    ``eager``: rotary embedding and SwiGLU as eager PyTorch's kernels, ``eager_norms``: RMSNorm
+    too (module docstring)."""
     tokens = b * s / shard.cp
     sp_tokens = tokens / shard.tp if shard.sp else tokens  # elementwise work between TP ops
     h, e = m.hidden, act_bytes
-    ops = [_elementwise("attention_norm", sp_tokens * h, sp_tokens * h, e, 5.0)]
+    ops = _norm("attention_norm", m, sp_tokens, e, eager_norms)
     attn = [
         gemm_op(lin, tokens, shard, e)
         for lin in layer_linears(m, layer)
@@ -183,20 +330,26 @@ def layer_ops(
     ]
     ops += attn[:-1]
     if m.position_embedding == "rope":
-        ops.append(rope_op(m, tokens, shard, e))
+        ops += eager_rope_ops(m, tokens, shard, e) if eager else [rope_op(m, tokens, shard, e)]
     ops += attention_core_op(m, b, s, shard, e, flash)
     ops += attn[-1:]
     ops.append(_elementwise("attention_residual", 2 * sp_tokens * h, sp_tokens * h, e))
-    ops.append(_elementwise("mlp_norm", sp_tokens * h, sp_tokens * h, e, 5.0))
-    ops += ffn_ops(m, layer, tokens, shard, e)
+    ops += _norm("mlp_norm", m, sp_tokens, e, eager_norms)
+    ops += ffn_ops(m, layer, tokens, shard, e, eager)
     ops.append(_elementwise("mlp_residual", 2 * sp_tokens * h, sp_tokens * h, e))
     return ops
 
 
 def ffn_ops(
-    m: ModelConfig, layer: int, tokens: float, shard: Sharding, act_bytes: float
+    m: ModelConfig,
+    layer: int,
+    tokens: float,
+    shard: Sharding,
+    act_bytes: float,
+    eager: bool = False,
 ) -> list[Op]:
-    """Dense MLP, or router + routed experts (+ shared experts), with the activation function."""
+    """Dense MLP, or router + routed experts (+ shared experts), with the activation function
+    (SwiGLU as eager PyTorch's two kernels with ``eager``)."""
     e = act_bytes
     ops: list[Op] = []
     moe = m.moe if m.is_moe_layer(layer) else None
@@ -209,6 +362,9 @@ def ffn_ops(
             tp = shard.etp if lin.group == "expert" else shard.tp
             ffn = (lin.d_out // 2 if m.activation == "swiglu" else lin.d_out) / tp
             width_in = 2 * ffn if m.activation == "swiglu" else ffn
+            if eager and m.activation == "swiglu":
+                ops += eager_swiglu_ops(lin.group, rows, ffn, e)
+                continue
             ops.append(
                 _elementwise(f"{lin.group}_{m.activation}", rows * width_in, rows * ffn, e, 8.0)
             )
@@ -229,11 +385,18 @@ def embedding_ops(
 
 
 def head_ops(
-    m: ModelConfig, b: int, s: int, shard: Sharding = Sharding(), act_bytes: float = 2.0
+    m: ModelConfig,
+    b: int,
+    s: int,
+    shard: Sharding = Sharding(),
+    act_bytes: float = 2.0,
+    eager: bool = False,
+    eager_norms: bool = False,
 ) -> list[Op]:
     """Final norm, output projection to the (vocabulary-parallel) logits, softmax cross-entropy.
 
-    Logits are upcast to fp32 for the loss, as Megatron-LM and most frameworks do.
+    Logits are upcast to fp32 for the loss, as Megatron-LM and most frameworks do; ``eager``:
+    the loss as eager PyTorch's kernels (:func:`eager_loss_ops`), ``eager_norms``: the norm.
     """
     tokens = b * s / shard.cp
     sp_tokens = tokens / shard.tp if shard.sp else tokens
@@ -251,9 +414,9 @@ def head_ops(
         0.0,
     )
     return [
-        _elementwise("final_norm", sp_tokens * h, sp_tokens * h, act_bytes, 5.0),
+        *_norm("final_norm", m, sp_tokens, act_bytes, eager_norms),
         gemm_op(output, tokens, shard, act_bytes),
-        loss,
+        *(eager_loss_ops(logits, act_bytes) if eager else [loss]),
     ]
 
 

@@ -155,6 +155,7 @@ def micro_batch_of(s: Scenario, param_bytes: float) -> MicroBatch:
         swiglu_saved=fw.swiglu_saved,
         eager_norms=fw.eager_norms,
         loss_bytes_per_logit=fw.loss_bytes_per_logit,
+        eager_kernels=fw.eager_kernels,
         weight_cast_bytes=6.0 if fw.weight_casts and param_bytes >= 4 else 0.0,
     )
 

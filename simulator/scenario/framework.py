@@ -26,25 +26,30 @@ number below is the source's, none is fitted to a validation row):
     ``grad += new`` for every micro-batch after the first (3 gradient reads/writes per
     parameter; torch/csrc/autograd/functions/accumulate_grad.h) on the shards FSDP keeps;
     the mixed-precision policy casts shards before the all-gather, not weights per
-    micro-batch; 5 us of CPU per kernel launch, the low end of "usually, the launch time on the
-    CPU side is between 5-20 microseconds" (Meta's HolisticTraceAnalysis documentation,
-    cuda_kernel_launch_stats; one launch counted per op, where eager code often launches
-    several, so the bound is a lower one). Norms are taken as fused
+    micro-batch; rotary embedding (``apply_rotary_emb``: a cast to fp32, a complex multiply,
+    a cast back, for queries and keys), SwiGLU (silu, then the product) and the loss (a cast of
+    the logits to fp32, log-softmax, NLL) run as the separate kernels of that code, forward and
+    through autograd (:mod:`simulator.model.ops`); 5 us of CPU per kernel launch, the low end
+    of "usually, the launch time on the CPU side is between 5-20 microseconds" (Meta's
+    HolisticTraceAnalysis documentation, cuda_kernel_launch_stats; one launch counted per
+    kernel modelled, where eager code launches more - views, tiny reductions - so the bound is
+    a lower one). Norms are taken as fused
     (torchtitan's ``nn.RMSNorm`` and LLM Foundry's low-precision LayerNorm keep no fp32 copy
     that we could confirm), and no allocator reserve is assumed: the one public figure
     (GMLake, below) is from fine-tuning, and with it the published torchtitan and MPT runs
     would not fit in 80 GB.
 ``pytorch-eager`` - a plain eager PyTorch script or DDP under ``torch.autocast`` (the
     meta-llama/llama reference model): as ``fsdp-eager``, and eager RMSNorm (meta-llama/llama
-    ``RMSNorm``) keeps an fp32 copy of its input, 4 B per value more than a fused norm;
-    autocast casts every fp32 weight to bf16 once per micro-batch forward (read 4 B + write
-    2 B) and the bf16 weight gradient back to fp32 (2 + 4 B) (aten/src/ATen/autocast_mode.cpp
-    ``cached_cast``; the cache clears when the autocast region exits); ``.grad`` accumulates
-    over the full gradient; the caching allocator's fragmentation (1 - allocated / reserved)
-    is taken as 15%, so reserved = allocated / 0.85: GMLake (ASPLOS 2024) removes 15% of
-    fragmentation on average (up to 33%) across eight LLMs on A100-80GB against PyTorch's
-    allocator, in fine-tuning with recompute, offload and LoRA - the only public figure, and a
-    lower bound of what was there.
+    ``RMSNorm``: ``x.float()``, ``pow``, ``mean``, ``rsqrt``, products and casts, 8 kernels
+    forward and 12 backward over the hidden state) keeps an fp32 copy of its input, 4 B per
+    value more than a fused norm; autocast casts every fp32 weight to bf16 once per micro-batch
+    forward (read 4 B + write 2 B) and the bf16 weight gradient back to fp32 (2 + 4 B)
+    (aten/src/ATen/autocast_mode.cpp ``cached_cast``; the cache clears when the autocast region
+    exits); ``.grad`` accumulates over the full gradient; the caching allocator's fragmentation
+    (1 - allocated / reserved) is taken as 15%, so reserved = allocated / 0.85: GMLake (ASPLOS
+    2024) removes 15% of fragmentation on average (up to 33%) across eight LLMs on A100-80GB
+    against PyTorch's allocator, in fine-tuning with recompute, offload and LoRA - the only
+    public figure, and a lower bound of what was there.
 ``fused`` - a compiled or fully fused stack (torch.compile with CUDA graphs, TE everywhere):
     Megatron's saved tensors and loss, no CPU launch cost (graphs replay without the CPU); in
     what is modelled it coincides with ``megatron``, whose launches are taken as hidden behind
@@ -68,6 +73,7 @@ from simulator.units import Seconds
 _MEGATRON = {
     "cpu_launch_s": 0.0,
     "swiglu_saved": 3,
+    "eager_kernels": False,
     "eager_norms": False,
     "loss_bytes_per_logit": 6.0,
     "grad_accumulation": "fused",
@@ -78,6 +84,7 @@ _FSDP_EAGER = {
     **_MEGATRON,
     "cpu_launch_s": 5e-6,
     "swiglu_saved": 4,
+    "eager_kernels": True,
     "loss_bytes_per_logit": 12.0,
     "grad_accumulation": "add",
 }
@@ -114,7 +121,11 @@ class FrameworkConfig(Frozen):
     - ``cpu_launch_s``: CPU time to issue one kernel (s); a block of kernels takes at least
       its kernels' count times this when the GPU outruns the CPU;
     - ``swiglu_saved``: ffn-sized tensors a SwiGLU MLP keeps for backward (3 fused, 4 eager);
-    - ``eager_norms``: norms keep an fp32 copy of their input (4 B per value) for backward;
+    - ``eager_kernels``: rotary embedding, SwiGLU and the loss run as eager PyTorch's
+      separate kernels (3 per rotated tensor, 2 for SwiGLU, a cast and a log-softmax for the
+      loss), each reading and writing HBM, instead of one fused kernel each;
+    - ``eager_norms``: RMSNorm runs as eager PyTorch's kernels (8 forward, 12 backward, several
+      in fp32) and keeps an fp32 copy of its input (4 B per value) for backward;
     - ``loss_bytes_per_logit``: bytes per logit (token x vocabulary / tp) at the loss's peak,
       the 4 B fp32 probabilities saved for backward included;
     - ``grad_accumulation``: "fused" into the wgrad GEMM, or an "add" kernel per micro-batch
@@ -128,6 +139,7 @@ class FrameworkConfig(Frozen):
     name: Literal["megatron", "fsdp-eager", "pytorch-eager", "fused"] = "megatron"
     cpu_launch_s: Annotated[Seconds, Field(ge=0, le=1e-3)] = 0.0
     swiglu_saved: Annotated[int, Field(ge=2, le=4)] = 3
+    eager_kernels: bool = False
     eager_norms: bool = False
     loss_bytes_per_logit: Annotated[Real, Field(ge=4, le=64)] = 6.0
     grad_accumulation: Literal["fused", "add"] = "fused"

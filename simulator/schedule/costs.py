@@ -111,7 +111,9 @@ def weight_cast_op(m: ModelConfig, layer: int, sh: Sharding, bytes_per_param: fl
 def layer_kernels(m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding) -> list[Op]:
     """The layer's ops in forward order (:func:`~simulator.model.ops.layer_ops`), led by
     autocast's weight cast when the framework casts fp32 weights each micro-batch."""
-    ops = layer_ops(m, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash)
+    ops = layer_ops(
+        m, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash, mb.eager_kernels, mb.eager_norms
+    )
     if mb.weight_cast_bytes:
         ops = [weight_cast_op(m, layer, sh, mb.weight_cast_bytes), *ops]
     return ops
@@ -171,7 +173,8 @@ def embedding_block(m: ModelConfig, mb: MicroBatch, sh: Sharding, cm: ComputeMod
 
 
 def head_block(m: ModelConfig, mb: MicroBatch, sh: Sharding, cm: ComputeModel) -> Block:
-    return Block.of(head_ops(m, mb.b, mb.s, sh, mb.act_bytes), cm)
+    ops = head_ops(m, mb.b, mb.s, sh, mb.act_bytes, mb.eager_kernels, mb.eager_norms)
+    return Block.of(ops, cm)
 
 
 def optimizer_seconds(

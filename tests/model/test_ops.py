@@ -141,3 +141,76 @@ def test_the_compute_model_times_each_pass_at_its_own_shape():
         assert bound == "compute"
         expected = flops / (cm.peak_flops * depth / (depth + 4096)) + cm.launch_s
         assert t == pytest.approx(expected, rel=1e-12)
+
+
+def test_flash_backward_runs_at_the_published_rate():
+    # FA3 paper Figs. 5-6, FlashAttention-2 on H100, head dim 128: backward / forward TFLOP/s
+    # 214/309 at 512 keys ... 322/370 at 16K; in between linear in log2(length)
+    from simulator.hardware import get_accelerator
+    from simulator.model.compute import LAUNCH_S, ComputeModel
+    from simulator.model.ops import flash_backward_ratio
+
+    assert flash_backward_ratio(512) == 0.69 and flash_backward_ratio(16384) == 0.87
+    assert flash_backward_ratio(128) == 0.69 and flash_backward_ratio(131072) == 0.87
+    assert flash_backward_ratio(2**11.5) == pytest.approx((0.80 + 0.84) / 2, rel=1e-12)
+    m = ModelConfig(name="llama3-8b")
+    cm = ComputeModel.for_accelerator(get_accelerator("H100"))
+    for s in (1024, 8192):
+        [flash] = [o for o in layer_ops(m, 0, 1, s) if o.kind == "attention"]
+        tf, bf = cm.op_timing(flash, "f")
+        tb, bb = cm.op_timing(flash, "b")
+        assert bf == bb == "compute"
+        # 2.5x the FLOPs at the ratio's share of the forward's rate
+        want = 2.5 / flash_backward_ratio(s)
+        assert (tb - LAUNCH_S) / (tf - LAUNCH_S) == pytest.approx(want, rel=1e-12)
+    [plain] = [o for o in layer_ops(m, 0, 1, 4096, flash=False) if o.kind == "attention"]
+    assert plain.b_efficiency == 1.0  # materialised scores: plain GEMMs
+
+
+def _bytes(ops, names):
+    chosen = [o for o in ops if any(o.name.startswith(n) for n in names)]
+    return sum(o.f_bytes for o in chosen), sum(o.b_bytes for o in chosen), chosen
+
+
+def test_eager_kernels_move_what_the_reference_code_moves():
+    # Llama 3 8B, one 4,096-token sequence, bf16 (e = 2 B): per value, eager rotary moves
+    # e+4 (cast up) + 8 (complex multiply) + 4+e (cast down) = 20 B each way against a fused
+    # kernel's 4; eager SwiGLU 2e + 3e = 10 B forward, 3 x 3e + ... = 18 B backward (fused:
+    # 6 and 12); eager RMSNorm 36 B forward, 76 B backward per hidden value (fused: 4 and 8)
+    m = ModelConfig(name="llama3-8b")
+    tokens = 4096
+    fused = layer_ops(m, 0, 1, tokens)
+    eager = layer_ops(m, 0, 1, tokens, eager=True, eager_norms=True)
+    rotated = tokens * (32 + 8) * 128
+    f, b, kernels = _bytes(eager, ["rope_"])
+    assert len(kernels) == 6 and f == b == 20 * rotated
+    ffn = tokens * 14336
+    f, b, kernels = _bytes(eager, ["mlp_silu", "mlp_swiglu"])
+    assert len(kernels) == 3 and f == 10 * ffn and b == 18 * ffn
+    [fused_swiglu] = [o for o in fused if o.name == "mlp_swiglu"]
+    assert (fused_swiglu.f_bytes, fused_swiglu.b_bytes) == (6 * ffn, 12 * ffn)
+    hidden = tokens * 4096
+    f, b, kernels = _bytes(eager, ["attention_norm"])
+    per_token = 4.0 * tokens  # the mean, eps and rsqrt act on one fp32 value per token
+    assert f == pytest.approx(36 * hidden + 6 * per_token, rel=1e-12)
+    assert b == pytest.approx(76 * hidden + 3 * per_token, rel=1e-12)
+    assert sum(1 for k in kernels if k.f_bytes) == 8
+    assert sum(1 for k in kernels if k.b_bytes) == 12
+    # GEMMs and the attention core do not change; a LayerNorm model keeps its fused norm
+    assert [o for o in eager if o.kind != "elementwise"] == [
+        o for o in fused if o.kind != "elementwise"
+    ]
+    gpt = ModelConfig(name="gpt3-175b", layers=1)
+    names = {o.name for o in layer_ops(gpt, 0, 1, 2048, eager=True, eager_norms=True)}
+    assert "attention_norm" in names and "mlp_gelu" in names
+
+
+def test_eager_loss_kernels():
+    # cross_entropy(logits.float()): cast (e + 4) and log-softmax (4 + 4) forward; NLL's
+    # gradient (4), log-softmax's (3 x 4) and the cast down (4 + e) backward, per logit
+    m = ModelConfig(name="llama3-8b")
+    logits = 4096 * m.vocab
+    f, b, kernels = _bytes(head_ops(m, 1, 4096, eager=True), ["loss"])
+    assert len(kernels) == 3
+    assert f == pytest.approx(14 * logits, rel=1e-12)
+    assert b == pytest.approx(22 * logits, rel=1e-12)

@@ -147,13 +147,14 @@ def test_first_stage_in_flight_activations(schedule, expected):
 def test_dualpipe_bubble_against_the_report():
     # DeepSeek-V3 report Table 2: (p/2 - 1)(T_F&B + T_B - 3 T_W), with T_F&B = T_F + T_B here
     # (one compute stream: the pair overlaps communication, not compute). The formula assumes
-    # the reverse direction's forward arrives in time; with T_B > T_F the end ranks wait a
-    # little longer (4% here, p = 4), hence 6%. The bubble is a ramp: it does not grow with m.
+    # the reverse direction's forward arrives in time and the ranks' passes to align; with
+    # T_B > T_F (flash attention's backward at its measured rate) the ranks' idle lands 6%
+    # from it here (p = 4), hence 8%. The bubble is a ramp: it does not grow with m.
     p = 4
     small = _stage_times(_run(_scenario("dualpipe", p, 8)), 8)
     large = _stage_times(_run(_scenario("dualpipe", p, 16)), 16)
     for rank, (idle, tf, tb, tw) in small.items():
-        assert idle == pytest.approx((p / 2 - 1) * ((tf + tb) + tb - 3 * tw), rel=0.06)
+        assert idle == pytest.approx((p / 2 - 1) * ((tf + tb) + tb - 3 * tw), rel=0.08)
         assert large[rank][0] == pytest.approx(idle, rel=0.06)
     one_f_one_b = _stage_times(_run(_scenario("1f1b", p, 8)), 8)
     assert max(i for i, *_ in small.values()) < 0.5 * min(i for i, *_ in one_f_one_b.values())

@@ -45,11 +45,13 @@ number below is the source's, none is fitted to a validation row):
     value more than a fused norm; autocast casts every fp32 weight to bf16 once per micro-batch
     forward (read 4 B + write 2 B) and the bf16 weight gradient back to fp32 (2 + 4 B)
     (aten/src/ATen/autocast_mode.cpp ``cached_cast``; the cache clears when the autocast region
-    exits); ``.grad`` accumulates over the full gradient; the caching allocator's fragmentation
-    (1 - allocated / reserved) is taken as 15%, so reserved = allocated / 0.85: GMLake (ASPLOS
-    2024) removes 15% of fragmentation on average (up to 33%) across eight LLMs on A100-80GB
-    against PyTorch's allocator, in fine-tuning with recompute, offload and LoRA - the only
-    public figure, and a lower bound of what was there.
+    exits); ``.grad`` accumulates over the full gradient; ``torch.optim.AdamW`` runs its default
+    multi-tensor ("foreach") implementation on CUDA, a pass over the state per op
+    (torch/optim/adamw.py; torchtitan and Megatron choose the fused kernel); the caching
+    allocator's fragmentation (1 - allocated / reserved) is taken as 15%, so reserved =
+    allocated / 0.85: GMLake (ASPLOS 2024) removes 15% of fragmentation on average (up to 33%)
+    across eight LLMs on A100-80GB against PyTorch's allocator, in fine-tuning with recompute,
+    offload and LoRA - the only public figure, and a lower bound of what was there.
 ``fused`` - a compiled or fully fused stack (torch.compile with CUDA graphs, TE everywhere):
     Megatron's saved tensors and loss, no CPU launch cost (graphs replay without the CPU); in
     what is modelled it coincides with ``megatron``, whose launches are taken as hidden behind
@@ -77,6 +79,7 @@ _MEGATRON = {
     "eager_norms": False,
     "loss_bytes_per_logit": 6.0,
     "grad_accumulation": "fused",
+    "optimizer": "fused",
     "weight_casts": False,
     "allocator_reserve": 0.0,
 }
@@ -94,6 +97,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     "pytorch-eager": {
         **_FSDP_EAGER,
         "eager_norms": True,
+        "optimizer": "foreach",
         "weight_casts": True,
         "allocator_reserve": 0.15,
     },
@@ -130,6 +134,8 @@ class FrameworkConfig(Frozen):
       the 4 B fp32 probabilities saved for backward included;
     - ``grad_accumulation``: "fused" into the wgrad GEMM, or an "add" kernel per micro-batch
       after the first;
+    - ``optimizer``: the Adam step as one "fused" pass over the state, or PyTorch's
+      "foreach" multi-tensor kernels, a pass per op (about 80 B per parameter in fp32);
     - ``weight_casts``: autocast casts fp32 weights per micro-batch (only with fp32 weights);
     - ``allocator_reserve``: the caching allocator's fragmentation, 1 - allocated / reserved
       (so reserved = allocated / (1 - reserve));
@@ -143,6 +149,7 @@ class FrameworkConfig(Frozen):
     eager_norms: bool = False
     loss_bytes_per_logit: Annotated[Real, Field(ge=4, le=64)] = 6.0
     grad_accumulation: Literal["fused", "add"] = "fused"
+    optimizer: Literal["fused", "foreach"] = "fused"
     weight_casts: bool = False
     allocator_reserve: Annotated[Real, Field(ge=0, lt=0.9)] = 0.0
     runtime_bytes: Annotated[Real, Field(ge=0, le=1e12)] = RUNTIME_BYTES

@@ -183,10 +183,26 @@ def optimizer_seconds(
     param_bytes: float,
     state_bytes_per_param: float,
     cm: ComputeModel,
+    implementation: str = "fused",
 ) -> float:
-    """A fused optimizer step over ``params`` parameters: memory-bound. It reads the gradient
-    and the optimizer state and writes the state back and the low-precision parameters."""
-    moved = params * (grad_bytes + 2 * state_bytes_per_param + param_bytes)
+    """An optimizer step over ``params`` parameters: memory-bound.
+
+    ``fused``: one pass that reads the gradient and the optimizer state and writes the state
+    back and the low-precision parameters. ``foreach``: PyTorch's multi-tensor AdamW
+    (torch/optim/adamw.py ``_multi_tensor_adamw``, PyTorch's default on CUDA), one pass per
+    op over fp32 weights ``w`` and moments ``s`` (4 B each) and gradients ``g``: weight decay
+    (2w), ``lerp_`` of m (2s + g), ``mul_`` and ``addcmul_`` of v (2s; 2s + g), ``sqrt``
+    into a new fp32 tensor (s + 4), ``div_`` and ``add_`` of it (8; 8), ``addcdiv_`` of the
+    weights (2w + s + 4): 4w + 2g + 8s + 24 B per parameter; a master copy beyond the
+    parameters is cast back to them (4 + the parameter's bytes)."""
+    if implementation == "foreach":
+        w = s = 4.0
+        moved = 4 * w + 2 * grad_bytes + 8 * s + 24
+        if state_bytes_per_param > 2 * s:  # a master copy beside the moments
+            moved += w + param_bytes
+        moved *= params
+    else:
+        moved = params * (grad_bytes + 2 * state_bytes_per_param + param_bytes)
     return moved / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s
 
 

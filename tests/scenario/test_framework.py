@@ -180,3 +180,56 @@ def test_embedding_and_output_layer_gradients_accumulate_too():
         params = sum(plan.params_of(key))
         add = 3 * plan.grad_bytes_per_param * params / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s
         assert durations[1] - durations[0] == pytest.approx(add, rel=1e-9), name
+
+
+def _optimizer_task(s):
+    step = build_step(build_plan(s), api.compute_model_of(s))
+    return next(t for t in step.graph.tasks if t.name == "optimizer" and t.rank == 0)
+
+
+@pytest.mark.parametrize(("precision", "master"), [("torch-amp", False), ("zero-mixed", True)])
+def test_foreach_adamw_passes_over_the_state_per_op(precision, master):
+    # torch.optim.AdamW's multi-tensor step over fp32 weights w, moments s (4 B) and grads g:
+    # 4w + 2g + 8s + 24 B per parameter (weight decay, lerp, mul, addcmul, sqrt, div, add,
+    # addcdiv), + 4 + p to cast a master copy back to the parameters; fused: g + 2k + p
+    eager = _scenario(
+        "{name: pytorch-eager, eager_kernels: false, eager_norms: false}", precision=precision
+    )
+    fused = _scenario(
+        "{name: pytorch-eager, eager_kernels: false, eager_norms: false, optimizer: fused}",
+        precision=precision,
+    )
+    assert eager.framework.optimizer == "foreach"
+    plan = build_plan(eager)
+    cm = api.compute_model_of(eager)
+    params = plan.stages[0].dense_params + plan.stages[0].expert_params
+    g, p, k = plan.grad_bytes_per_param, plan.param_bytes_per_param, plan.optimizer_bytes_per_param
+    per_param = 4 * 4 + 2 * g + 8 * 4 + 24 + ((4 + p) if master else 0.0)
+    hbm = cm.hbm_Bps * cm.mem.e_mem
+    assert _optimizer_task(eager).duration_s == pytest.approx(
+        params * per_param / hbm + cm.launch_s, rel=1e-9
+    )
+    assert _optimizer_task(fused).duration_s == pytest.approx(
+        params * (g + 2 * k + p) / hbm + cm.launch_s, rel=1e-9
+    )
+    # fp32 AdamW (torch-amp): 80 B per parameter foreach against 28 fused
+    if precision == "torch-amp":
+        assert per_param == 80 and g + 2 * k + p == 4 + 16 + 6
+
+
+def _kernel_names(framework):
+    s = _scenario(framework)
+    s = s.model_copy(update={"simulation": s.simulation.model_copy(update={"kernel_tasks": True})})
+    return {t.name for t in build_step(build_plan(s), api.compute_model_of(s)).graph.tasks}
+
+
+def test_eager_presets_run_eager_kernels():
+    # with one task per kernel the eager presets' rotary and SwiGLU kernels show by name (the
+    # loss stays one task: kernel tasks split the layers)
+    assert not FrameworkConfig().eager_kernels
+    fused, eager = _kernel_names("megatron"), _kernel_names("fsdp-eager")
+    assert {"rope", "mlp_swiglu"} <= fused
+    assert {"rope_q_float", "rope_k_type_as", "mlp_silu", "mlp_swiglu_mul"} <= eager
+    assert not {"rope", "mlp_swiglu"} & eager
+    assert "attention_norm" in eager  # fsdp-eager keeps fused norms (module docstring)
+    assert "attention_norm_pow" in _kernel_names("pytorch-eager")

@@ -79,6 +79,7 @@ _MEGATRON = {
     "eager_norms": False,
     "loss_bytes_per_logit": 6.0,
     "grad_accumulation": "fused",
+    "tp_async_allreduce": False,
     "optimizer": "fused",
     "weight_casts": False,
     "allocator_reserve": 0.0,
@@ -134,6 +135,10 @@ class FrameworkConfig(Frozen):
       the 4 B fp32 probabilities saved for backward included;
     - ``grad_accumulation``: "fused" into the wgrad GEMM, or an "add" kernel per micro-batch
       after the first;
+    - ``tp_async_allreduce``: Megatron-LM's ``async_tensor_model_parallel_allreduce``: a
+      column-parallel linear all-reduces its input gradient while it computes its weight
+      gradient (without sequence parallelism; with it the overlap of the reduce-scatter is
+      not modelled);
     - ``optimizer``: the Adam step as one "fused" pass over the state, or PyTorch's
       "foreach" multi-tensor kernels, a pass per op (about 80 B per parameter in fp32);
     - ``weight_casts``: autocast casts fp32 weights per micro-batch (only with fp32 weights);
@@ -149,6 +154,7 @@ class FrameworkConfig(Frozen):
     eager_norms: bool = False
     loss_bytes_per_logit: Annotated[Real, Field(ge=4, le=64)] = 6.0
     grad_accumulation: Literal["fused", "add"] = "fused"
+    tp_async_allreduce: bool = False
     optimizer: Literal["fused", "foreach"] = "fused"
     weight_casts: bool = False
     allocator_reserve: Annotated[Real, Field(ge=0, lt=0.9)] = 0.0

@@ -36,7 +36,7 @@ class GraphBuilder:
     algorithms: dict[tuple, str | None] = field(default_factory=dict)
     w_task: dict[tuple, int] = field(default_factory=dict)  # (rank, key, micro-batch) -> W
     layer_costs: dict = field(default_factory=dict)  # layer -> LayerCost (memo)
-    weight_blocks: dict = field(default_factory=dict)  # layer -> its weight-gradient Block
+    weight_blocks: dict = field(default_factory=dict)  # (layer, part) -> weight-gradient Block
     accumulating: set = field(default_factory=set)  # (rank, layer) with a gradient already
 
     def task(

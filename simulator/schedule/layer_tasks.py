@@ -196,6 +196,51 @@ def _recompute(b, rank, layer, j, cost: LayerCost, deps, tag) -> Emitter:
     return list(deps)
 
 
+def async_tp(b: GraphBuilder, layer: int) -> bool:
+    """Whether ``layer``'s backward runs Megatron-LM's asynchronous tensor-parallel all-reduce
+    (``framework.tp_async_allreduce``): with TP and without sequence parallelism, context
+    parallelism, routed experts or ZeRO-3 (Megatron shards at most the optimizer), in a
+    schedule that keeps W with B."""
+    plan = b.plan
+    return (
+        plan.scenario.framework.tp_async_allreduce
+        and plan.grid.tp > 1
+        and plan.scenario.parallelism.zero < 3
+        and not plan.sharding.sp
+        and plan.grid.cp == 1
+        and not plan.schedule.split_backward
+        and cost_of(b, layer).experts is None
+    )
+
+
+def layer_backward_async(b, rank, layer, j, deps, tag, weight_grad) -> Emitter:
+    """``layer``'s backward as Megatron-LM runs it with ``async_tensor_model_parallel_allreduce``:
+    each column-parallel linear (the MLP's first, attention's QKV) launches the all-reduce of
+    its input gradient and computes its weight gradient while it runs, so the MLP's weight
+    gradient overlaps the first all-reduce and attention's the second. ``weight_grad(part,
+    deps)`` adds the "ffn" or "attention" weight-gradient task; the returned dependency is
+    the second all-reduce (what the layer below needs)."""
+    cost = cost_of(b, layer)
+    kw = {"phase": "input_grad", "layer": layer, "microbatch": j}
+    rc = b.plan.scenario.parallelism.recompute
+    transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
+    last = yield from _recompute(b, rank, layer, j, cost, list(deps), tag)
+    mlp = yield from compute(b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "b", last, **kw)
+    reduce_mlp = tp_comm(b, rank, "all_reduce", tag + ("ba",), [mlp], **kw)
+    weight_grad("ffn", [mlp])
+    remote = yield from compute(
+        b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "b",
+        [reduce_mlp], **kw,
+    )  # fmt: skip
+    local = yield from compute(
+        b, rank, "attention", cost.attn_local, cost.ops_of("attn_local"), "b", [remote],
+        mem_free=transient, **kw,
+    )  # fmt: skip
+    reduce_attn = tp_comm(b, rank, "all_reduce", tag + ("bm",), [local], **kw)
+    weight_grad("attention", [local])
+    return [reduce_attn]
+
+
 def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
     """Input-gradient tasks of ``layer``, recomputing first if asked: the forward's tasks in
     reverse, each collective replaced by its backward twin."""
@@ -236,27 +281,38 @@ def accumulation(b: GraphBuilder, rank: int, layer: int | str) -> Block | None:
     return grad_accumulate_block(plan.accumulated_params(layer), plan.grad_bytes_per_param, b.cm)
 
 
+WEIGHT_PARTS = {
+    "all": ("attn_local", "attn_remote", "ffn", "experts"),
+    "ffn": ("ffn", "experts"),
+    "attention": ("attn_local", "attn_remote"),
+}
+
+
 def layer_weight_grad(
-    b: GraphBuilder, rank: int, layer: int, j: int, deps, mem_alloc: float = 0.0
+    b: GraphBuilder, rank: int, layer: int, j: int, deps, mem_alloc: float = 0.0, part="all"
 ) -> int:
-    """``layer``'s weight gradient; it releases the layer's activations and may take
-    ``mem_alloc`` bytes (ZeRO-3: the unit's unsharded gradient)."""
+    """``layer``'s weight gradient, or ``part`` of it ("ffn" or "attention", when the
+    backward splits it: :func:`layer_backward_async`); the whole layer's (or the attention
+    part's, which comes last) releases the layer's activations and may take ``mem_alloc``
+    bytes (ZeRO-3: the unit's unsharded gradient)."""
     cost = cost_of(b, layer)
-    block = b.weight_blocks.get(layer)
+    names = WEIGHT_PARTS[part]
+    block = b.weight_blocks.get((layer, part))
     if block is None:
-        block = cost.attn_local + cost.attn_remote + cost.ffn + (cost.experts or Block())
-        b.weight_blocks[layer] = block
+        block = sum((getattr(cost, n) or Block() for n in names), Block())
+        b.weight_blocks[(layer, part)] = block
     parts = ()
     if b.plan.scenario.simulation.kernel_tasks:
-        names = ("attn_local", "attn_remote", "ffn", "experts")
         parts = tuple(p for n in names for p in cost.ops_of(n))
-    add = accumulation(b, rank, layer)
+    add = accumulation(b, rank, layer) if part != "ffn" else None
     if add is not None:  # eager frameworks add each later micro-batch's gradient in
         block = block + add
         parts = parts + (("grad_accumulate", add),) if parts else ()
+    last = part != "ffn"
     emit = compute(
-        b, rank, "weight_grad", block, parts, "w", deps, mem_alloc=mem_alloc,
-        mem_free=cost.act_kept, phase="weight_grad", layer=layer, microbatch=j,
+        b, rank, "weight_grad", block, parts, "w", deps, mem_alloc=mem_alloc if last else 0.0,
+        mem_free=cost.act_kept if last else 0.0, phase="weight_grad", layer=layer,
+        microbatch=j,
     )  # fmt: skip
     try:  # not paused: a weight gradient is slotted in whole
         while True:

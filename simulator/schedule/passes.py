@@ -24,7 +24,9 @@ from simulator.schedule.builder import Dep, GraphBuilder
 from simulator.schedule.costs import embedding_block, head_block
 from simulator.schedule.layer_tasks import (
     accumulation,
+    async_tp,
     layer_backward,
+    layer_backward_async,
     layer_forward,
     layer_weight_grad,
 )
@@ -118,10 +120,19 @@ def backward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
     for layer in reversed(chunk.layers):
         unit = st.unit_of[layer]
         extra = [gathers.at_unit_start(unit)] if layer == unit[-1] else []
-        last = yield from layer_backward(b, rank, layer, j, last + extra, (layer, c, j))
         unit_done = layer == unit[0]
-        if not split:
-            last = [weight_grad(b, st, layer, j, last, reduce=not (post and unit_done))]
+        reduce = not (post and unit_done)
+        if async_tp(b, layer):  # the weight gradients run beside the TP all-reduces
+
+            def w(part, deps, layer=layer, reduce=reduce):
+                return weight_grad(b, st, layer, j, deps, reduce=reduce, part=part)
+
+            tag = (layer, c, j)
+            last = yield from layer_backward_async(b, rank, layer, j, last + extra, tag, w)
+        else:
+            last = yield from layer_backward(b, rank, layer, j, last + extra, (layer, c, j))
+            if not split:
+                last = [weight_grad(b, st, layer, j, last, reduce=reduce)]
         if unit_done:
             if split and dp.fsdp_sharded(b):  # W needs no parameters: release them after B
                 free = dp.gathered_bytes(b, unit)
@@ -281,13 +292,16 @@ def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
 
 
 def weight_grad(
-    b: GraphBuilder, st: RankState, layer: int, j: int, deps, reduce: bool = True
+    b: GraphBuilder, st: RankState, layer: int, j: int, deps, reduce: bool = True, part="all"
 ) -> int:
-    """A layer's weight gradient; the last of an FSDP unit reduce-scatters the unit (unless
-    ``reduce`` is False: the caller does, after prefetching)."""
+    """A layer's weight gradient (or ``part`` of it: :func:`layer_weight_grad`); the last of
+    an FSDP unit reduce-scatters the unit (unless ``reduce`` is False: the caller does, after
+    prefetching)."""
+    if part == "ffn":  # the first part: the rest below waits for the attention part
+        return layer_weight_grad(b, st.rank, layer, j, deps, part=part)
     unit = st.unit_of[layer]
     grad = dp.unsharded_grad_bytes(b, unit) if layer == unit[-1] else 0.0  # the unit's first W
-    w = layer_weight_grad(b, st.rank, layer, j, deps, mem_alloc=grad)
+    w = layer_weight_grad(b, st.rank, layer, j, deps, mem_alloc=grad, part=part)
     b.w_task[(st.rank, layer, j)] = w
     if layer == unit[0] and reduce:  # the unit's last weight gradient in backward order
         split = b.plan.schedule.split_backward  # then B already released the parameters

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from simulator.collectives import nccl_tuning
-from simulator.collectives.efficiency import ALGORITHM_EFFICIENCY
 from simulator.collectives.plan import CollectivePlan, Kind, Node, Phase, Transfer
+from simulator.plan import nccl_tuning
+from simulator.plan.nccl_tuning import ALGORITHM_EFFICIENCY
 
 
 @dataclass(frozen=True)
@@ -287,7 +287,7 @@ def plan_collective(
 
     ``algorithm`` None picks ring (direct for all-to-all and send/recv). ``bus_Bps`` (B/s), the
     bandwidth of the slowest link a hop of the group crosses, lets the plan pick the protocol
-    NCCL's tuning model predicts fastest for the size (:mod:`~simulator.collectives.nccl_tuning`);
+    NCCL's tuning model predicts fastest for the size (:mod:`~simulator.plan.nccl_tuning`);
     without it the plan runs Simple. ``protocol`` forces one (LL and LL128 need ``bus_Bps`` for
     their bandwidth caps). The plan's efficiency is the algorithm's times the protocol's share
     of Simple's bandwidth, and it carries NCCL's per-collective base latency. With

@@ -1,23 +1,24 @@
 """Which collective algorithm each communication group uses, as NCCL's tuner would choose.
 
-NCCL picks an algorithm per call from a cost model of latency and bandwidth (``tuning.cc``):
-NVLink SHARP (NVLS) for all-reduce inside an NVSwitch domain that supports it (Hopper and
-later), rings for large messages across hosts, double binary trees where a ring's ``2(n-1)``
-latency steps would dominate (many ranks, small buffers). We compare the closed-form times
-of ring and tree with the links' own bandwidth and latency (DESIGN.md's ring formula; a tree
-moves S each way through ``2 log2 n`` levels at NCCL's tree efficiency) and take the faster.
-A scenario can force an algorithm per stream (``parallelism.collectives``).
+NCCL picks an algorithm and a protocol per call from its cost model (``tuning.cc``): NVLink
+SHARP (NVLS) for all-reduce inside an NVSwitch domain that supports it (Hopper and later),
+rings for large messages across hosts, double binary trees where a ring's ``2(n-1)`` latency
+steps would dominate (many ranks, small buffers). Across hosts we compare, as NCCL does, the
+predicted time of ring and tree each with its fastest protocol (LL, LL128, Simple:
+:func:`simulator.plan.nccl_tuning.fastest_protocol`, NCCL 2.20.3's latencies and bandwidths,
+for one GPU's network bandwidth). Inside a node NVLS (Simple only) against the ring is
+decided by bytes moved: ``S (n+1)/n`` each way at NVLS's efficiency against the ring's
+``2 (n-1)/n S`` - the intra-node latencies are microseconds against the milliseconds of the
+TP buffers this decides. A scenario can force an algorithm per stream
+(``parallelism.collectives``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-# NCCL tuning.cc, as simulator.collectives.efficiency applies them: tree bus bandwidth x 0.92,
-# NVLS x 0.85 (Hopper's nvlsEfficiency).
-TREE_EFFICIENCY = 0.92
-NVLS_EFFICIENCY = 0.85
+from simulator.plan.nccl_tuning import ALGORITHM_EFFICIENCY, fastest_protocol
+
 NVLS_KINDS = ("all_reduce",)
 
 
@@ -41,16 +42,6 @@ def hosts_spanned(group: tuple[int, ...], facts: NetworkFacts) -> int:
     return len({r // facts.gpus_per_host for r in group})
 
 
-def ring_seconds(n: int, size: float, bw: float, lat: float) -> float:
-    """Uncongested ring all-reduce: 2(n-1)/n S/B + 2(n-1) latency (DESIGN.md)."""
-    return 2 * (n - 1) / n * size / bw + 2 * (n - 1) * lat
-
-
-def tree_seconds(n: int, size: float, bw: float, lat: float) -> float:
-    """Double binary tree all-reduce, pipelined: S up and S down, 2 ceil(log2 n) levels."""
-    return 2 * size / (bw * TREE_EFFICIENCY) + 2 * math.ceil(math.log2(n)) * lat
-
-
 def choose_algorithm(
     kind: str, group: tuple[int, ...], size: float, facts: NetworkFacts | None
 ) -> str | None:
@@ -61,13 +52,14 @@ def choose_algorithm(
     hosts = hosts_spanned(group, facts)
     n = len(group)
     if hosts == 1:
-        # NVLS moves S (n+1)/n each way at 0.85 efficiency, a ring 2 (n-1)/n S: NVLS from 4 up
-        nvls_wins = (n + 1) / NVLS_EFFICIENCY < 2 * (n - 1)
+        # NVLS moves S (n+1)/n each way at its efficiency, a ring 2 (n-1)/n S: NVLS from 4 up
+        nvls_wins = (n + 1) / ALGORITHM_EFFICIENCY["nvls"] < 2 * (n - 1)
         return "nvls" if facts.nvls and kind in NVLS_KINDS and nvls_wins else None
     if kind != "all_reduce" or facts.torus:
         return None
-    bw, lat = facts.inter_Bps, facts.inter_latency_s
-    return "tree" if tree_seconds(n, size, bw, lat) < ring_seconds(n, size, bw, lat) else None
+    ring = fastest_protocol(kind, "ring", n, hosts, size, facts.inter_Bps)[1]
+    tree = fastest_protocol(kind, "tree", n, hosts, size, facts.inter_Bps)[1]
+    return "tree" if tree < ring else None
 
 
 IMPLEMENTS = {

@@ -9,8 +9,8 @@ import pytest
 
 from simulator.collectives import choose_protocol, nccl_time, plan_collective
 from simulator.collectives.algorithms import Locality
-from simulator.collectives.nccl_tuning import fastest_protocol
 from simulator.engine import NetworkModel, run_taskgraph, time_collective
+from simulator.plan.nccl_tuning import fastest_protocol
 from simulator.schedule import CommSpec, Task, TaskGraph
 from simulator.topology.nvswitch import nvswitch_topology
 

@@ -3,13 +3,8 @@
 import pytest
 
 from simulator import api
-from simulator.plan.collective_choice import (
-    NetworkFacts,
-    algorithm_for,
-    choose_algorithm,
-    ring_seconds,
-    tree_seconds,
-)
+from simulator.plan.collective_choice import NetworkFacts, algorithm_for, choose_algorithm
+from simulator.plan.nccl_tuning import fastest_protocol
 from simulator.scenario import load_scenario_text
 
 HOPPER = NetworkFacts(gpus_per_host=8, nvls=True, inter_Bps=50e9, inter_latency_s=5e-6)
@@ -28,11 +23,29 @@ def test_nvls_inside_a_node_from_four_ranks():
 def test_trees_where_ring_latency_dominates():
     group = tuple(range(0, 16384, 8))  # one GPU per node, 2,048 nodes
     small, large = 25e6, 8e9
-    assert ring_seconds(2048, small, 50e9, 5e-6) > tree_seconds(2048, small, 50e9, 5e-6)
+    # NCCL's model (its fastest protocol each): 2,048 ring steps of network latency against
+    # 2 log2(2,048) tree levels
+    ring = fastest_protocol("all_reduce", "ring", 2048, 2048, small, 50e9)[1]
+    tree = fastest_protocol("all_reduce", "tree", 2048, 2048, small, 50e9)[1]
+    assert ring > 2 * tree
     assert choose_algorithm("all_reduce", group, small, HOPPER) == "tree"
     two_nodes = (0, 8)
     assert choose_algorithm("all_reduce", two_nodes, large, HOPPER) is None  # ring
     assert choose_algorithm("reduce_scatter", group, small, HOPPER) is None
+
+
+def test_the_choice_follows_nccls_predicted_times_with_protocols():
+    # across 16 nodes (one GPU each): a tree for small buffers, whose LL protocol beats the
+    # ring's 30 steps of latency, a ring for large ones (the tree's 0.92 and its halved
+    # algorithm bandwidth); the switch is where NCCL's model says the two cross
+    group = tuple(range(0, 128, 8))
+    sizes = [2.0**k for k in range(10, 34)]
+    chosen = [choose_algorithm("all_reduce", group, s, HOPPER) for s in sizes]
+    for s, c in zip(sizes, chosen, strict=True):
+        ring = fastest_protocol("all_reduce", "ring", 16, 16, s, 50e9)[1]
+        tree = fastest_protocol("all_reduce", "tree", 16, 16, s, 50e9)[1]
+        assert c == ("tree" if tree < ring else None), s
+    assert chosen[0] == "tree" and chosen[-1] is None
 
 
 def test_forced_algorithms_apply_where_they_can():

@@ -15,7 +15,7 @@ plain data with a fence per chunk. NCCL's model rates their bus bandwidth agains
   ``llMaxBw``; ring LL128: ``0.92 B`` (0.7 below 2 GPUs per node), capped at
   ``nChannels x perChMaxRingLL128Bw``;
 - tree Simple ``min(0.92 B, nChannels x perChMaxTreeBw)`` (the 0.92 is the tree's
-  :data:`~simulator.collectives.efficiency.ALGORITHM_EFFICIENCY`), tree LL that / 3.8 capped at
+  :data:`ALGORITHM_EFFICIENCY`), tree LL that / 3.8 capped at
   ``llMaxBw``, tree LL128 that x 7/9 (one node) or 120/128 (several), capped at
   ``nChannels x perChMaxTreeLL128Bw``;
 - NVLS: Simple only.
@@ -33,6 +33,14 @@ network latency (``latencyInter`` 0), LL128 enabled (NVLink, same compute capabi
 ``nChannels`` = ceil(B / 20.6 GB/s): NCCL's channels each carry at most one NVLink's bandwidth
 on Hopper (``SM90_NVLINK_BW``, topo.h). With that channel count the per-channel caps of LL128
 and trees never bind (36.7 GB/s per channel > 0.92 x 20.6); ``llMaxBw`` does.
+
+Each algorithm's own loss in its Simple protocol (:data:`ALGORITHM_EFFICIENCY`; tuning.cc,
+NCCL 2.19-2.23): ring none; tree ``busBw *= .92``; NVLS ``nvlsEfficiency`` 0.85 on Hopper
+(Blackwell 0.74; Hopper's is applied, as collectives do not know the accelerator
+generation); direct and halving-doubling point-to-point puts, taken as 1.0 (no NCCL figure).
+Link-level payload efficiency (NVLink packets, InfiniBand headers) is the link's, on the
+topology's edges. The module sits in ``plan`` because the plan chooses algorithms by this
+model (:mod:`simulator.plan.collective_choice`) and the collectives apply it.
 
 >>> nccl_time("all_reduce", "ring", "LL", 8, 1, 1024, 360e9) * 1e6  # doctest: +ELLIPSIS
 15.02...
@@ -72,6 +80,15 @@ TREE_CORRECTION = (
      1.0, 1.0),
     (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
 )  # fmt: skip
+ALGORITHM_EFFICIENCY = {
+    "ring": 1.0,
+    "tree": 0.92,
+    "direct": 1.0,
+    "halving_doubling": 1.0,
+    "hierarchical": 1.0,
+    "torus": 1.0,
+    "nvls": 0.85,
+}
 TUNED = ("ring", "tree", "nvls")  # NCCL's algorithms among ours; others run Simple, no base
 
 

@@ -17,11 +17,11 @@ Conventions (DESIGN.md, Compute):
   bias_dropout_add_fusion); its mask is counted in memory, not as a kernel.
 
 Eager PyTorch runs some of these as several kernels, each reading and writing HBM
-(:func:`eager_rope_ops`, :func:`eager_swiglu_ops`, :func:`eager_rmsnorm_ops`,
-:func:`eager_loss_ops`): ``eager`` and ``eager_norms`` (the scenario's ``framework``) select
-them. Their bytes count one read of every input and one write of every output per kernel,
-from the reference code; a kernel that reads its input twice (a softmax over a long row) is
-counted once, so they are lower bounds.
+(:func:`eager_rope_ops`, :func:`eager_attention_copies`, :func:`eager_swiglu_ops`,
+:func:`eager_rmsnorm_ops`, :func:`eager_loss_ops`): ``eager`` and ``eager_norms`` (the
+scenario's ``framework``) select them. Their bytes count one read of every input and one
+write of every output per kernel, from the reference code; a kernel that reads its input
+twice (a softmax over a long row) is counted once, so they are lower bounds.
 
 Sharding is what one rank holds: ``tp`` splits heads and FFN columns, ``sp`` (sequence
 parallel) splits the elementwise work between the tensor-parallel ops over tokens, ``cp``
@@ -234,6 +234,28 @@ def eager_rope_ops(m: ModelConfig, tokens: float, shard: Sharding, act_bytes: fl
     return ops
 
 
+def eager_attention_copies(
+    m: ModelConfig, tokens: float, shard: Sharding, act_bytes: float
+) -> list[Op]:
+    """The layout copies around the attention core in the eager reference code (meta-llama
+    and torchtitan ``Attention``): ``repeat_kv`` materialises K and V for every query head
+    when keys are shared (GQA: read the key/value heads, write the query heads' worth; its
+    backward sums the repeats back), and ``output.transpose(1, 2).contiguous()`` copies the
+    attention output (read and write it; its gradient is copied back). Both are listed before
+    the attention core, so that the core stays what selective recompute repeats."""
+    if m.attention == "mla":
+        return []
+    e, d = act_bytes, m.d_head
+    q_vals = tokens * m.heads / shard.tp * d
+    kv_vals = tokens * m.n_kv_heads / shard.tp * d
+    ops = []
+    if m.n_kv_heads < m.heads:
+        repeat = 2 * e * (kv_vals + q_vals)  # K and V
+        ops.append(_kernel("attention_repeat_kv", repeat, repeat))
+    ops.append(_kernel("attention_out_contiguous", 2 * e * q_vals, 2 * e * q_vals))
+    return ops
+
+
 def eager_swiglu_ops(prefix: str, rows: float, ffn: float, act_bytes: float) -> list[Op]:
     """``silu(w1 x) * w3 x`` as two eager kernels (meta-llama and torchtitan ``FeedForward``):
     silu (read e, write e per ffn value) and the product (read 2e, write e); backward
@@ -317,8 +339,8 @@ def layer_ops(
     eager_norms: bool = False,
 ) -> list[Op]:
     """Every op of transformer layer ``layer`` for a micro-batch of ``b`` x ``s`` tokens;
-    ``eager``: rotary embedding and SwiGLU as eager PyTorch's kernels, ``eager_norms``: RMSNorm
-    too (module docstring)."""
+    ``eager``: rotary embedding, attention's layout copies and SwiGLU as eager PyTorch's
+    kernels, ``eager_norms``: RMSNorm too (module docstring)."""
     tokens = b * s / shard.cp
     sp_tokens = tokens / shard.tp if shard.sp else tokens  # elementwise work between TP ops
     h, e = m.hidden, act_bytes
@@ -331,6 +353,8 @@ def layer_ops(
     ops += attn[:-1]
     if m.position_embedding == "rope":
         ops += eager_rope_ops(m, tokens, shard, e) if eager else [rope_op(m, tokens, shard, e)]
+    if eager:
+        ops += eager_attention_copies(m, tokens, shard, e)
     ops += attention_core_op(m, b, s, shard, e, flash)
     ops += attn[-1:]
     ops.append(_elementwise("attention_residual", 2 * sp_tokens * h, sp_tokens * h, e))

@@ -196,6 +196,11 @@ def test_eager_kernels_move_what_the_reference_code_moves():
     assert b == pytest.approx(76 * hidden + 3 * per_token, rel=1e-12)
     assert sum(1 for k in kernels if k.f_bytes) == 8
     assert sum(1 for k in kernels if k.b_bytes) == 12
+    # GQA's repeat_kv writes K and V for all 32 heads from 8 (read 8, write 32 heads' worth,
+    # each way), the output's contiguous copy reads and writes the 32 heads' output
+    q, kv = tokens * 32 * 128, tokens * 8 * 128
+    f, b, kernels = _bytes(eager, ["attention_repeat_kv", "attention_out_contiguous"])
+    assert len(kernels) == 2 and f == b == 2 * 2 * (kv + q) + 2 * 2 * q
     # GEMMs and the attention core do not change; a LayerNorm model keeps its fused norm
     assert [o for o in eager if o.kind != "elementwise"] == [
         o for o in fused if o.kind != "elementwise"

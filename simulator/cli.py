@@ -406,7 +406,7 @@ def validate(
         typer.Option(
             "--group",
             help="megatron, megatron_table2, nccl, zero_bubble, throughput, llama3, zero, "
-            "korthikanti, layer_timing (repeatable; default all).",
+            "korthikanti, layer_timing, nvidia_h100 (repeatable; default all).",
         ),
     ] = None,
 ) -> None:

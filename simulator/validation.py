@@ -12,7 +12,8 @@ Rows (``scenarios/validation/published/rows.yaml`` and the tables in
   paper's ZB-1p / ZB-2p (rows the model cannot meet say why, in ``expected_miss``);
 - ZeRO Table 1: model-state memory per device, every cell, at the table's printed precision;
 - Korthikanti et al. 2022: activation memory per layer, formula by formula (22B model), and
-  Table 4's forward and backward time of one layer of that model on A100 (TP 8).
+  Table 4's forward and backward time of one layer of that model on A100 (TP 8);
+- NVIDIA's DGX Cloud benchmarking recipes: tokens/s per GPU of NeMo runs on H100 (BF16).
 
 Each row carries its tolerance; ``within`` says whether it is met.
 A row with ``expected_miss`` is shown but not counted as a failure: the reason says why the
@@ -286,16 +287,14 @@ def layer_timing_rows(spec: dict) -> list[dict]:
     return out
 
 
-def throughput_rows(spec: dict) -> list[dict]:
+def throughput_rows(spec: dict, group: str = "Public throughput") -> list[dict]:
     """Tokens per second per GPU of published runs, from the simulated step time."""
     out = []
     for r in spec["rows"]:
         s = api.load(PROJECT_ROOT / r["scenario"])
         summary = api.run(s).summary
         per_gpu = summary["tokens_per_s"] / s.num_gpus
-        row = _row(
-            "Public throughput", s.name, r["published"], per_gpu, spec["tolerance"], "tokens/s/GPU"
-        )
+        row = _row(group, s.name, r["published"], per_gpu, spec["tolerance"], "tokens/s/GPU")
         row["expected_miss"] = r.get("expected_miss", "")
         out.append(row)
     return out
@@ -329,6 +328,7 @@ GROUPS = (
     "zero",
     "korthikanti",
     "layer_timing",
+    "nvidia_h100",
 )
 
 
@@ -349,6 +349,7 @@ def validate(groups: list[str] | None = None) -> pd.DataFrame:
         "zero": zero_rows,
         "korthikanti": korthikanti_rows,
         "layer_timing": lambda: layer_timing_rows(spec["korthikanti_table4"]),
+        "nvidia_h100": lambda: throughput_rows(spec["nvidia_h100"], "NVIDIA H100 recipes (BF16)"),
     }
     chosen = [(n, make) for n, make in makers.items() if groups is None or n in groups]
     rows = []

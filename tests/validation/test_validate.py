@@ -19,7 +19,7 @@ from simulator.validation import summary_frame, validate
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 5 + 6 + 5 + 10 + 54 + 6 + 3 + 3 + 10
+    assert len(frame) == 5 + 6 + 5 + 10 + 54 + 6 + 3 + 3 + 10 + 3
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: ZB-2p's searched schedule
@@ -28,8 +28,10 @@ def test_every_row_within_tolerance():
     assert (failing["expected_miss"] != "").all(), failing.to_string()
     # 5 + the three public FSDP throughput rows, which the simulator overestimates by 16-31%
     # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory), + the
-    # Llama 3 16K-GPU row (-10.2%)
-    assert len(failing) <= 10
+    # Llama 3 16K-GPU row (-10.2%), + NVIDIA's Llama 3.1 8B H100 recipe (+14%)
+    assert len(failing) <= 11
+    nvidia = frame[frame["group"] == "NVIDIA H100 recipes (BF16)"]
+    assert nvidia["within"].sum() >= 2  # GPT-3 175B and Llama 3.1 70B within 10%
     layer = frame[frame["group"] == "Korthikanti Table 4 (layer time)"]
     assert layer["within"].all()  # every forward and backward time within 10%
     llama = frame[frame["group"] == "Llama 3 Table 4"].set_index("row")

@@ -265,7 +265,8 @@ def compute_model_of(scenario: Scenario) -> ComputeModel:
     cm = ComputeModel.for_accelerator(
         scenario.cluster.accelerator, scenario.precision.compute_dtype
     )
-    return replace(cm, cpu_launch_s=scenario.framework.cpu_launch_s)
+    fw = scenario.framework
+    return replace(cm, cpu_launch_s=fw.cpu_launch_s, flash_kernel=fw.flash_kernel)
 
 
 def layer_costs(scenario: Scenario, layer: int = 0) -> pd.DataFrame:
@@ -357,7 +358,8 @@ def build_step(
     if compute_model is None:
         cm = compute_model_of(s)
     else:  # the caller's kernel model, with the scenario framework's CPU cost per launch
-        cm = replace(compute_model, cpu_launch_s=s.framework.cpu_launch_s)
+        fw = s.framework
+        cm = replace(compute_model, cpu_launch_s=fw.cpu_launch_s, flash_kernel=fw.flash_kernel)
     pp = s.parallelism.pp
     steady = None
     if repeat:

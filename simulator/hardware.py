@@ -45,6 +45,8 @@ class Accelerator(BaseModel):
     source : where the figures come from.
     calibration : a folder of microbenchmarks measured on this device (``trainsim
         calibrate``); None uses the H200 curves scaled by this device's peaks.
+    architecture : the GPU generation ("ampere", "hopper", "blackwell"), where a kernel's
+        published speed depends on it (FlashAttention-2 on Hopper); "" when unknown.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -57,6 +59,7 @@ class Accelerator(BaseModel):
     scale_up_bandwidth_Bps: Bandwidth
     source: str = "user-defined"
     calibration: str | None = None
+    architecture: Literal["", "ampere", "hopper", "blackwell", "tpu"] = ""
 
     @field_validator("peak_flops_per_s")
     @classmethod
@@ -92,6 +95,7 @@ _CSV = "shared/validation/hardware_specs.csv"
 
 
 def _entry(name, kind, flops_tflops, hbm_bytes, hbm_GBps, scale_up_GBps_per_dir, source):
+    arch = "tpu" if kind == "tpu" else _ARCHITECTURE[name.split("-")[0]]
     return Accelerator(
         name=name,
         kind=kind,
@@ -100,9 +104,11 @@ def _entry(name, kind, flops_tflops, hbm_bytes, hbm_GBps, scale_up_GBps_per_dir,
         hbm_bandwidth_Bps=hbm_GBps * 1e9,
         scale_up_bandwidth_Bps=scale_up_GBps_per_dir * 1e9,
         source=source,
+        architecture=arch,
     )
 
 
+_ARCHITECTURE = {"A100": "ampere", "H100": "hopper", "H200": "hopper", "B200": "blackwell"}
 _AMPERE = {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0, "int8": 624.0}
 _HOPPER = {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9, "int8": 1978.9}
 _BLACKWELL = {

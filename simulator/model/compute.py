@@ -14,6 +14,7 @@ launch-and-event latency that training hides).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simulator.hardware import Accelerator
@@ -21,6 +22,44 @@ from simulator.model.calibration import GemmFit, MemFit, device_fits
 from simulator.model.ops import Op
 
 LAUNCH_S = 2e-6
+
+# FlashAttention-2 is written for Ampere (mma.sync) and leaves Hopper's tensor cores
+# (wgmma) idle: on H100 its causal forward reaches 180-335 TFLOP/s against FA3's and cuDNN's
+# 200-640 (FA3 paper, Shah et al. 2024, arXiv:2407.08608, Fig. 5, FA2 bars, causal, 16K tokens
+# per batch), while the GEMM-like efficiency this model gives other fused attention matches
+# FA3/cuDNN. PyTorch's scaled_dot_product_attention dispatches to it first on Hopper ("picks
+# its backend by a fixed priority that puts FlashAttention first. On Hopper the cuDNN
+# attention kernels are consistently 1.7-2.3x faster for training shapes",
+# huggingface/transformers#48163; torchtitan#1042: SDPA "dispatches
+# SDPBackend.FLASH_ATTENTION" on H100). TFLOP/s by head dim (64, 128, 256) and sequence length
+# (512 .. 16K), causal, as the paper counts FLOPs (the causal half, as this model does).
+FA2_HOPPER_CAUSAL_TFLOPS = {
+    64: ((512, 180), (1024, 229), (2048, 262), (4096, 284), (8192, 295), (16384, 299)),
+    128: ((512, 191), (1024, 260), (2048, 298), (4096, 319), (8192, 333), (16384, 335)),
+    256: ((512, 208), (1024, 251), (2048, 278), (4096, 293), (8192, 297), (16384, 298)),
+}
+FA2_HOPPER_PEAK = 989.4e12  # the H100's dense bf16 peak the figures are measured against
+
+
+def _log_interp(x: float, pts) -> float:
+    """``pts`` ((x, y), ...) linear in log2(x), the end values beyond them."""
+    if x <= pts[0][0]:
+        return pts[0][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+        if x <= x1:
+            t = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+            return y0 + t * (y1 - y0)
+    return pts[-1][1]
+
+
+def fa2_hopper_efficiency(seq_len: float, head_dim: float) -> float:
+    """FlashAttention-2's forward FLOP rate on a Hopper GPU as a fraction of its peak:
+    :data:`FA2_HOPPER_CAUSAL_TFLOPS` at ``seq_len`` keys, between the published head dims
+    linear in log2 of the head dim, over the H100's peak (a Hopper GPU of another peak - same
+    die, other clocks - keeps the fraction)."""
+    dims = sorted(FA2_HOPPER_CAUSAL_TFLOPS)
+    by_dim = [(d, _log_interp(seq_len, FA2_HOPPER_CAUSAL_TFLOPS[d])) for d in dims]
+    return _log_interp(head_dim, by_dim) * 1e12 / FA2_HOPPER_PEAK
 
 
 def gemm_shape(op: Op, phase: str) -> tuple[float, float, float]:
@@ -43,6 +82,8 @@ class ComputeModel:
     mem: MemFit
     launch_s: float = LAUNCH_S
     cpu_launch_s: float = 0.0  # CPU time to issue one kernel (framework.cpu_launch_s)
+    architecture: str = ""  # the GPU generation (Accelerator.architecture)
+    flash_kernel: str = "native"  # framework.flash_kernel: "native" or "fa2"
 
     @classmethod
     def for_accelerator(cls, acc: Accelerator, dtype: str = "bf16") -> ComputeModel:
@@ -52,7 +93,7 @@ class ComputeModel:
             gemm, mem = device_fits(acc.calibration, acc.peak("bf16"), acc.hbm_bandwidth_Bps)
         else:
             gemm, mem = device_fits("h200")
-        return cls(acc.peak(dtype), acc.hbm_bandwidth_Bps, gemm, mem)
+        return cls(acc.peak(dtype), acc.hbm_bandwidth_Bps, gemm, mem, architecture=acc.architecture)
 
     def op_seconds(self, op: Op, phase: str) -> float:
         """Seconds of ``op`` in ``phase`` ("f", "b" or "w"); 0 when it has no work there."""
@@ -68,7 +109,11 @@ class ComputeModel:
         t_mem = moved / (self.hbm_Bps * self.mem.e_mem)
         if op.kind in ("gemm", "attention") and op.gemm_mnk is not None:
             m, n, k = gemm_shape(op, phase)
-            e = self.gemm.efficiency(m, n, k) * (op.b_efficiency if phase == "b" else 1.0)
+            if op.flash and self.flash_kernel == "fa2" and self.architecture == "hopper":
+                e = fa2_hopper_efficiency(n, k)  # n keys, k head dim
+            else:
+                e = self.gemm.efficiency(m, n, k)
+            e *= op.b_efficiency if phase == "b" else 1.0
             t_flops = flops / (self.peak_flops * e)
         else:
             t_flops = 0.0  # elementwise FLOPs hide under their memory traffic

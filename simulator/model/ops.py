@@ -77,6 +77,7 @@ class Op:
     gemm_mnk: tuple[float, float, float] | None = None
     copies: float = 1.0
     b_efficiency: float = 1.0  # the input gradient's FLOP rate / the forward's (fused kernels)
+    flash: bool = False  # a fused (flash) attention kernel, whose speed is its implementation's
 
     @property
     def flops(self) -> float:
@@ -167,7 +168,7 @@ def attention_core_op(
     ops = [
         Op(
             "attention", "attention", f, 2.5 * f, 0.0, io, 2.5 * io, 0.0, shape,
-            b_efficiency=flash_backward_ratio(s_k),
+            b_efficiency=flash_backward_ratio(s_k), flash=True,
         )
     ]  # fmt: skip
     if not flash:  # the score matrix is materialised, masked and soft-maxed in HBM

@@ -17,27 +17,28 @@ number below is the source's, none is fitted to a validation row):
     each weight gradient into the fp32 main grad inside the wgrad GEMM (no add kernel;
     tensor_parallel/layers.py); bf16 weights, no autocast casts; contiguous gradient buffers,
     so no allocator reserve is assumed (no public figure for Megatron pretraining).
-``fsdp-eager`` - PyTorch FSDP/FSDP2 in eager mode (torchtitan without compile, LLM Foundry):
-    eager SwiGLU ``w2(silu(w1 x) * w3 x)`` saves 4 ffn-sized tensors (silu's input, its output,
-    w3's output, w2's input; meta-llama/llama and torchtitan ``FeedForward`` with PyTorch's
-    derivatives.yaml); the loss ``cross_entropy(logits.float())`` peaks at about 12 B per
-    logit in backward (fp32 log-probs saved, the nll and log-softmax gradients in fp32;
-    torchtitan components/loss.py, derived); eager ``.grad`` accumulation does
-    ``grad += new`` for every micro-batch after the first (3 gradient reads/writes per
-    parameter; torch/csrc/autograd/functions/accumulate_grad.h) on the shards FSDP keeps;
-    the mixed-precision policy casts shards before the all-gather, not weights per
-    micro-batch; rotary embedding (``apply_rotary_emb``: a cast to fp32, a complex multiply,
-    a cast back, for queries and keys), SwiGLU (silu, then the product) and the loss (a cast of
-    the logits to fp32, log-softmax, NLL) run as the separate kernels of that code, forward and
-    through autograd (:mod:`simulator.model.ops`); 5 us of CPU per kernel launch, the low end
-    of "usually, the launch time on the CPU side is between 5-20 microseconds" (Meta's
-    HolisticTraceAnalysis documentation, cuda_kernel_launch_stats; one launch counted per
-    kernel modelled, where eager code launches more - views, tiny reductions - so the bound is
-    a lower one). Norms are taken as fused
-    (torchtitan's ``nn.RMSNorm`` and LLM Foundry's low-precision LayerNorm keep no fp32 copy
-    that we could confirm), and no allocator reserve is assumed: the one public figure
-    (GMLake, below) is from fine-tuning, and with it the published torchtitan and MPT runs
-    would not fit in 80 GB.
+``fsdp-eager`` - PyTorch FSDP/FSDP2 in eager mode (torchtitan without compile, LLM Foundry): eager
+    SwiGLU ``w2(silu(w1 x) * w3 x)`` saves 4 ffn-sized tensors (silu's input, its output, w3's
+    output, w2's input; meta-llama/llama and torchtitan ``FeedForward`` with PyTorch's
+    derivatives.yaml); the loss ``cross_entropy(logits.float())`` peaks at about 12 B per logit
+    in backward (fp32 log-probs saved, the nll and log-softmax gradients in fp32; torchtitan
+    components/loss.py, derived); eager ``.grad`` accumulation does ``grad += new`` for every
+    micro-batch after the first (3 gradient reads/writes per parameter;
+    torch/csrc/autograd/functions/accumulate_grad.h) on the shards FSDP keeps; the
+    mixed-precision policy casts shards before the all-gather, not weights per micro-batch;
+    attention through ``scaled_dot_product_attention``, whose first choice is FlashAttention-2
+    (on Hopper half the speed of cuDNN's or FA3's kernels: huggingface/transformers#48163,
+    torchtitan#1042); rotary embedding (``apply_rotary_emb``: a cast to fp32, a complex
+    multiply, a cast back, for queries and keys), SwiGLU (silu, then the product) and the loss
+    (a cast of the logits to fp32, log-softmax, NLL) run as the separate kernels of that code,
+    forward and through autograd (:mod:`simulator.model.ops`); 5 us of CPU per kernel launch,
+    the low end of "usually, the launch time on the CPU side is between 5-20 microseconds"
+    (Meta's HolisticTraceAnalysis documentation, cuda_kernel_launch_stats; one launch counted
+    per kernel modelled, where eager code launches more - views, tiny reductions - so the bound
+    is a lower one). Norms are taken as fused (torchtitan's ``nn.RMSNorm`` and LLM Foundry's
+    low-precision LayerNorm keep no fp32 copy that we could confirm), and no allocator reserve
+    is assumed: the one public figure (GMLake, below) is from fine-tuning, and with it the
+    published torchtitan and MPT runs would not fit in 80 GB.
 ``pytorch-eager`` - a plain eager PyTorch script or DDP under ``torch.autocast`` (the
     meta-llama/llama reference model): as ``fsdp-eager``, and eager RMSNorm (meta-llama/llama
     ``RMSNorm``: ``x.float()``, ``pow``, ``mean``, ``rsqrt``, products and casts, 8 kernels
@@ -79,6 +80,7 @@ _MEGATRON = {
     "eager_norms": False,
     "loss_bytes_per_logit": 6.0,
     "grad_accumulation": "fused",
+    "flash_kernel": "native",
     "tp_async_allreduce": False,
     "optimizer": "fused",
     "weight_casts": False,
@@ -89,6 +91,7 @@ _FSDP_EAGER = {
     "cpu_launch_s": 5e-6,
     "swiglu_saved": 4,
     "eager_kernels": True,
+    "flash_kernel": "fa2",
     "loss_bytes_per_logit": 12.0,
     "grad_accumulation": "add",
 }
@@ -135,6 +138,10 @@ class FrameworkConfig(Frozen):
       the 4 B fp32 probabilities saved for backward included;
     - ``grad_accumulation``: "fused" into the wgrad GEMM, or an "add" kernel per micro-batch
       after the first;
+    - ``flash_kernel``: the flash-attention implementation: "native" to the GPU (FA3 or cuDNN
+      on Hopper, FlashAttention-2 on Ampere; the GEMM-like efficiency of the compute model),
+      or "fa2", FlashAttention-2 everywhere, which on Hopper runs at its published speed there
+      (about half of FA3's);
     - ``tp_async_allreduce``: Megatron-LM's ``async_tensor_model_parallel_allreduce``: a
       column-parallel linear all-reduces its input gradient while it computes its weight
       gradient (without sequence parallelism; with it the overlap of the reduce-scatter is
@@ -155,6 +162,7 @@ class FrameworkConfig(Frozen):
     loss_bytes_per_logit: Annotated[Real, Field(ge=4, le=64)] = 6.0
     grad_accumulation: Literal["fused", "add"] = "fused"
     tp_async_allreduce: bool = False
+    flash_kernel: Literal["native", "fa2"] = "native"
     optimizer: Literal["fused", "foreach"] = "fused"
     weight_casts: bool = False
     allocator_reserve: Annotated[Real, Field(ge=0, lt=0.9)] = 0.0

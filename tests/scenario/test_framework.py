@@ -227,6 +227,9 @@ def test_eager_presets_run_eager_kernels():
     # with one task per kernel the eager presets' rotary and SwiGLU kernels show by name (the
     # loss stays one task: kernel tasks split the layers)
     assert not FrameworkConfig().eager_kernels
+    assert FrameworkConfig().flash_kernel == "native"
+    assert FrameworkConfig.model_validate("fsdp-eager").flash_kernel == "fa2"
+    assert api.compute_model_of(_scenario("fsdp-eager")).flash_kernel == "fa2"
     fused, eager = _kernel_names("megatron"), _kernel_names("fsdp-eager")
     assert {"rope", "mlp_swiglu"} <= fused
     assert {"rope_q_float", "rope_k_type_as", "mlp_silu", "mlp_swiglu_mul"} <= eager

@@ -37,6 +37,7 @@ class GraphBuilder:
     w_task: dict[tuple, int] = field(default_factory=dict)  # (rank, key, micro-batch) -> W
     layer_costs: dict = field(default_factory=dict)  # layer -> LayerCost (memo)
     weight_blocks: dict = field(default_factory=dict)  # (layer, part) -> weight-gradient Block
+    layer_costs: dict = field(default_factory=dict)  # layer -> its LayerCost
     accumulating: set = field(default_factory=set)  # (rank, layer) with a gradient already
 
     def task(

@@ -87,10 +87,15 @@ def compute(
 
 
 def cost_of(b: GraphBuilder, layer: int) -> LayerCost:
-    s = b.plan.scenario
-    return layer_cost(
-        s.model, layer, b.plan.micro_batch, b.plan.sharding, s.parallelism.recompute, b.cm
-    )
+    """``layer``'s costs, looked up once per builder (hashing the model and compute model
+    for the shared cache on every task costs more than the lookup)."""
+    cost = b.layer_costs.get(layer)
+    if cost is None:
+        s = b.plan.scenario
+        cost = b.layer_costs[layer] = layer_cost(
+            s.model, layer, b.plan.micro_batch, b.plan.sharding, s.parallelism.recompute, b.cm
+        )
+    return cost
 
 
 def tp_comm(b: GraphBuilder, rank: int, collective: str | None, tag: tuple, deps, **fields):

@@ -26,7 +26,7 @@ from simulator.engine.steady_state import expand, expand_memory, find_repeat
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
 from simulator.model.params import count_params
-from simulator.pipelines import steady_state
+from simulator.pipelines import SteadyState, steady_state
 from simulator.plan.collective_choice import NetworkFacts
 from simulator.plan.memory import (
     RankMemory,
@@ -344,15 +344,18 @@ def build_plan(scenario: Scenario, topo: Topology | None = None) -> Plan:
 
 
 def build_step(
-    plan: Plan, compute_model: ComputeModel | None = None, repeat: bool = False
+    plan: Plan,
+    compute_model: ComputeModel | None = None,
+    repeat: bool = False,
+    steady: SteadyState | None = None,
 ) -> StepGraph:
     """The TaskGraph of one step of ``plan``; compute durations from ``compute_model``
     (default: the scenario's accelerator, calibrated).
 
     ``repeat``: where the pipeline has a steady state to repeat
-    (:func:`simulator.pipelines.steady_state`), the graph of only its warm-up, two periods
-    and cool-down, for :func:`simulate` to stretch to the full step (``StepGraph.steady``
-    says so). :func:`run` does this unless the scenario says
+    (:func:`simulator.pipelines.steady_state`, or ``steady`` when given), the graph of only
+    its warm-up, two periods and cool-down, for :func:`simulate` to stretch to the full step
+    (``StepGraph.steady`` says so). :func:`run` does this unless the scenario says
     ``simulation.repeat_steady_state: false``."""
     s = plan.scenario
     if compute_model is None:
@@ -361,9 +364,10 @@ def build_step(
         fw = s.framework
         cm = replace(compute_model, cpu_launch_s=fw.cpu_launch_s, flash_kernel=fw.flash_kernel)
     pp = s.parallelism.pp
-    steady = None
-    if repeat:
+    if repeat and steady is None:
         steady = steady_state(plan.schedule, pp, plan.micro_batches, plan.chunks_per_stage)
+    if not repeat:
+        steady = None
     with paused_gc():  # millions of small immutable tasks: the collector only costs time
         if steady is None:
             return make_step(plan, cm)
@@ -577,16 +581,40 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations) -> RunR
     plan = build_plan(scenario, topo)
     repeat = scenario.simulation.repeat_steady_state and not track_links
     step = perturb(build_step(plan, compute_model, repeat), perturbations)
-    try:
-        sim = simulate(step, topo, perturbations, track_links)
-    except NotRepeating as why:
-        log.info(
-            "%s: the steady state does not repeat (%s); simulating every micro-batch",
-            scenario.name or "scenario",
-            why,
-        )
-        step = perturb(build_step(plan, compute_model), perturbations)
-        sim = simulate(step, topo, perturbations, track_links)
+    tries = 0
+    while True:
+        try:
+            sim = simulate(step, topo, perturbations, track_links)
+            break
+        except NotRepeating as why:
+            tries += 1
+            longer = _longer_warm_up(plan, step.steady) if step.steady and tries == 1 else None
+            log.info(
+                "%s: the steady state does not repeat (%s); %s",
+                scenario.name or "scenario",
+                why,
+                f"trying a {longer.head}-micro-batch warm-up" if longer else "simulating all",
+            )
+            step = perturb(
+                build_step(plan, compute_model, longer is not None, longer), perturbations
+            )
+    return _result(scenario, step, sim, track_links)
+
+
+def _longer_warm_up(plan: Plan, tried: SteadyState) -> SteadyState | None:
+    """After ``tried`` did not repeat, once: a warm-up four times as long, where stages of
+    unequal speed take that long to settle (zero-bubble schedules, whose deferred weight
+    gradients fill the faster stages' slack over several micro-batches: ZB-H1 on 4 unequal
+    stages settles after 12), if that still halves the micro-batches; else None."""
+    q = tried.period
+    longer = SteadyState(-(-4 * tried.head // q) * q, q, tried.tail)
+    p, v = plan.scenario.parallelism.pp, plan.chunks_per_stage
+    if 2 * longer.reduced > plan.micro_batches or plan.schedule.check(p, longer.reduced, v):
+        return None
+    return longer
+
+
+def _result(scenario, step, sim, track_links) -> RunResult:
     memory = metrics.memory_timeline(sim.memory_events, step.static_memory)
     m = step_metrics(sim, step, memory)
     links = None

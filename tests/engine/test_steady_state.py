@@ -120,8 +120,8 @@ def test_a_slow_rank_repeats_too():
 
 def test_a_schedule_that_does_not_repeat_is_simulated_in_full(caplog):
     # ZB-H1 on this 4-stage cut: the stages differ (embedding on the first, loss on the
-    # last) and the deferred weight gradients keep their slack changing for longer than
-    # 40 micro-batches - the check finds the second period is not the first shifted
+    # last) and the deferred weight gradients take about 12 micro-batches to settle; with 40
+    # the check fails and a longer warm-up would not halve them: the full run
     path, over = EX + "pipeline-zb-h1.yaml", "training.global_batch=40"
     assert _repeats(path, over)
     with caplog.at_level(logging.INFO, logger="simulator.api"):
@@ -129,6 +129,17 @@ def test_a_schedule_that_does_not_repeat_is_simulated_in_full(caplog):
     assert "does not repeat" in caplog.text
     b = _run(path, over, repeat=False)
     pd.testing.assert_frame_equal(_sorted(a.trace), _sorted(b.trace))  # the same run, exactly
+
+
+def test_a_longer_warm_up_is_tried_once(caplog):
+    # ZB-H1's deferred weight gradients fill the faster stages' slack over about 12
+    # micro-batches on this cut (the full trace repeats exactly from there): the first check
+    # (a 4-micro-batch warm-up) fails, a 16-micro-batch one repeats, and equals the full run
+    path, over = EX + "pipeline-zb-h1.yaml", "training.global_batch=96"
+    with caplog.at_level(logging.INFO, logger="simulator.api"):
+        a = _run(path, over)
+    assert "trying a 16-micro-batch warm-up" in caplog.text
+    assert_same_run(a, _run(path, over, repeat=False))
 
 
 def test_tracked_links_are_simulated_in_full():

@@ -615,6 +615,7 @@ def _longer_warm_up(plan: Plan, tried: SteadyState) -> SteadyState | None:
 
 
 def _result(scenario, step, sim, track_links) -> RunResult:
+    """The simulated step's metrics, trace, memory timeline and (tracked) link loads."""
     memory = metrics.memory_timeline(sim.memory_events, step.static_memory)
     m = step_metrics(sim, step, memory)
     links = None

@@ -119,35 +119,42 @@ class CollectiveRunner:
 
     def _route_plan(self, plan: CollectivePlan, copies: Sequence[Sequence[int]]) -> list[_Geometry]:
         groups = [plan.group, *[tuple(c) for c in copies]]
-        mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
+        mappings = None
         out = []
         size = plan.size_bytes or 1.0
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE
-            # class key -> [link ids, shares (every copy's route, in order), tail, factor]
-            classes: dict[tuple, list] = {}
+            # per class (one per transfer, or per merged kind): tail s and factor, and the
+            # class of each transfer; tail and size from the representative's path
+            tails: list[float] = []
+            factors: list[float] = []
+            class_of: list[int] = []
+            numbers: dict[tuple, int] = {}
             for j, t in enumerate(phase.transfers):
                 path_ids = self.links.ids(self.router.path(t.src, t.dst, j))
                 tail = phase.latency_count * float(self.links.latency[path_ids].sum())
                 factor = t.bytes_ * phase.steps / size
-                cls = classes.setdefault(
-                    (path_ids.size, factor) if merge else (j,), [[], [], tail, factor]
-                )
-                ids, shares = cls[0], cls[1]
-                for g, m in zip(groups, mappings, strict=True):
-                    src, dst = self._map(t.src, m, g[0]), self._map(t.dst, m, g[0])
-                    route_ids, route_shares = self._route(src, dst, j)
-                    ids += route_ids
-                    shares += route_shares
-                cls[2] = max(cls[2], tail)
+                k = numbers.setdefault((path_ids.size, factor) if merge else (j,), len(numbers))
+                if k == len(tails):
+                    tails.append(tail)
+                    factors.append(factor)
+                else:
+                    tails[k] = max(tails[k], tail)
+                class_of.append(k)
+            # every copy's route of each class, in (transfer, copy) order
+            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails))
+            if routes is None:
+                if mappings is None:
+                    mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
+                routes = self._route_phase(groups, mappings, phase, class_of, len(tails))
             flows = []
-            for ids, shares, tail, factor in classes.values():
+            for (ids, shares), tail, factor in zip(routes, tails, factors, strict=True):
                 # copies per link: np.bincount adds the shares in route order
-                links, which = np.unique(np.array(ids, dtype=np.int64), return_inverse=True)
+                links, which = np.unique(ids, return_inverse=True)
                 flows.append(
                     FlowClass(
                         links,
-                        np.bincount(which, weights=np.array(shares, dtype=float)),
+                        np.bincount(which, weights=shares),
                         factor,
                         tail,
                         (next(_SHAPES), len(flows)),
@@ -155,6 +162,53 @@ class CollectiveRunner:
                 )
             out.append(_Geometry(flows))
         return out
+
+    def _route_phase(
+        self, groups, mappings, phase, class_of: list[int], n_classes: int
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(link ids, shares) of each class: its transfers' routes in every copy, in
+        (transfer, copy) order, routed one connection at a time."""
+        ids: list[list[int]] = [[] for _ in range(n_classes)]
+        shares: list[list[float]] = [[] for _ in range(n_classes)]
+        for j, t in enumerate(phase.transfers):
+            cls_ids, cls_shares = ids[class_of[j]], shares[class_of[j]]
+            for g, m in zip(groups, mappings, strict=True):
+                src, dst = self._map(t.src, m, g[0]), self._map(t.dst, m, g[0])
+                route_ids, route_shares = self._route(src, dst, j)
+                cls_ids += route_ids
+                cls_shares += route_shares
+        return [
+            (np.array(i, dtype=np.int64), np.array(s, dtype=float))
+            for i, s in zip(ids, shares, strict=True)
+        ]
+
+    def _spread_phase(
+        self, group, groups, phase, class_of: list[int], n_classes: int
+    ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """As :meth:`_route_phase`, every connection of the phase routed at once by the
+        router's ``spread_ids`` (identical routes, as arrays); None when the router has none,
+        declines, or an endpoint is not a device (an NVLS switch)."""
+        spread_ids = getattr(self.router, "spread_ids", None)
+        transfers = phase.transfers
+        if spread_ids is None or not all(
+            type(t.src) is int and type(t.dst) is int for t in transfers
+        ):
+            return None
+        # a device's position in the group (the last one, as dict(zip(group, copy)) maps it)
+        position = dict(zip(group, range(len(group)), strict=True))
+        devices = np.array(groups, dtype=np.int64)  # copy x position
+        src = devices[:, [position[t.src] for t in transfers]].T.ravel()
+        dst = devices[:, [position[t.dst] for t in transfers]].T.ravel()
+        routed = spread_ids(src, dst, self.links.index)
+        if routed is None:
+            return None
+        ids, shares, lengths = routed
+        entry_class = np.repeat(np.repeat(np.array(class_of), len(groups)), lengths)
+        if n_classes == 1:
+            return [(ids, shares)]
+        order = np.argsort(entry_class, kind="stable")  # route order kept within a class
+        bounds = np.cumsum(np.bincount(entry_class, minlength=n_classes))[:-1]
+        return list(zip(np.split(ids[order], bounds), np.split(shares[order], bounds), strict=True))
 
     def run(
         self,

@@ -30,6 +30,7 @@ import math
 
 import networkx as nx
 
+from simulator.topology.fat_tree_routes import SpreadTable
 from simulator.topology.graph import Node, Path, Topology, add_link, ecmp_hash
 from simulator.topology.nvswitch import NVSwitchRouter, add_nvswitch_domain
 
@@ -197,6 +198,21 @@ class FatTreeRouter:
         self.cores = cores
         self.ecmp_flows = ecmp_flows
         self._nvswitch = NVSwitchRouter(host_of)
+        self._table: SpreadTable | None = None
+
+    def spread_ids(self, src, dst, index: dict):
+        """:meth:`spread` of the connections ``src[i]`` -> ``dst[i]`` (integer arrays of
+        devices) as link ids under ``index`` ((u, v) -> id): (ids, shares, route length per
+        connection), routes concatenated in order, identical to ``spread`` one at a time.
+        None where that is not guaranteed (hashed ECMP, whose paths depend on each pair's
+        hash; pods of unequal spines; an endpoint that is not a device): route one by one.
+        """
+        if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
+            return None
+        table = self._table
+        if table is None or table.index is not index:
+            table = self._table = SpreadTable(self, index)
+        return table.routes(src, dst)
 
     def spread(self, src: Node, dst: Node, key: int = 0) -> list[tuple[tuple[Node, Node], float]]:
         """(link, fraction of the connection's bytes) for every link it uses."""

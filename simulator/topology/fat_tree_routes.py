@@ -63,12 +63,11 @@ class SpreadTable:
             else np.zeros((len(self.spines), 0)),
             np.int64,
         ).reshape(len(self.spines), s * c)
-        # the shares spread gives (the same Python divisions)
-        self.share_pod = np.array([1.0] * 4 + [1 / s] * 2 * s) if s else np.ones(4)
+        # the shares spread gives (the same Python divisions); no spines: one leaf, one pod
+        up = [1 / s] * s if s else []
+        self.share_pod = np.array([1.0] * 4 + up * 2)
         w_up, w_down = (1 / (s * c), 1 / (c * s)) if c else (0.0, 0.0)
-        self.share_cross = np.array(
-            [1.0] * 4 + [1 / s] * s + [w_up] * s * c + [w_down] * c * s + [1 / s] * s
-        )
+        self.share_cross = np.array([1.0] * 4 + up + [w_up] * s * c + [w_down] * c * s + up)
 
     def _learn(self, devices: np.ndarray) -> None:
         """Fill the link ids of ``devices`` and of their leaves met for the first time."""

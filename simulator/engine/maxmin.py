@@ -34,8 +34,11 @@ def max_min_rates(
     if entry_flow.size == 0:
         return rates
     # Work over the links the entries use, renumbered 0..n-1, not every link of the topology
-    # (200K on a 24K-GPU cluster): the same sums in the same order, so the same rates.
-    links = np.flatnonzero(np.bincount(entry_link, minlength=capacity.size))
+    # (200K on a 24K-GPU cluster): the same sums in the same order, so the same rates. Marked
+    # in a boolean array (a bincount of the entries would sum counts nobody reads).
+    crossed = np.zeros(capacity.size, dtype=bool)
+    crossed[entry_link] = True
+    links = np.flatnonzero(crossed)
     local = np.empty(capacity.size, dtype=np.intp)
     local[links] = np.arange(links.size)
     entry_link = local[entry_link]
@@ -48,9 +51,12 @@ def max_min_rates(
             weight = np.bincount(entry_link, weights=entry_count, minlength=n_links)
         else:
             weight = np.bincount(entry_link[live], weights=entry_count[live], minlength=n_links)
-        used = weight > 0
-        share = np.full(n_links, np.inf)
-        share[used] = np.maximum(remaining[used], 0.0) / weight[used]
+        if live is None and weight.min() > 0:  # the first round: every link is used
+            share = np.maximum(remaining, 0.0) / weight
+        else:
+            used = weight > 0
+            share = np.full(n_links, np.inf)
+            share[used] = np.maximum(remaining[used], 0.0) / weight[used]
         level = share.min()
         at_level = (share <= level * (1 + _REL))[entry_link]
         # the classes crossing a bottleneck, as a mask (np.unique would sort every entry)

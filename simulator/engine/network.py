@@ -208,6 +208,8 @@ class FlowNetwork:
         self._rate_cache: dict[frozenset, dict] = {}
         self._pattern_keys: dict[tuple, int] = {}  # patterns of a batch -> its key
         self._described: dict[int, tuple[list, tuple]] = {}  # id(list) -> (list, _describe)
+        # (key, signature) -> a group's live classes' entries: links, counts, per-class sizes
+        self._entries: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._keys = itertools.count(1)  # > 0: rates reusable; < 0: a batch without patterns
         self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
 
@@ -329,15 +331,16 @@ class FlowNetwork:
         self.stats.rerates += 1
         live = [g.live() for g in groups]
         chosen = [g.classes[k] for g, ks in zip(groups, live, strict=True) for k in ks]
-        if sum(len(c.link_list) for c in chosen) <= SMALL_COMPONENT:
+        parts = [self._group_entries(g, ks) for g, ks in zip(groups, live, strict=True)]
+        if sum(p[1].size for p in parts) <= SMALL_COMPONENT:
             flat = max_min_rates_lists(
                 [c.link_list for c in chosen], [c.count_list for c in chosen], self._capacity
             )
-        else:
+        else:  # entries in class order, as the concatenated classes would give them
             flat = max_min_rates(
-                np.repeat(np.arange(len(chosen)), [len(c.link_list) for c in chosen]),
-                np.concatenate([c.links for c in chosen]),
-                np.concatenate([c.counts for c in chosen]),
+                np.repeat(np.arange(len(chosen)), np.concatenate([p[2] for p in parts])),
+                np.concatenate([p[0] for p in parts]),
+                np.concatenate([p[1] for p in parts]),
                 len(chosen),
                 self._capacity,
             ).tolist()
@@ -351,6 +354,24 @@ class FlowNetwork:
         if key is not None:
             self._rate_cache[key] = dict(zip(items, out, strict=True))
         return out
+
+    def _group_entries(self, g: _Group, live: list[int]):
+        """(links, counts, entries per class) of ``g``'s classes ``live``, concatenated;
+        remembered per (key, signature) for keys that name their classes (a component of
+        a dozen 128-class rings would otherwise concatenate 1,500 small arrays per
+        water-filling)."""
+        key = (g.key, g.signature()) if g.key > 0 else None
+        found = self._entries.get(key) if key is not None else None
+        if found is None:
+            classes = [g.classes[k] for k in live]
+            found = (
+                np.concatenate([c.links for c in classes]),
+                np.concatenate([c.counts for c in classes]),
+                np.array([c.links.size for c in classes]),
+            )
+            if key is not None:
+                self._entries[key] = found
+        return found
 
     def _rerate(self, groups: list[_Group], now: float) -> None:
         """Bring ``groups`` (a union of components) to ``now`` and give them fresh rates."""

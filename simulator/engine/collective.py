@@ -149,17 +149,8 @@ class CollectiveRunner:
                 routes = self._route_phase(groups, mappings, phase, class_of, len(tails))
             flows = []
             for (ids, shares), tail, factor in zip(routes, tails, factors, strict=True):
-                # copies per link: np.bincount adds the shares in route order
-                links, which = np.unique(ids, return_inverse=True)
-                flows.append(
-                    FlowClass(
-                        links,
-                        np.bincount(which, weights=shares),
-                        factor,
-                        tail,
-                        (next(_SHAPES), len(flows)),
-                    )
-                )
+                links, counts = _copies_per_link(ids, shares, len(self.links))
+                flows.append(FlowClass(links, counts, factor, tail, (next(_SHAPES), len(flows))))
             out.append(_Geometry(flows))
         return out
 
@@ -227,6 +218,21 @@ class CollectiveRunner:
             )
         else:
             _run_phase(self.network, geometry, 0, scale, on_done)
+
+
+def _copies_per_link(
+    ids: np.ndarray, shares: np.ndarray, n_links: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The links ``ids`` name (ascending) and the sum of the ``shares`` on each, added in
+    route order by ``np.bincount`` either way: over a sorted unique for few entries, over
+    every link of the topology (no sort) for many."""
+    if ids.size * 16 < n_links:
+        links, which = np.unique(ids, return_inverse=True)
+        return links, np.bincount(which, weights=shares)
+    crossed = np.zeros(n_links, dtype=bool)
+    crossed[ids] = True
+    links = np.flatnonzero(crossed)
+    return links, np.bincount(ids, weights=shares, minlength=n_links)[links]
 
 
 def _run_phase(

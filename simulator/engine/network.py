@@ -25,6 +25,7 @@ import itertools
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import truediv
 
 import networkx as nx
@@ -34,6 +35,7 @@ import simpy
 from simulator.engine.maxmin import max_min_rates, max_min_rates_lists
 
 _EPS = 1e-12
+_amin = np.minimum.reduce
 # Entries (flow x link) up to which a component is water-filled in plain Python; above it
 # numpy's per-call overhead is paid back (benchmarks/bench_maxmin.py: equal near 64-128
 # entries on random instances; RESULTS.md).
@@ -86,12 +88,16 @@ class FlowClass:
     bytes_: float
     tail_s: float = 0.0
     pattern: Hashable | None = None
-    link_list: list[int] = field(init=False, repr=False, compare=False)
-    count_list: list[float] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self):
-        self.link_list = self.links.tolist()
-        self.count_list = self.counts.tolist()
+    # As lists, for the plain-Python water-filling of small components; made when first
+    # needed (a 128-class ring of a 16K-GPU job never needs them).
+    @cached_property
+    def link_list(self) -> list[int]:
+        return self.links.tolist()
+
+    @cached_property
+    def count_list(self) -> list[float]:
+        return self.counts.tolist()
 
 
 @dataclass
@@ -229,7 +235,7 @@ class FlowNetwork:
             moving, sizes = [], []
             for cls in classes:
                 size = cls.bytes_ * scale
-                if size <= 0 or not cls.link_list:
+                if size <= 0 or not cls.links.size:
                     batch.pending -= 1
                     batch.end = max(batch.end, now + cls.tail_s)
                 else:
@@ -257,7 +263,7 @@ class FlowNetwork:
         known = self._described.get(id(classes))
         if known is not None and known[0] is classes:
             return known[1]
-        if all(c.link_list and c.bytes_ > 0 for c in classes) and classes:
+        if all(c.links.size and c.bytes_ > 0 for c in classes) and classes:
             out = (self._key(classes), [c.bytes_ for c in classes], max(c.tail_s for c in classes))
         else:
             out = (None, [], 0.0)
@@ -282,7 +288,7 @@ class FlowNetwork:
         key = group.key
         on_link = self._keys_on_link
         near = {key}
-        for e in set().union(*(c.link_list for c in group.classes)):
+        for e in np.unique(np.concatenate([c.links for c in group.classes])).tolist():
             sharing = on_link.get(e)
             if sharing is None:
                 on_link[e] = {key}
@@ -384,8 +390,8 @@ class FlowNetwork:
                     live = g.live()
                     ok = min(rate[k] for k in live) > 0
                     left = float(min(g.rem[k] / rate[k] for k in live)) if ok else math.inf
-                elif g.vector:
-                    left = float((g.rem / rate).min()) if rate.min() > 0 else math.inf
+                elif g.vector:  # ndarray.min() is this reduce, behind two Python calls
+                    left = float(_amin(g.rem / rate)) if _amin(rate) > 0 else math.inf
                 else:  # map: C-speed over a list
                     left = min(map(truediv, g.rem, rate)) if min(rate) > 0 else math.inf
                 g.finish = now + left

@@ -72,24 +72,23 @@ class SpreadTable:
     def _learn(self, devices: np.ndarray) -> None:
         """Fill the link ids of ``devices`` and of their leaves met for the first time."""
         index = self.index
-        new = devices[~self.device_known[devices]]
-        for d in np.unique(new).tolist():
-            switch, nic = f"nvswitch{self.host[d]}", f"nic{d}"
-            leaf = self.leaf_names[self.leaf[d]]
-            self.device_links[d] = (
-                index.get((d, switch), -1),
-                index.get((switch, d), -1),
-                index.get((d, nic), -1),
-                index.get((nic, leaf), -1),
-                index.get((leaf, nic), -1),
-                index.get((nic, d), -1),
-            )
+        new = np.unique(devices[~self.device_known[devices]])
+        if new.size:
+            d = new.tolist()
+            switch = [f"nvswitch{h}" for h in self.host[new].tolist()]
+            nic = [f"nic{x}" for x in d]
+            leaf = list(map(self.leaf_names.__getitem__, self.leaf[new].tolist()))
+            ends = [(d, switch), (switch, d), (d, nic), (nic, leaf), (leaf, nic), (nic, d)]
+            get = index.get
+            self.device_links[new] = np.array(
+                [[get(e, -1) for e in zip(u, v, strict=True)] for u, v in ends], np.int64
+            ).T
         self.device_known[new] = True
         leaves = self.leaf[devices]
         for k in np.unique(leaves[~self.leaf_known[leaves]]).tolist():
             leaf, spines = self.leaf_names[k], self.spines[self.pod[k]] if self.spines else []
-            self.leaf_up[k] = [index[(leaf, sp)] for sp in spines]
-            self.leaf_down[k] = [index[(sp, leaf)] for sp in spines]
+            self.leaf_up[k] = [index.get((leaf, sp), -1) for sp in spines]
+            self.leaf_down[k] = [index.get((sp, leaf), -1) for sp in spines]
             self.leaf_known[k] = True
 
     def routes(

@@ -32,7 +32,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from simulator.engine.maxmin import max_min_rates, max_min_rates_lists
+from simulator.engine.maxmin import max_min_rates_lists, max_min_rates_segments
 
 _EPS = 1e-12
 _amin = np.minimum.reduce
@@ -212,6 +212,8 @@ class FlowNetwork:
         self.track_links = track_links  # bytes per link, load over time (tests, reports)
         self.links = links
         self._capacity = links.capacity
+        # scratch for the water-filling of large components (see max_min_rates_segments)
+        self._work = (np.zeros(len(links), dtype=bool), np.empty(len(links), dtype=np.intp))
         # The link-sharing graph between group keys (each key shares links with itself), built
         # once per key seen, and the groups in flight under each key.
         self._neighbours: dict = {}
@@ -363,12 +365,12 @@ class FlowNetwork:
                 [c.link_list for c in chosen], [c.count_list for c in chosen], self._capacity
             )
         else:  # entries in class order, as the concatenated classes would give them
-            flat = max_min_rates(
-                np.repeat(np.arange(len(chosen)), np.concatenate([p[2] for p in parts])),
+            flat = max_min_rates_segments(
+                np.concatenate([p[2] for p in parts]),
                 np.concatenate([p[0] for p in parts]),
                 np.concatenate([p[1] for p in parts]),
-                len(chosen),
                 self._capacity,
+                self._work,
             ).tolist()
         out, i = [], 0
         for g, ks in zip(groups, live, strict=True):

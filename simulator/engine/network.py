@@ -80,7 +80,10 @@ class FlowClass:
 
     ``links``/``counts``: the links its copies cross and how many copies cross each;
     ``bytes_``: bytes each copy moves; ``tail_s``: latency paid after the bytes;
-    ``pattern``: a hashable identity for rate reuse (None: never reuse).
+    ``pattern``: a hashable identity for rate reuse (None: never reuse);
+    ``rating``: the (links, counts) the water-filling needs, when fewer: links that every
+    class crosses all or none of, with equal counts and capacities, share one entry (see
+    :meth:`~simulator.engine.collective.CollectiveRunner._same_links`).
     """
 
     links: np.ndarray
@@ -88,16 +91,21 @@ class FlowClass:
     bytes_: float
     tail_s: float = 0.0
     pattern: Hashable | None = None
+    rating: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.rating is None:
+            self.rating = (self.links, self.counts)
 
     # As lists, for the plain-Python water-filling of small components; made when first
     # needed (a 128-class ring of a 16K-GPU job never needs them).
     @cached_property
     def link_list(self) -> list[int]:
-        return self.links.tolist()
+        return self.rating[0].tolist()
 
     @cached_property
     def count_list(self) -> list[float]:
-        return self.counts.tolist()
+        return self.rating[1].tolist()
 
 
 @dataclass
@@ -393,9 +401,9 @@ class FlowNetwork:
         if found is None:
             classes = [g.classes[k] for k in live]
             found = (
-                np.concatenate([c.links for c in classes]),
-                np.concatenate([c.counts for c in classes]),
-                np.array([c.links.size for c in classes]),
+                np.concatenate([c.rating[0] for c in classes]),
+                np.concatenate([c.rating[1] for c in classes]),
+                np.array([c.rating[0].size for c in classes]),
             )
             if key is not None:
                 self._entries[key] = found

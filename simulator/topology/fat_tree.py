@@ -209,10 +209,24 @@ class FatTreeRouter:
         """
         if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
             return None
+        return self._spread_table(index).routes(src, dst)
+
+    def spread_representatives(self, devices, index: dict):
+        """Groups of links that every route crosses all or none of, each with the same share
+        (a leaf's uplinks and its downlinks, a pod's links to and from the cores), as an
+        array mapping each link id to its group's first (itself when in no group); covers
+        the leaves of ``devices`` (an integer array) and of every device routed before by
+        :meth:`spread_ids` under ``index``. None with hashed ECMP (its sub-flows cross some
+        links of a group only)."""
+        if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
+            return None
+        return self._spread_table(index).representatives(devices)
+
+    def _spread_table(self, index: dict) -> SpreadTable:
         table = self._table
         if table is None or table.index is not index:
             table = self._table = SpreadTable(self, index)
-        return table.routes(src, dst)
+        return table
 
     def spread(self, src: Node, dst: Node, key: int = 0) -> list[tuple[tuple[Node, Node], float]]:
         """(link, fraction of the connection's bytes) for every link it uses."""

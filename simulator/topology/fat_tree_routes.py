@@ -63,6 +63,12 @@ class SpreadTable:
             else np.zeros((len(self.spines), 0)),
             np.int64,
         ).reshape(len(self.spines), s * c)
+        # Links every route crosses all or none of, each with the same share: a leaf's
+        # uplinks, its downlinks, a pod's spine -> core and core -> spine links. Each such
+        # group maps to its first link; the map grows as leaves are learned.
+        self.representative = np.arange(len(index))
+        for rows in (self.pod_up, self.pod_down):
+            self._same(rows)
         # the shares spread gives (the same Python divisions); no spines: one leaf, one pod
         up = [1 / s] * s if s else []
         self.share_pod = np.array([1.0] * 4 + up * 2)
@@ -90,6 +96,20 @@ class SpreadTable:
             self.leaf_up[k] = [index.get((leaf, sp), -1) for sp in spines]
             self.leaf_down[k] = [index.get((sp, leaf), -1) for sp in spines]
             self.leaf_known[k] = True
+            self._same(self.leaf_up[k : k + 1])
+            self._same(self.leaf_down[k : k + 1])
+
+    def _same(self, rows: np.ndarray) -> None:
+        """Map the links of each row of ``rows`` to the row's first."""
+        if rows.size and (rows >= 0).all():
+            self.representative[rows] = rows[:, :1]
+
+    def representatives(self, devices: np.ndarray) -> np.ndarray:
+        """Link id -> the first link of its group of links that routes cross together with
+        equal shares (itself when none), with the leaves of ``devices`` learned first."""
+        devices = devices[(devices >= 0) & (devices < self.n)]
+        self._learn(devices)
+        return self.representative
 
     def routes(
         self, src: np.ndarray, dst: np.ndarray

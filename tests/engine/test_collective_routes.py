@@ -131,3 +131,51 @@ def test_nvls_switch_endpoints_are_routed_one_by_one():
     phase = Phase((Transfer(0, "nvswitch0", 1.0), Transfer(1, 3, 1.0)))
     plan = CollectivePlan("all_reduce", "nvls", (0, 1, 2, 3), 1e6, (phase,))
     _assert_same_geometry(topo, links, plan, [(4, 5, 6, 7)])
+
+
+class _NoGroups:
+    """The router without ``spread_representatives``: every link of a route is water-filled."""
+
+    def __init__(self, router):
+        self.path, self.spread, self.spread_ids = router.path, router.spread, router.spread_ids
+
+
+def _finish_times(topo, links, router, plans):
+    """Completion time (s) of each (start s, plan, copies), run together on one network."""
+    env = simpy.Environment()
+    runner = CollectiveRunner(FlowNetwork(env, links), router, topo.host_of)
+    done = {}
+    for i, (start, plan, copies) in enumerate(plans):
+        env.timeout(start).callbacks.append(
+            lambda _e, i=i, plan=plan, copies=copies: runner.run(
+                plan, lambda i=i: done.setdefault(i, env.now), copies
+            )
+        )
+    env.run()
+    return [done[i] for i in range(len(plans))], runner
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), slow=st.booleans())
+def test_links_crossed_together_rate_as_every_link(seed, slow):
+    # A leaf's uplinks, its downlinks and a pod's core links are crossed all or none, with
+    # equal shares: water-filling one of each gives the same finish times to the bit. With a
+    # slowed spine-core link, that link no longer matches its group and is kept on its own.
+    topo = fat_tree_topology(
+        nodes=12, gpus_per_node=2, nodes_per_leaf=2, levels=3, leaves_per_pod=2,
+        oversubscription=(1.0, 3.0), rail_optimized=False,
+    )  # fmt: skip
+    if slow:
+        topo.graph.edges["spine0.1", "core0"]["bandwidth"] *= 0.5
+    links = LinkTable(topo.graph)
+    rng = np.random.default_rng(seed)
+    plans = []
+    for _ in range(4):
+        plan, copies = _plan(rng, topo.num_devices, 4, 2, 6)
+        plans.append((float(rng.uniform(0, 1e-4)), plan, copies))
+    grouped, runner = _finish_times(topo, links, topo.router, plans)
+    every, _ = _finish_times(topo, links, _NoGroups(topo.router), plans)
+    assert grouped == every
+    geometry = [runner.geometry(plan, copies) for _, plan, copies in plans]
+    classes = [c for g in geometry for phase in g for c in phase.classes]
+    assert any(c.rating[0].size < c.links.size for c in classes)  # links were grouped

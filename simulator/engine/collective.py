@@ -131,11 +131,11 @@ class CollectiveRunner:
             factors: list[float] = []
             class_of: list[int] = []
             numbers: dict[tuple, int] = {}
+            hops, latency = self._paths(phase.transfers)
             for j, t in enumerate(phase.transfers):
-                path_ids = self.links.ids(self.router.path(t.src, t.dst, j))
-                tail = phase.latency_count * float(self.links.latency[path_ids].sum())
+                tail = phase.latency_count * latency[j]
                 factor = t.bytes_ * phase.steps / size
-                k = numbers.setdefault((path_ids.size, factor) if merge else (j,), len(numbers))
+                k = numbers.setdefault((hops[j], factor) if merge else (j,), len(numbers))
                 if k == len(tails):
                     tails.append(tail)
                     factors.append(factor)
@@ -163,6 +163,30 @@ class CollectiveRunner:
                 flows.append(FlowClass(links, counts, factor, tail, pattern, rating))
             out.append(_Geometry(flows))
         return out
+
+    def _paths(self, transfers) -> tuple[list[int], list[float]]:
+        """Links on each transfer's own path (``router.path(src, dst, j)``, transfer ``j``)
+        and the sum of their latencies (s), as ``latency[ids].sum()`` gives it.
+
+        All at once when the router has ``path_ids`` (the sums taken once per distinct row
+        of latencies, each over its own 1-D array, so bit for bit the same), else one by one.
+        """
+        path_ids = getattr(self.router, "path_ids", None)
+        if path_ids is not None and all(
+            type(t.src) is int and type(t.dst) is int for t in transfers
+        ):
+            src = np.array([t.src for t in transfers], dtype=np.int64)
+            dst = np.array([t.dst for t in transfers], dtype=np.int64)
+            found = path_ids(src, dst, np.arange(len(transfers)), self.links.index)
+            if found is not None:
+                ids, lengths = found
+                return lengths.tolist(), _segment_sums(self.links.latency[ids], lengths)
+        hops, latency = [], []
+        for j, t in enumerate(transfers):
+            ids = self.links.ids(self.router.path(t.src, t.dst, j))
+            hops.append(ids.size)
+            latency.append(float(self.links.latency[ids].sum()))
+        return hops, latency
 
     def _same_links(self, groups) -> np.ndarray | None:
         """The router's groups of links that routes cross all or none of with equal shares
@@ -242,6 +266,20 @@ class CollectiveRunner:
             )
         else:
             _run_phase(self.network, geometry, 0, scale, on_done)
+
+
+def _segment_sums(values: np.ndarray, lengths: np.ndarray) -> list[float]:
+    """``float(values[a:b].sum())`` for the consecutive segments of ``lengths``, summing each
+    distinct segment (by its bytes) once, as its own 1-D array."""
+    out = np.empty(lengths.size)
+    start = np.cumsum(lengths) - lengths
+    for n in np.unique(lengths).tolist():
+        sel = np.flatnonzero(lengths == n)
+        rows = np.ascontiguousarray(values[start[sel][:, None] + np.arange(n)])
+        keys = rows.view(np.dtype((np.void, 8 * n))).ravel() if n else np.zeros(sel.size, "V1")
+        distinct, first, which = np.unique(keys, return_index=True, return_inverse=True)
+        out[sel] = np.array([float(rows[i].sum()) for i in first.tolist()])[which.ravel()]
+    return out.tolist()
 
 
 def _copies_per_link(

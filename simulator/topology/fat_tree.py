@@ -211,6 +211,15 @@ class FatTreeRouter:
             return None
         return self._spread_table(index).routes(src, dst)
 
+    def path_ids(self, src, dst, key, index: dict):
+        """:meth:`path` of the connections ``src[i]`` -> ``dst[i]`` with ``key[i]`` (integer
+        arrays) as link ids under ``index``: (ids, path length per connection), paths
+        concatenated in order, identical to ``path`` one at a time; None where the endpoints
+        are not devices or the pods' spines differ in number."""
+        if len({len(p) for p in self.spines}) > 1:
+            return None
+        return self._spread_table(index).paths(src, dst, key)
+
     def spread_representatives(self, devices, index: dict):
         """Groups of links that every route crosses all or none of, each with the same share
         (a leaf's uplinks and its downlinks, a pod's links to and from the cores), as an

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.topology.graph import ecmp_hash_array
+
 # How a connection is routed: its kind decides its route's length and shape.
 _SELF, _HOST, _LEAF, _POD, _CROSS = range(5)
 
@@ -111,59 +113,109 @@ class SpreadTable:
         self._learn(devices)
         return self.representative
 
-    def routes(
-        self, src: np.ndarray, dst: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """(link ids, shares, route length per connection) of the connections ``src[i]`` ->
-        ``dst[i]``, routes concatenated in order; None when some endpoint is not a device."""
-        n = self.n
-        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+    def _kinds(self, src: np.ndarray, dst: np.ndarray):
+        """(kind of each connection, source and destination leaves and pods), the devices'
+        links learned; None when some endpoint is not a device."""
+        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= self.n):
             return None
         self._learn(np.concatenate([src, dst]))
-        host_s, host_d = self.host[src], self.host[dst]
         leaf_s, leaf_d = self.leaf[src], self.leaf[dst]
         pod_s, pod_d = self.pod[leaf_s], self.pod[leaf_d]
         kind = np.full(src.size, _CROSS, np.int8)
         kind[pod_s == pod_d] = _POD
         kind[leaf_s == leaf_d] = _LEAF
-        kind[host_s == host_d] = _HOST
+        kind[self.host[src] == self.host[dst]] = _HOST
         kind[src == dst] = _SELF
+        return kind, leaf_s, leaf_d, pod_s, pod_d
+
+    def paths(
+        self, src: np.ndarray, dst: np.ndarray, key: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(link ids, length per connection) of ``FatTreeRouter.path(src[i], dst[i],
+        key[i])``, the single hashed path of each connection, concatenated in order; None
+        when some endpoint is not a device or a key is outside [0, 2**32)."""
+        found = self._kinds(src, dst)
+        if found is None or (key.size and (key.min() < 0 or key.max() >= 2**32)):
+            return None
+        kind, leaf_s, leaf_d, pod_s, pod_d = found
         s, c = self.n_spines, self.n_cores
-        length_of = np.array([0, 2, 4, 4 + 2 * s, 4 + 2 * s + 2 * s * c], np.int64)
-        lengths = length_of[kind]
+        lengths = np.array([0, 2, 4, 6, 8], np.int64)[kind]
+        h = ecmp_hash_array(src, dst, key)
+        up, core, down = h % max(s, 1), (h >> 8) % max(c, 1), (h >> 16) % max(s, 1)
+        dev = self.device_links
+        columns = {
+            _HOST: lambda a, b, k: [dev[a, 0:1], dev[b, 1:2]],
+            _LEAF: lambda a, b, k: [dev[a, 2:4], dev[b, 4:6]],
+            _POD: lambda a, b, k: [
+                dev[a, 2:4],
+                self.leaf_up[leaf_s[k], up[k]][:, None],
+                self.leaf_down[leaf_d[k], up[k]][:, None],
+                dev[b, 4:6],
+            ],
+            _CROSS: lambda a, b, k: [
+                dev[a, 2:4],
+                self.leaf_up[leaf_s[k], up[k]][:, None],
+                self.pod_up[pod_s[k], up[k] * c + core[k]][:, None],
+                self.pod_down[pod_d[k], core[k] * s + down[k]][:, None],
+                self.leaf_down[leaf_d[k], down[k]][:, None],
+                dev[b, 4:6],
+            ],
+        }
+        ids = self._fill(kind, lengths, src, dst, columns)
+        return None if ids is None else (ids, lengths)
+
+    def _fill(self, kind, lengths, src, dst, columns) -> np.ndarray | None:
+        """Routes of the given ``lengths`` concatenated: the connections of each kind laid
+        out by ``columns[kind](sources, destinations, their positions)``."""
         ends = np.cumsum(lengths)
         start = ends - lengths
-        total = int(ends[-1]) if ends.size else 0
-        ids = np.empty(total, np.int64)
-        shares = np.empty(total, float)
-        dev = self.device_links
-        for k in (_HOST, _LEAF, _POD, _CROSS):
+        ids = np.empty(int(ends[-1]) if ends.size else 0, np.int64)
+        for k, make in columns.items():
             sel = np.flatnonzero(kind == k)
-            if not sel.size:
-                continue
-            a, b = src[sel], dst[sel]
-            if k == _HOST:
-                cols = [dev[a, 0:1], dev[b, 1:2]]
-                share = np.ones(2)
-            else:
-                cols = [dev[a, 2:4], dev[b, 4:6]]
-                if k == _POD:
-                    cols += [self.leaf_up[leaf_s[sel]], self.leaf_down[leaf_d[sel]]]
-                    share = self.share_pod
-                elif k == _CROSS:
-                    cols += [
-                        self.leaf_up[leaf_s[sel]],
-                        self.pod_up[pod_s[sel]],
-                        self.pod_down[pod_d[sel]],
-                        self.leaf_down[leaf_d[sel]],
-                    ]
-                    share = self.share_cross
-                else:
-                    share = np.ones(4)
-            rows = np.concatenate(cols, axis=1)
-            at = start[sel][:, None] + np.arange(rows.shape[1])
-            ids[at] = rows
-            shares[at] = share
-        if (ids < 0).any():
+            if sel.size:
+                rows = np.concatenate(make(src[sel], dst[sel], sel), axis=1)
+                ids[start[sel][:, None] + np.arange(rows.shape[1])] = rows
+        return None if (ids < 0).any() else ids
+
+    def routes(
+        self, src: np.ndarray, dst: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(link ids, shares, route length per connection) of the connections ``src[i]`` ->
+        ``dst[i]``, routes concatenated in order; None when some endpoint is not a device."""
+        found = self._kinds(src, dst)
+        if found is None:
+            return None
+        kind, leaf_s, leaf_d, pod_s, pod_d = found
+        s, c = self.n_spines, self.n_cores
+        lengths = np.array([0, 2, 4, 4 + 2 * s, 4 + 2 * s + 2 * s * c], np.int64)[kind]
+        dev = self.device_links
+        columns = {
+            _HOST: lambda a, b, k: [dev[a, 0:1], dev[b, 1:2]],
+            _LEAF: lambda a, b, k: [dev[a, 2:4], dev[b, 4:6]],
+            _POD: lambda a, b, k: [
+                dev[a, 2:4],
+                dev[b, 4:6],
+                self.leaf_up[leaf_s[k]],
+                self.leaf_down[leaf_d[k]],
+            ],
+            _CROSS: lambda a, b, k: [
+                dev[a, 2:4],
+                dev[b, 4:6],
+                self.leaf_up[leaf_s[k]],
+                self.pod_up[pod_s[k]],
+                self.pod_down[pod_d[k]],
+                self.leaf_down[leaf_d[k]],
+            ],
+        }
+        ids = self._fill(kind, lengths, src, dst, columns)
+        if ids is None:
             return None  # a link spread would not find (a malformed graph): route one by one
+        share_of = {_HOST: np.ones(2), _LEAF: np.ones(4), _POD: self.share_pod}
+        share_of[_CROSS] = self.share_cross
+        shares = np.empty(ids.size, float)
+        start = np.cumsum(lengths) - lengths
+        for k, row in share_of.items():
+            sel = np.flatnonzero(kind == k)
+            if sel.size:
+                shares[start[sel][:, None] + np.arange(row.size)] = row
         return ids, shares, lengths

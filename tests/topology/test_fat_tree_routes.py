@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from simulator import api
 from simulator.engine.network import LinkTable
 from simulator.topology.fat_tree import fat_tree_topology
+from simulator.topology.graph import ecmp_hash, ecmp_hash_array
 
 FILES = ["dgx-a100-superpod.yaml", "dgx-h100-superpod.yaml", "llama3-24k-cluster.yaml"]
 _BUILT: dict = {}
@@ -53,6 +54,14 @@ def _check(topo, links, src, dst):
     assert got[0].tolist() == ids
     assert got[1].tolist() == shares
     assert got[2].tolist() == lengths
+    # the single hashed paths, with keys as a phase numbers its transfers (and large ones)
+    keys = np.arange(len(src), dtype=np.int64) * 7919 % 2**32
+    paths = topo.router.path_ids(
+        np.array(src, np.int64), np.array(dst, np.int64), keys, links.index
+    )
+    expected = [topo.router.path(s, d, k) for s, d, k in zip(src, dst, keys.tolist(), strict=True)]
+    assert paths[0].tolist() == [links.index[e] for p in expected for e in p]
+    assert paths[1].tolist() == [len(p) for p in expected]
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -95,3 +104,26 @@ def test_spread_ids_decline_hashed_ecmp_and_non_devices():
     links = LinkTable(spread.graph)
     assert spread.router.spread_ids(np.array([0]), np.array([8]), links.index) is None
     assert spread.router.spread_ids(np.array([-1]), np.array([3]), links.index) is None
+
+
+def test_path_ids_equal_path_with_hashed_ecmp():
+    # the single hashed path does not depend on ecmp_flows: arrays with sub-flows too
+    topo = fat_tree_topology(
+        nodes=8, gpus_per_node=2, nodes_per_leaf=2, levels=3, leaves_per_pod=2, ecmp_flows=4
+    )
+    links = LinkTable(topo.graph)
+    src, dst = np.arange(16), (np.arange(16) * 5 + 3) % 16
+    keys = np.arange(16) * 4 + 1
+    ids, lengths = topo.router.path_ids(src, dst, keys, links.index)
+    triples = zip(src.tolist(), dst.tolist(), keys.tolist(), strict=True)
+    expected = [topo.router.path(s, d, k) for s, d, k in triples]
+    assert ids.tolist() == [links.index[e] for p in expected for e in p]
+    assert lengths.tolist() == [len(p) for p in expected]
+    assert {len(p) for p in expected} >= {2, 6, 8}  # hosts, pods and cores all met
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(*[st.integers(0, 2**32 - 1)] * 3), min_size=1, max_size=50))
+def test_ecmp_hash_array_is_ecmp_hash(triples):
+    a, b, k = (np.array(x, dtype=np.int64) for x in zip(*triples, strict=True))
+    assert ecmp_hash_array(a, b, k).tolist() == [ecmp_hash(*t) for t in triples]

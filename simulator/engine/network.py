@@ -314,17 +314,17 @@ class FlowNetwork:
         links = _union(np.concatenate([c.links for c in group.classes]), len(self._link_set))
         sets = self._link_set[links]
         near = {key}
-        new_ids = []
-        distinct = np.unique(sets)
-        for sid in distinct.tolist():
+        # the distinct sets among them, without sorting every link
+        remap = np.zeros(len(self._key_sets), dtype=np.int64)
+        for sid in np.flatnonzero(np.bincount(sets, minlength=remap.size)).tolist():
             shared = self._key_sets[sid]
             near |= shared
             plus = self._set_plus.get((sid, key))
             if plus is None:
                 plus = self._set_plus[(sid, key)] = len(self._key_sets)
                 self._key_sets.append(shared | {key})
-            new_ids.append(plus)
-        self._link_set[links] = np.array(new_ids)[np.searchsorted(distinct, sets)]
+            remap[sid] = plus
+        self._link_set[links] = remap[sets]
         for other in near:
             if other != key:
                 self._neighbours[other].add(key)

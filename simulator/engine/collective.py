@@ -12,6 +12,16 @@ A phase of more than 256 transfers (an all-to-all over 64 ranks has 4,032) becom
 class per kind of transfer - same path length (inside a host, under a leaf, through a spine,
 through a core) and same bytes - whose counts add the transfers' link use: the transfers of
 a symmetric pattern get equal max-min rates anyway, and the water-filling stays small.
+
+Routers that offer it route a whole phase at once, every copy's every transfer, as arrays of
+link ids (a fat-tree's ``spread_ids`` and ``path_ids``; :mod:`simulator.topology.fat_tree_routes`)
+with the same links, order and shares as routing each connection on its own, so the classes
+are the same to the bit: a 1,024-rank tree and its copies (90K connections) take milliseconds,
+not a second, and routing no longer grows with the data-parallel degree at Python speed. Other
+routers (NVSwitch, torus, hashed ECMP sub-flows) route one connection at a time, memoised.
+A fat-tree also names the groups of links that every route crosses all or none of with equal
+shares (a leaf's uplinks, a pod's core links); a class keeps one link per group for the
+water-filling (``FlowClass.rating``), which gives the same rates over far fewer entries.
 """
 
 from __future__ import annotations
@@ -151,18 +161,21 @@ class CollectiveRunner:
             flows = []
             for (ids, shares), tail, factor in zip(routes, tails, factors, strict=True):
                 links, counts = _copies_per_link(ids, shares, len(self.links))
-                rating = None
-                if same is not None:  # one link of each group that routes cross together
-                    first = same[links]
-                    keep = (first == links) | (
-                        self.links.capacity[links] != self.links.capacity[first]
-                    )
-                    if not keep.all():
-                        rating = (links[keep], counts[keep])
+                rating = self._rating(links, counts, same)
                 pattern = (next(_SHAPES), len(flows))
                 flows.append(FlowClass(links, counts, factor, tail, pattern, rating))
             out.append(_Geometry(flows))
         return out
+
+    def _rating(self, links: np.ndarray, counts: np.ndarray, same: np.ndarray | None):
+        """A class's (links, counts) for the water-filling with one link of each group of
+        ``same`` (:meth:`_same_links`) whose capacity is the group's first's; None: all."""
+        if same is None:
+            return None
+        first = same[links]
+        capacity = self.links.capacity
+        keep = (first == links) | (capacity[links] != capacity[first])
+        return None if keep.all() else (links[keep], counts[keep])
 
     def _paths(self, transfers) -> tuple[list[int], list[float]]:
         """Links on each transfer's own path (``router.path(src, dst, j)``, transfer ``j``)

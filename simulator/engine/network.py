@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import truediv
+from operator import attrgetter, truediv
 
 import networkx as nx
 import numpy as np
@@ -36,6 +36,7 @@ from simulator.engine.maxmin import max_min_rates_lists, max_min_rates_segments
 
 _EPS = 1e-12
 _amin = np.minimum.reduce
+_by_seq = attrgetter("seq")
 # Entries (flow x link) up to which a component is water-filled in plain Python; above it
 # numpy's per-call overhead is paid back (benchmarks/bench_maxmin.py: equal near 64-128
 # entries on random instances; RESULTS.md).
@@ -341,14 +342,17 @@ class FlowNetwork:
         seen = set()
         found: list[_Group] = []
         stack = list(keys)
+        neighbours = self._neighbours
         while stack:
-            key = stack.pop()
-            for other in groups_of.keys() & self._neighbours[key]:
-                if other not in seen:
+            near = neighbours[stack.pop()]
+            if len(near) > len(groups_of):  # walk the shorter of the two
+                near = [other for other in groups_of if other in near]
+            for other in near:
+                if other not in seen and other in groups_of:
                     seen.add(other)
                     found.extend(groups_of[other])
                     stack.append(other)
-        found.sort(key=lambda g: g.seq)
+        found.sort(key=_by_seq)
         return found
 
     def _rates(self, groups: list[_Group]) -> list[list[float]]:

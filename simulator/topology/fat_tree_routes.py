@@ -93,17 +93,25 @@ class SpreadTable:
             ).T
         self.device_known[new] = True
         leaves = self.leaf[devices]
-        for k in np.unique(leaves[~self.leaf_known[leaves]]).tolist():
-            leaf, spines = self.leaf_names[k], self.spines[self.pod[k]] if self.spines else []
-            self.leaf_up[k] = [index.get((leaf, sp), -1) for sp in spines]
-            self.leaf_down[k] = [index.get((sp, leaf), -1) for sp in spines]
-            self.leaf_known[k] = True
-            self._same(self.leaf_up[k : k + 1])
-            self._same(self.leaf_down[k : k + 1])
+        new = np.unique(leaves[~self.leaf_known[leaves]])
+        if new.size and self.n_spines:
+            get = self.index.get
+            up, down = [], []
+            for k in new.tolist():
+                leaf, spines = self.leaf_names[k], self.spines[self.pod[k]]
+                up.append([get((leaf, sp), -1) for sp in spines])
+                down.append([get((sp, leaf), -1) for sp in spines])
+            self.leaf_up[new] = up
+            self.leaf_down[new] = down
+            self._same(self.leaf_up[new])
+            self._same(self.leaf_down[new])
+        self.leaf_known[new] = True
 
     def _same(self, rows: np.ndarray) -> None:
-        """Map the links of each row of ``rows`` to the row's first."""
-        if rows.size and (rows >= 0).all():
+        """Map the links of each row of ``rows`` to the row's first (rows with a link
+        missing from the index excepted)."""
+        rows = rows[(rows >= 0).all(axis=1)]
+        if rows.size:
             self.representative[rows] = rows[:, :1]
 
     def representatives(self, devices: np.ndarray) -> np.ndarray:

@@ -221,8 +221,9 @@ class FlowNetwork:
         self.track_links = track_links  # bytes per link, load over time (tests, reports)
         self.links = links
         self._capacity = links.capacity
-        # scratch for the water-filling of large components (see max_min_rates_segments)
-        self._work = (np.zeros(len(links), dtype=bool), np.empty(len(links), dtype=np.intp))
+        # scratch for the water-filling of large components (see max_min_rates_segments),
+        # made at the first one
+        self._work: tuple[np.ndarray, np.ndarray] | None = None
         # The link-sharing graph between group keys (each key shares links with itself), built
         # once per key seen, and the groups in flight under each key.
         self._neighbours: dict = {}
@@ -377,6 +378,9 @@ class FlowNetwork:
                 [c.link_list for c in chosen], [c.count_list for c in chosen], self._capacity
             )
         else:  # entries in class order, as the concatenated classes would give them
+            if self._work is None:
+                n = len(self._capacity)
+                self._work = (np.zeros(n, dtype=bool), np.empty(n, dtype=np.intp))
             flat = max_min_rates_segments(
                 np.concatenate([p[2] for p in parts]),
                 np.concatenate([p[0] for p in parts]),

@@ -7,6 +7,8 @@
    time to build its topology.
 4. 1,024 concurrent 8-GPU all-reduces (one representative group, 1,023 copies) on a
    1,024-node fat-tree.
+5. Routing alone: a 1,024-rank tree all-reduce and its 15 copies on 16,384 GPUs (the dp1024
+   case of bench_targets.py: 65K connections), its flow classes built from scratch.
 
 Prints medians over repeats (wall seconds); run from the repository root.
 """
@@ -132,6 +134,23 @@ def main() -> None:
 
     t_cc, sim = median_time(concurrent, reps)
     rows.append(("1,024 concurrent 8-GPU all-reduces", f"simulated {sim * 1e3:,.2f} ms", t_cc))
+
+    dgx = api.topology_from_file(
+        ROOT / "topologies/dgx-a100-superpod.yaml", "A100-SXM4-80GB", ["nodes=2048"]
+    )
+    dm = api.network_model(dgx)
+    trees = [dgx.devices[k::16] for k in range(16)]  # one rank per node and GPU index
+
+    def route():
+        dm.geometry_cache.clear()
+        dm.route_cache.clear()
+        plan = plan_collective("all_reduce", trees[0], 2**28, "tree", dm.locality)
+        _, _, runner = dm.new_run()
+        geometry = runner.geometry(plan, trees[1:])
+        return sum(len(p.transfers) for p in plan.phases) * len(trees), geometry
+
+    t_route, (connections, _) = median_time(route, reps)
+    rows.append(("route a 1,024-rank tree x 16 copies", f"{connections:,} connections", t_route))
 
     width = max(len(r[0]) for r in rows)
     print(f"{'benchmark':<{width}}  {'median wall s':>13}  result")

@@ -12,6 +12,16 @@ A phase of more than 256 transfers (an all-to-all over 64 ranks has 4,032) becom
 class per kind of transfer - same path length (inside a host, under a leaf, through a spine,
 through a core) and same bytes - whose counts add the transfers' link use: the transfers of
 a symmetric pattern get equal max-min rates anyway, and the water-filling stays small.
+
+Routers that offer it route a whole phase at once, every copy's every transfer, as arrays of
+link ids (a fat-tree's ``spread_ids`` and ``path_ids``; :mod:`simulator.topology.fat_tree_routes`)
+with the same links, order and shares as routing each connection on its own, so the classes
+are the same to the bit: a 1,024-rank tree and its copies (90K connections) take milliseconds,
+not a second, and routing no longer grows with the data-parallel degree at Python speed. Other
+routers (NVSwitch, torus, hashed ECMP sub-flows) route one connection at a time, memoised.
+A fat-tree also names the groups of links that every route crosses all or none of with equal
+shares (a leaf's uplinks, a pod's core links); a class keeps one link per group for the
+water-filling (``FlowClass.rating``), which gives the same rates over far fewer entries.
 """
 
 from __future__ import annotations
@@ -119,42 +129,141 @@ class CollectiveRunner:
 
     def _route_plan(self, plan: CollectivePlan, copies: Sequence[Sequence[int]]) -> list[_Geometry]:
         groups = [plan.group, *[tuple(c) for c in copies]]
-        mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
+        mappings = None
         out = []
         size = plan.size_bytes or 1.0
+        same = self._same_links(groups)
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE
-            # class key -> [link ids, shares (every copy's route, in order), tail, factor]
-            classes: dict[tuple, list] = {}
+            # per class (one per transfer, or per merged kind): tail s and factor, and the
+            # class of each transfer; tail and size from the representative's path
+            tails: list[float] = []
+            factors: list[float] = []
+            class_of: list[int] = []
+            numbers: dict[tuple, int] = {}
+            hops, latency = self._paths(phase.transfers)
             for j, t in enumerate(phase.transfers):
-                path_ids = self.links.ids(self.router.path(t.src, t.dst, j))
-                tail = phase.latency_count * float(self.links.latency[path_ids].sum())
+                tail = phase.latency_count * latency[j]
                 factor = t.bytes_ * phase.steps / size
-                cls = classes.setdefault(
-                    (path_ids.size, factor) if merge else (j,), [[], [], tail, factor]
-                )
-                ids, shares = cls[0], cls[1]
-                for g, m in zip(groups, mappings, strict=True):
-                    src, dst = self._map(t.src, m, g[0]), self._map(t.dst, m, g[0])
-                    route_ids, route_shares = self._route(src, dst, j)
-                    ids += route_ids
-                    shares += route_shares
-                cls[2] = max(cls[2], tail)
+                k = numbers.setdefault((hops[j], factor) if merge else (j,), len(numbers))
+                if k == len(tails):
+                    tails.append(tail)
+                    factors.append(factor)
+                else:
+                    tails[k] = max(tails[k], tail)
+                class_of.append(k)
+            # every copy's route of each class, in (transfer, copy) order
+            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails))
+            if routes is None:
+                if mappings is None:
+                    mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
+                routes = self._route_phase(groups, mappings, phase, class_of, len(tails))
             flows = []
-            for ids, shares, tail, factor in classes.values():
-                # copies per link: np.bincount adds the shares in route order
-                links, which = np.unique(np.array(ids, dtype=np.int64), return_inverse=True)
-                flows.append(
-                    FlowClass(
-                        links,
-                        np.bincount(which, weights=np.array(shares, dtype=float)),
-                        factor,
-                        tail,
-                        (next(_SHAPES), len(flows)),
-                    )
-                )
+            for (ids, shares), tail, factor in zip(routes, tails, factors, strict=True):
+                links, counts = _copies_per_link(ids, shares, len(self.links))
+                rating = self._rating(links, counts, same)
+                pattern = (next(_SHAPES), len(flows))
+                flows.append(FlowClass(links, counts, factor, tail, pattern, rating))
             out.append(_Geometry(flows))
         return out
+
+    def _rating(self, links: np.ndarray, counts: np.ndarray, same: np.ndarray | None):
+        """A class's (links, counts) for the water-filling with one link of each group of
+        ``same`` (:meth:`_same_links`) whose capacity is the group's first's; None: all."""
+        if same is None:
+            return None
+        first = same[links]
+        capacity = self.links.capacity
+        keep = (first == links) | (capacity[links] != capacity[first])
+        return None if keep.all() else (links[keep], counts[keep])
+
+    def _paths(self, transfers) -> tuple[list[int], list[float]]:
+        """Links on each transfer's own path (``router.path(src, dst, j)``, transfer ``j``)
+        and the sum of their latencies (s), as ``latency[ids].sum()`` gives it.
+
+        All at once when the router has ``path_ids`` (the sums taken once per distinct row
+        of latencies, each over its own 1-D array, so bit for bit the same), else one by one.
+        """
+        path_ids = getattr(self.router, "path_ids", None)
+        if path_ids is not None and all(
+            type(t.src) is int and type(t.dst) is int for t in transfers
+        ):
+            src = np.array([t.src for t in transfers], dtype=np.int64)
+            dst = np.array([t.dst for t in transfers], dtype=np.int64)
+            found = path_ids(src, dst, np.arange(len(transfers)), self.links.index)
+            if found is not None:
+                ids, lengths = found
+                return lengths.tolist(), _segment_sums(self.links.latency[ids], lengths)
+        hops, latency = [], []
+        for j, t in enumerate(transfers):
+            ids = self.links.ids(self.router.path(t.src, t.dst, j))
+            hops.append(ids.size)
+            latency.append(float(self.links.latency[ids].sum()))
+        return hops, latency
+
+    def _same_links(self, groups) -> np.ndarray | None:
+        """The router's groups of links that routes cross all or none of with equal shares
+        (link id -> its group's first), covering ``groups``' devices; None if it has none.
+
+        Such links carry the same load and have the same capacity (checked per link), so the
+        water-filling needs one of each group: the same shares, the same level, the same
+        rates to the bit, over a fraction of the entries (an inter-pod route on the 24K-GPU
+        cluster crosses 548 links, 4 groups and 36 links of its own)."""
+        same = getattr(self.router, "spread_representatives", None)
+        if same is None:
+            return None
+        devices = [d for g in groups for d in g if type(d) is int]
+        return same(np.array(devices, dtype=np.int64), self.links.index)
+
+    def _route_phase(
+        self, groups, mappings, phase, class_of: list[int], n_classes: int
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(link ids, shares) of each class: its transfers' routes in every copy, in
+        (transfer, copy) order, routed one connection at a time."""
+        ids: list[list[int]] = [[] for _ in range(n_classes)]
+        shares: list[list[float]] = [[] for _ in range(n_classes)]
+        for j, t in enumerate(phase.transfers):
+            cls_ids, cls_shares = ids[class_of[j]], shares[class_of[j]]
+            for g, m in zip(groups, mappings, strict=True):
+                src, dst = self._map(t.src, m, g[0]), self._map(t.dst, m, g[0])
+                route_ids, route_shares = self._route(src, dst, j)
+                cls_ids += route_ids
+                cls_shares += route_shares
+        return [
+            (np.array(i, dtype=np.int64), np.array(s, dtype=float))
+            for i, s in zip(ids, shares, strict=True)
+        ]
+
+    def _spread_phase(
+        self, group, groups, phase, class_of: list[int], n_classes: int
+    ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """As :meth:`_route_phase`, every connection of the phase routed at once by the
+        router's ``spread_ids`` (identical routes, as arrays); None when the router has none,
+        declines, or an endpoint is not a device (an NVLS switch)."""
+        spread_ids = getattr(self.router, "spread_ids", None)
+        transfers = phase.transfers
+        if spread_ids is None or not all(
+            type(t.src) is int and type(t.dst) is int for t in transfers
+        ):
+            return None
+        # a device's position in the group (the last one, as dict(zip(group, copy)) maps it)
+        position = dict(zip(group, range(len(group)), strict=True))
+        devices = np.array(groups, dtype=np.int64)  # copy x position
+        src = devices[:, [position[t.src] for t in transfers]].T.ravel()
+        dst = devices[:, [position[t.dst] for t in transfers]].T.ravel()
+        routed = spread_ids(src, dst, self.links.index)
+        if routed is None:
+            return None
+        ids, shares, lengths = routed
+        entry_class = np.repeat(np.repeat(np.array(class_of), len(groups)), lengths)
+        if n_classes == 1:
+            return [(ids, shares)]
+        if n_classes <= 8:  # a few merged kinds: a mask each beats sorting every entry
+            masks = [entry_class == k for k in range(n_classes)]
+            return [(ids[m], shares[m]) for m in masks]
+        order = np.argsort(entry_class, kind="stable")  # route order kept within a class
+        bounds = np.cumsum(np.bincount(entry_class, minlength=n_classes))[:-1]
+        return list(zip(np.split(ids[order], bounds), np.split(shares[order], bounds), strict=True))
 
     def run(
         self,
@@ -173,6 +282,35 @@ class CollectiveRunner:
             )
         else:
             _run_phase(self.network, geometry, 0, scale, on_done)
+
+
+def _segment_sums(values: np.ndarray, lengths: np.ndarray) -> list[float]:
+    """``float(values[a:b].sum())`` for the consecutive segments of ``lengths``, summing each
+    distinct segment (by its bytes) once, as its own 1-D array."""
+    out = np.empty(lengths.size)
+    start = np.cumsum(lengths) - lengths
+    for n in np.unique(lengths).tolist():
+        sel = np.flatnonzero(lengths == n)
+        rows = np.ascontiguousarray(values[start[sel][:, None] + np.arange(n)])
+        keys = rows.view(np.dtype((np.void, 8 * n))).ravel() if n else np.zeros(sel.size, "V1")
+        distinct, first, which = np.unique(keys, return_index=True, return_inverse=True)
+        out[sel] = np.array([float(rows[i].sum()) for i in first.tolist()])[which.ravel()]
+    return out.tolist()
+
+
+def _copies_per_link(
+    ids: np.ndarray, shares: np.ndarray, n_links: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The links ``ids`` name (ascending) and the sum of the ``shares`` on each, added in
+    route order by ``np.bincount`` either way: over a sorted unique for few entries, over
+    every link of the topology (no sort) for many."""
+    if ids.size * 16 < n_links:
+        links, which = np.unique(ids, return_inverse=True)
+        return links, np.bincount(which, weights=shares)
+    crossed = np.zeros(n_links, dtype=bool)
+    crossed[ids] = True
+    links = np.flatnonzero(crossed)
+    return links, np.bincount(ids, weights=shares, minlength=n_links)[links]
 
 
 def _run_phase(

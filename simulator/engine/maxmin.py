@@ -34,8 +34,11 @@ def max_min_rates(
     if entry_flow.size == 0:
         return rates
     # Work over the links the entries use, renumbered 0..n-1, not every link of the topology
-    # (200K on a 24K-GPU cluster): the same sums in the same order, so the same rates.
-    links = np.flatnonzero(np.bincount(entry_link, minlength=capacity.size))
+    # (200K on a 24K-GPU cluster): the same sums in the same order, so the same rates. Marked
+    # in a boolean array (a bincount of the entries would sum counts nobody reads).
+    crossed = np.zeros(capacity.size, dtype=bool)
+    crossed[entry_link] = True
+    links = np.flatnonzero(crossed)
     local = np.empty(capacity.size, dtype=np.intp)
     local[links] = np.arange(links.size)
     entry_link = local[entry_link]
@@ -48,9 +51,12 @@ def max_min_rates(
             weight = np.bincount(entry_link, weights=entry_count, minlength=n_links)
         else:
             weight = np.bincount(entry_link[live], weights=entry_count[live], minlength=n_links)
-        used = weight > 0
-        share = np.full(n_links, np.inf)
-        share[used] = np.maximum(remaining[used], 0.0) / weight[used]
+        if live is None and weight.min() > 0:  # the first round: every link is used
+            share = np.maximum(remaining, 0.0) / weight
+        else:
+            used = weight > 0
+            share = np.full(n_links, np.inf)
+            share[used] = np.maximum(remaining[used], 0.0) / weight[used]
         level = share.min()
         at_level = (share <= level * (1 + _REL))[entry_link]
         # the classes crossing a bottleneck, as a mask (np.unique would sort every entry)
@@ -63,6 +69,61 @@ def max_min_rates(
         if not live.any():
             return rates  # nothing left to share what remains
         np.subtract.at(remaining, entry_link[newly], entry_count[newly] * level)
+
+
+def max_min_rates_segments(
+    lengths: np.ndarray,
+    entry_link: np.ndarray,
+    entry_count: np.ndarray,
+    capacity: np.ndarray,
+    work: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """:func:`max_min_rates` for entries grouped by class: class ``k``'s entries are the
+    ``lengths[k]`` (> 0) after those of classes ``0 .. k-1``, as a flow network lists them.
+
+    Each class's bottleneck share is a ``np.minimum.reduceat`` over its run of entries and
+    frozen classes are dropped from the arrays, rather than masks over every entry each
+    round; the links' weights are summed, and what remains subtracted, in the same entry
+    order as :func:`max_min_rates`, so the rates are the same to the last bit (a test checks).
+    ``work``: a boolean array of ``capacity.size`` all False and an integer array as large,
+    reused across calls (left all False) to save allocating them.
+    """
+    n_flows = lengths.size
+    rates = np.full(n_flows, np.inf)
+    if entry_link.size == 0:
+        return rates
+    if work is None:
+        work = (np.zeros(capacity.size, dtype=bool), np.empty(capacity.size, dtype=np.intp))
+    crossed, local = work
+    crossed[entry_link] = True
+    links = np.flatnonzero(crossed)
+    crossed[links] = False
+    local[links] = np.arange(links.size)
+    link, count = local[entry_link], entry_count
+    remaining = capacity[links].astype(float)
+    n_links = links.size
+    flows = np.arange(n_flows)  # the classes still rising, in order
+    first = True
+    while True:
+        weight = np.bincount(link, weights=count, minlength=n_links)
+        if first and weight.min() > 0:  # every link is used
+            share = np.maximum(remaining, 0.0) / weight
+        else:
+            used = weight > 0
+            share = np.full(n_links, np.inf)
+            share[used] = np.maximum(remaining[used], 0.0) / weight[used]
+        first = False
+        level = share.min()
+        bottleneck = np.minimum.reduceat(share[link], np.cumsum(lengths) - lengths)
+        hit = bottleneck <= level * (1 + _REL)
+        rates[flows[hit]] = level
+        if hit.all():
+            return rates  # nothing left to share what remains
+        newly = np.repeat(hit, lengths)
+        np.subtract.at(remaining, link[newly], count[newly] * level)
+        rising = ~newly
+        link, count = link[rising], count[rising]
+        flows, lengths = flows[~hit], lengths[~hit]
 
 
 def max_min_rates_lists(

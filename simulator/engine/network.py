@@ -25,15 +25,18 @@ import itertools
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from operator import truediv
+from functools import cached_property
+from operator import attrgetter, truediv
 
 import networkx as nx
 import numpy as np
 import simpy
 
-from simulator.engine.maxmin import max_min_rates, max_min_rates_lists
+from simulator.engine.maxmin import max_min_rates_lists, max_min_rates_segments
 
 _EPS = 1e-12
+_amin = np.minimum.reduce
+_by_seq = attrgetter("seq")
 # Entries (flow x link) up to which a component is water-filled in plain Python; above it
 # numpy's per-call overhead is paid back (benchmarks/bench_maxmin.py: equal near 64-128
 # entries on random instances; RESULTS.md).
@@ -78,7 +81,10 @@ class FlowClass:
 
     ``links``/``counts``: the links its copies cross and how many copies cross each;
     ``bytes_``: bytes each copy moves; ``tail_s``: latency paid after the bytes;
-    ``pattern``: a hashable identity for rate reuse (None: never reuse).
+    ``pattern``: a hashable identity for rate reuse (None: never reuse);
+    ``rating``: the (links, counts) the water-filling needs, when fewer: links that every
+    class crosses all or none of, with equal counts and capacities, share one entry (see
+    :meth:`~simulator.engine.collective.CollectiveRunner._same_links`).
     """
 
     links: np.ndarray
@@ -86,12 +92,21 @@ class FlowClass:
     bytes_: float
     tail_s: float = 0.0
     pattern: Hashable | None = None
-    link_list: list[int] = field(init=False, repr=False, compare=False)
-    count_list: list[float] = field(init=False, repr=False, compare=False)
+    rating: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
-        self.link_list = self.links.tolist()
-        self.count_list = self.counts.tolist()
+        if self.rating is None:
+            self.rating = (self.links, self.counts)
+
+    # As lists, for the plain-Python water-filling of small components; made when first
+    # needed (a 128-class ring of a 16K-GPU job never needs them).
+    @cached_property
+    def link_list(self) -> list[int]:
+        return self.rating[0].tolist()
+
+    @cached_property
+    def count_list(self) -> list[float]:
+        return self.rating[1].tolist()
 
 
 @dataclass
@@ -181,6 +196,16 @@ class NetworkStats:
     link_samples: list = field(default_factory=list)
 
 
+def _union(ids: np.ndarray, n_links: int) -> np.ndarray:
+    """The distinct link ids of ``ids``, ascending: by sorting when few, by marking them
+    among the topology's ``n_links`` when many (a 1,024-copy ring crosses 100K links)."""
+    if ids.size * 16 < n_links:
+        return np.unique(ids)
+    crossed = np.zeros(n_links, dtype=bool)
+    crossed[ids] = True
+    return np.flatnonzero(crossed)
+
+
 def _overflow(rem: float, rate: float, now: float) -> ValueError:
     return ValueError(
         f"simulated time overflows: a flow of {rem:.3g} B at {rate:.3g} B/s does not finish in "
@@ -196,10 +221,18 @@ class FlowNetwork:
         self.track_links = track_links  # bytes per link, load over time (tests, reports)
         self.links = links
         self._capacity = links.capacity
+        # scratch for the water-filling of large components (see max_min_rates_segments),
+        # made at the first one
+        self._work: tuple[np.ndarray, np.ndarray] | None = None
         # The link-sharing graph between group keys (each key shares links with itself), built
         # once per key seen, and the groups in flight under each key.
-        self._keys_on_link: dict[int, set] = {}
         self._neighbours: dict = {}
+        # The keys on each link, interned: link -> id of its key set (0: none yet), the sets,
+        # and (set id, key) -> the id of that set with the key added. Links fall into a few
+        # sets per key, so registering a key costs a few set unions, not one per link.
+        self._link_set = np.zeros(len(links), dtype=np.int64)
+        self._key_sets: list[frozenset] = [frozenset()]
+        self._set_plus: dict[tuple[int, int], int] = {}
         self._groups_of: dict = {}
         self._heap: list[tuple[float, int, int, _Group]] = []  # (finish, seq, version, group)
         self._seq = 0
@@ -208,6 +241,8 @@ class FlowNetwork:
         self._rate_cache: dict[frozenset, dict] = {}
         self._pattern_keys: dict[tuple, int] = {}  # patterns of a batch -> its key
         self._described: dict[int, tuple[list, tuple]] = {}  # id(list) -> (list, _describe)
+        # (key, signature) -> a group's live classes' entries: links, counts, per-class sizes
+        self._entries: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._keys = itertools.count(1)  # > 0: rates reusable; < 0: a batch without patterns
         self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
 
@@ -227,7 +262,7 @@ class FlowNetwork:
             moving, sizes = [], []
             for cls in classes:
                 size = cls.bytes_ * scale
-                if size <= 0 or not cls.link_list:
+                if size <= 0 or not cls.links.size:
                     batch.pending -= 1
                     batch.end = max(batch.end, now + cls.tail_s)
                 else:
@@ -255,7 +290,7 @@ class FlowNetwork:
         known = self._described.get(id(classes))
         if known is not None and known[0] is classes:
             return known[1]
-        if all(c.link_list and c.bytes_ > 0 for c in classes) and classes:
+        if all(c.links.size and c.bytes_ > 0 for c in classes) and classes:
             out = (self._key(classes), [c.bytes_ for c in classes], max(c.tail_s for c in classes))
         else:
             out = (None, [], 0.0)
@@ -278,17 +313,22 @@ class FlowNetwork:
     def _register(self, group: _Group) -> None:
         """Add ``group``'s key to the link-sharing graph (once per key and run)."""
         key = group.key
-        on_link = self._keys_on_link
+        links = _union(np.concatenate([c.links for c in group.classes]), len(self._link_set))
+        sets = self._link_set[links]
         near = {key}
-        for e in set().union(*(c.link_list for c in group.classes)):
-            sharing = on_link.get(e)
-            if sharing is None:
-                on_link[e] = {key}
-            else:
-                near |= sharing
-                sharing.add(key)
+        # the distinct sets among them, without sorting every link
+        remap = np.zeros(len(self._key_sets), dtype=np.int64)
+        for sid in np.flatnonzero(np.bincount(sets, minlength=remap.size)).tolist():
+            shared = self._key_sets[sid]
+            near |= shared
+            plus = self._set_plus.get((sid, key))
+            if plus is None:
+                plus = self._set_plus[(sid, key)] = len(self._key_sets)
+                self._key_sets.append(shared | {key})
+            remap[sid] = plus
+        self._link_set[links] = remap[sets]
         for other in near:
-            if other is not key:
+            if other != key:
                 self._neighbours[other].add(key)
         self._neighbours[key] = near
 
@@ -303,14 +343,17 @@ class FlowNetwork:
         seen = set()
         found: list[_Group] = []
         stack = list(keys)
+        neighbours = self._neighbours
         while stack:
-            key = stack.pop()
-            for other in groups_of.keys() & self._neighbours[key]:
-                if other not in seen:
+            near = neighbours[stack.pop()]
+            if len(near) > len(groups_of):  # walk the shorter of the two
+                near = [other for other in groups_of if other in near]
+            for other in near:
+                if other not in seen and other in groups_of:
                     seen.add(other)
                     found.extend(groups_of[other])
                     stack.append(other)
-        found.sort(key=lambda g: g.seq)
+        found.sort(key=_by_seq)
         return found
 
     def _rates(self, groups: list[_Group]) -> list[list[float]]:
@@ -329,17 +372,21 @@ class FlowNetwork:
         self.stats.rerates += 1
         live = [g.live() for g in groups]
         chosen = [g.classes[k] for g, ks in zip(groups, live, strict=True) for k in ks]
-        if sum(len(c.link_list) for c in chosen) <= SMALL_COMPONENT:
+        parts = [self._group_entries(g, ks) for g, ks in zip(groups, live, strict=True)]
+        if sum(p[1].size for p in parts) <= SMALL_COMPONENT:
             flat = max_min_rates_lists(
                 [c.link_list for c in chosen], [c.count_list for c in chosen], self._capacity
             )
-        else:
-            flat = max_min_rates(
-                np.repeat(np.arange(len(chosen)), [len(c.link_list) for c in chosen]),
-                np.concatenate([c.links for c in chosen]),
-                np.concatenate([c.counts for c in chosen]),
-                len(chosen),
+        else:  # entries in class order, as the concatenated classes would give them
+            if self._work is None:
+                n = len(self._capacity)
+                self._work = (np.zeros(n, dtype=bool), np.empty(n, dtype=np.intp))
+            flat = max_min_rates_segments(
+                np.concatenate([p[2] for p in parts]),
+                np.concatenate([p[0] for p in parts]),
+                np.concatenate([p[1] for p in parts]),
                 self._capacity,
+                self._work,
             ).tolist()
         out, i = [], 0
         for g, ks in zip(groups, live, strict=True):
@@ -352,6 +399,24 @@ class FlowNetwork:
             self._rate_cache[key] = dict(zip(items, out, strict=True))
         return out
 
+    def _group_entries(self, g: _Group, live: list[int]):
+        """(links, counts, entries per class) of ``g``'s classes ``live``, concatenated;
+        remembered per (key, signature) for keys that name their classes (a component of
+        a dozen 128-class rings would otherwise concatenate 1,500 small arrays per
+        water-filling)."""
+        key = (g.key, g.signature()) if g.key > 0 else None
+        found = self._entries.get(key) if key is not None else None
+        if found is None:
+            classes = [g.classes[k] for k in live]
+            found = (
+                np.concatenate([c.rating[0] for c in classes]),
+                np.concatenate([c.rating[1] for c in classes]),
+                np.array([c.rating[0].size for c in classes]),
+            )
+            if key is not None:
+                self._entries[key] = found
+        return found
+
     def _rerate(self, groups: list[_Group], now: float) -> None:
         """Bring ``groups`` (a union of components) to ``now`` and give them fresh rates."""
         if groups:
@@ -363,8 +428,8 @@ class FlowNetwork:
                     live = g.live()
                     ok = min(rate[k] for k in live) > 0
                     left = float(min(g.rem[k] / rate[k] for k in live)) if ok else math.inf
-                elif g.vector:
-                    left = float((g.rem / rate).min()) if rate.min() > 0 else math.inf
+                elif g.vector:  # ndarray.min() is this reduce, behind two Python calls
+                    left = float(_amin(g.rem / rate)) if _amin(rate) > 0 else math.inf
                 else:  # map: C-speed over a list
                     left = min(map(truediv, g.rem, rate)) if min(rate) > 0 else math.inf
                 g.finish = now + left

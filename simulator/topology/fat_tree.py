@@ -30,6 +30,7 @@ import math
 
 import networkx as nx
 
+from simulator.topology.fat_tree_routes import SpreadTable
 from simulator.topology.graph import Node, Path, Topology, add_link, ecmp_hash
 from simulator.topology.nvswitch import NVSwitchRouter, add_nvswitch_domain
 
@@ -197,6 +198,44 @@ class FatTreeRouter:
         self.cores = cores
         self.ecmp_flows = ecmp_flows
         self._nvswitch = NVSwitchRouter(host_of)
+        self._table: SpreadTable | None = None
+
+    def spread_ids(self, src, dst, index: dict):
+        """:meth:`spread` of the connections ``src[i]`` -> ``dst[i]`` (integer arrays of
+        devices) as link ids under ``index`` ((u, v) -> id): (ids, shares, route length per
+        connection), routes concatenated in order, identical to ``spread`` one at a time.
+        None where that is not guaranteed (hashed ECMP, whose paths depend on each pair's
+        hash; pods of unequal spines; an endpoint that is not a device): route one by one.
+        """
+        if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
+            return None
+        return self._spread_table(index).routes(src, dst)
+
+    def path_ids(self, src, dst, key, index: dict):
+        """:meth:`path` of the connections ``src[i]`` -> ``dst[i]`` with ``key[i]`` (integer
+        arrays) as link ids under ``index``: (ids, path length per connection), paths
+        concatenated in order, identical to ``path`` one at a time; None where the endpoints
+        are not devices or the pods' spines differ in number."""
+        if len({len(p) for p in self.spines}) > 1:
+            return None
+        return self._spread_table(index).paths(src, dst, key)
+
+    def spread_representatives(self, devices, index: dict):
+        """Groups of links that every route crosses all or none of, each with the same share
+        (a leaf's uplinks and its downlinks, a pod's links to and from the cores), as an
+        array mapping each link id to its group's first (itself when in no group); covers
+        the leaves of ``devices`` (an integer array) and of every device routed before by
+        :meth:`spread_ids` under ``index``. None with hashed ECMP (its sub-flows cross some
+        links of a group only)."""
+        if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
+            return None
+        return self._spread_table(index).representatives(devices)
+
+    def _spread_table(self, index: dict) -> SpreadTable:
+        table = self._table
+        if table is None or table.index is not index:
+            table = self._table = SpreadTable(self, index)
+        return table
 
     def spread(self, src: Node, dst: Node, key: int = 0) -> list[tuple[tuple[Node, Node], float]]:
         """(link, fraction of the connection's bytes) for every link it uses."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import networkx as nx
+import numpy as np
 
 Node = int | str
 Path = list[tuple[Node, Node]]
@@ -30,6 +31,23 @@ def ecmp_hash(src: Node, dst: Node, key: int) -> int:
     x ^= x >> 12
     x = (x * 0x297A2D39) & 0xFFFFFFFF
     return x ^ (x >> 15)
+
+
+def ecmp_hash_array(src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """:func:`ecmp_hash` of integer endpoints and keys in [0, 2**32), element-wise: the same
+    integer arithmetic in uint64, whose wrap-around at 2**64 leaves the low 32 bits that the
+    hash keeps unchanged, so the same hashes."""
+    a, b, k = (np.asarray(v, dtype=np.uint64) for v in (src, dst, key))
+    mask = np.uint64(0xFFFFFFFF)
+    x = (
+        a * np.uint64(0x9E3779B1) + b * np.uint64(0x85EBCA77) + k * np.uint64(0xC2B2AE3D)
+        + np.uint64(0x27D4EB2F)
+    ) & mask  # fmt: skip
+    x ^= x >> np.uint64(15)
+    x = (x * np.uint64(0x2C1B3C6D)) & mask
+    x ^= x >> np.uint64(12)
+    x = (x * np.uint64(0x297A2D39)) & mask
+    return (x ^ (x >> np.uint64(15))).astype(np.int64)
 
 
 def _str_id(s: str) -> int:

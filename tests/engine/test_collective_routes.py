@@ -1,0 +1,181 @@
+"""A collective's routed geometry (flow classes and their per-link copy counts) is the same
+whether its connections are routed all at once (``spread_ids``) or one by one."""
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import api
+from simulator.collectives.plan import CollectivePlan, Phase, Transfer
+from simulator.engine import collective
+from simulator.engine.collective import CollectiveRunner
+from simulator.engine.network import FlowNetwork, LinkTable
+from simulator.topology.fat_tree import fat_tree_topology
+
+TOPOLOGY_FILES = [
+    "dgx-h100.yaml",
+    "nvl72.yaml",
+    "dgx-a100-superpod.yaml",
+    "dgx-h100-superpod.yaml",
+    "llama3-24k-cluster.yaml",
+    "tpu-v5p-pod.yaml",
+]
+
+
+class _OneByOne:
+    """The router with ``path`` and ``spread`` only: every connection routed on its own."""
+
+    def __init__(self, router):
+        self.path = router.path
+        if hasattr(router, "spread"):
+            self.spread = router.spread
+
+
+def _runner(topo, links, router):
+    env = simpy.Environment()
+    switch_of_host = {h: f"nvswitch{h}" for h in set(topo.host_of.values())}
+    return CollectiveRunner(FlowNetwork(env, links), router, topo.host_of, switch_of_host)
+
+
+def _assert_same_geometry(topo, links, plan, copies):
+    fast = _runner(topo, links, topo.router).geometry(plan, copies)
+    exact = _runner(topo, links, _OneByOne(topo.router)).geometry(plan, copies)
+    assert len(fast) == len(exact)
+    for a, b in zip(fast, exact, strict=True):
+        assert len(a.classes) == len(b.classes)
+        for x, y in zip(a.classes, b.classes, strict=True):
+            # bit for bit: the same links, copy counts summed in the same order
+            assert x.links.tolist() == y.links.tolist()
+            assert x.counts.tolist() == y.counts.tolist()
+            assert (x.bytes_, x.tail_s) == (y.bytes_, y.tail_s)
+
+
+def _plan(rng, n_devices, size, copies, transfers):
+    """A random plan over ``size`` devices with ``copies`` copies and ``transfers``
+    transfers in each of two phases (device-disjoint groups, as the grid's are)."""
+    devices = rng.permutation(n_devices)[: size * (copies + 1)].reshape(copies + 1, size)
+    group = tuple(devices[0].tolist())
+    phases = []
+    for steps in (1, 3):
+        ends = rng.integers(0, size, (transfers, 2))
+        bytes_ = rng.choice([1.0, 2.0, 0.5], transfers)
+        phases.append(
+            Phase(
+                tuple(
+                    Transfer(group[a], group[b], float(w))
+                    for (a, b), w in zip(ends.tolist(), bytes_.tolist(), strict=True)
+                ),
+                steps,
+            )
+        )
+    plan = CollectivePlan("all_to_all", "direct", group, 1e6, tuple(phases))
+    return plan, [tuple(c) for c in devices[1:].tolist()]
+
+
+@pytest.mark.parametrize("name", TOPOLOGY_FILES)
+def test_geometry_equal_on_shipped_topologies(root, name):
+    overrides = ["ecmp_flows=0"] if "superpod" in name or "24k" in name else []
+    topo = api.topology_from_file(root / "topologies" / name, overrides=overrides)
+    links = LinkTable(topo.graph)
+    rng = np.random.default_rng(11)
+    n = topo.num_devices
+    for size, copies, transfers in [(8, min(7, n // 8 - 1), 8), (16, 3, 40), (32, 1, 300)]:
+        if size * (copies + 1) <= n:  # 300 transfers: merged into classes of equal kind
+            _assert_same_geometry(topo, links, *_plan(rng, n, size, copies, transfers))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    shape=st.sampled_from(["rails", "tor pods", "rail pods"]),
+    size=st.integers(2, 8),
+    copies=st.integers(0, 3),
+    transfers=st.integers(1, 12),
+    merge=st.booleans(),
+)
+def test_geometry_equal_for_random_plans(seed, shape, size, copies, transfers, merge):
+    topo = fat_tree_topology(
+        **{
+            "rails": dict(nodes=9, gpus_per_node=4, nodes_per_leaf=3),  # 3 spines: shares of 1/3
+            "tor pods": dict(
+                nodes=12,
+                gpus_per_node=2,
+                nodes_per_leaf=2,
+                levels=3,
+                leaves_per_pod=2,
+                oversubscription=(1.0, 3.0),
+                rail_optimized=False,
+            ),
+            "rail pods": dict(
+                nodes=10, gpus_per_node=4, nodes_per_leaf=2, levels=3, leaves_per_pod=3
+            ),
+        }[shape]
+    )
+    links = LinkTable(topo.graph)
+    rng = np.random.default_rng(seed)
+    copies = min(copies, topo.num_devices // size - 1)
+    old = collective.MERGE_ABOVE
+    collective.MERGE_ABOVE = 0 if merge else old  # merged classes at any size
+    try:
+        _assert_same_geometry(topo, links, *_plan(rng, topo.num_devices, size, copies, transfers))
+    finally:
+        collective.MERGE_ABOVE = old
+
+
+def test_nvls_switch_endpoints_are_routed_one_by_one():
+    # a transfer ending at a host's NVSwitch (NVLS) is not a device pair: the exact routing
+    topo = fat_tree_topology(nodes=2, gpus_per_node=4, nodes_per_leaf=2, nvls=True)
+    links = LinkTable(topo.graph)
+    phase = Phase((Transfer(0, "nvswitch0", 1.0), Transfer(1, 3, 1.0)))
+    plan = CollectivePlan("all_reduce", "nvls", (0, 1, 2, 3), 1e6, (phase,))
+    _assert_same_geometry(topo, links, plan, [(4, 5, 6, 7)])
+
+
+class _NoGroups:
+    """The router without ``spread_representatives``: every link of a route is water-filled."""
+
+    def __init__(self, router):
+        self.path, self.spread, self.spread_ids = router.path, router.spread, router.spread_ids
+
+
+def _finish_times(topo, links, router, plans):
+    """Completion time (s) of each (start s, plan, copies), run together on one network."""
+    env = simpy.Environment()
+    runner = CollectiveRunner(FlowNetwork(env, links), router, topo.host_of)
+    done = {}
+    for i, (start, plan, copies) in enumerate(plans):
+        env.timeout(start).callbacks.append(
+            lambda _e, i=i, plan=plan, copies=copies: runner.run(
+                plan, lambda i=i: done.setdefault(i, env.now), copies
+            )
+        )
+    env.run()
+    return [done[i] for i in range(len(plans))], runner
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), slow=st.booleans())
+def test_links_crossed_together_rate_as_every_link(seed, slow):
+    # A leaf's uplinks, its downlinks and a pod's core links are crossed all or none, with
+    # equal shares: water-filling one of each gives the same finish times to the bit. With a
+    # slowed spine-core link, that link no longer matches its group and is kept on its own.
+    topo = fat_tree_topology(
+        nodes=12, gpus_per_node=2, nodes_per_leaf=2, levels=3, leaves_per_pod=2,
+        oversubscription=(1.0, 3.0), rail_optimized=False,
+    )  # fmt: skip
+    if slow:
+        topo.graph.edges["spine0.1", "core0"]["bandwidth"] *= 0.5
+    links = LinkTable(topo.graph)
+    rng = np.random.default_rng(seed)
+    plans = []
+    for _ in range(4):
+        plan, copies = _plan(rng, topo.num_devices, 4, 2, 6)
+        plans.append((float(rng.uniform(0, 1e-4)), plan, copies))
+    grouped, runner = _finish_times(topo, links, topo.router, plans)
+    every, _ = _finish_times(topo, links, _NoGroups(topo.router), plans)
+    assert grouped == every
+    geometry = [runner.geometry(plan, copies) for _, plan, copies in plans]
+    classes = [c for g in geometry for phase in g for c in phase.classes]
+    assert any(c.rating[0].size < c.links.size for c in classes)  # links were grouped

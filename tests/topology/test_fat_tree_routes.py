@@ -1,0 +1,129 @@
+"""Fat-tree routes as link-id arrays (``FatTreeRouter.spread_ids``) against ``spread``."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import api
+from simulator.engine.network import LinkTable
+from simulator.topology.fat_tree import fat_tree_topology
+from simulator.topology.graph import ecmp_hash, ecmp_hash_array
+
+FILES = ["dgx-a100-superpod.yaml", "dgx-h100-superpod.yaml", "llama3-24k-cluster.yaml"]
+_BUILT: dict = {}
+
+
+def _shipped(root, name):
+    """A shipped fat-tree with ECMP spreading (ecmp_flows 0, the spread_ids case), and its
+    link table; built once per module (the 24K-GPU cluster takes a second)."""
+    if name not in _BUILT:
+        topo = api.topology_from_file(root / "topologies" / name, overrides=["ecmp_flows=0"])
+        _BUILT[name] = (topo, LinkTable(topo.graph))
+    return _BUILT[name]
+
+
+SMALL = {  # every shape the builder makes: one leaf, one pod of rails, ToR pods with cores
+    "one leaf": dict(nodes=2, gpus_per_node=4, nodes_per_leaf=4, rail_optimized=False),
+    "rails": dict(nodes=6, gpus_per_node=4, nodes_per_leaf=2),
+    "one level": dict(nodes=3, gpus_per_node=2, levels=1, nodes_per_leaf=4, rail_optimized=False),
+    "tor pods": dict(
+        nodes=12, gpus_per_node=2, nodes_per_leaf=2, levels=3, leaves_per_pod=2,
+        oversubscription=(1.0, 3.0), rail_optimized=False,
+    ),
+    "rail pods": dict(nodes=10, gpus_per_node=4, nodes_per_leaf=2, levels=3, leaves_per_pod=3),
+}  # fmt: skip
+
+
+def _expected(router, index, src, dst):
+    """spread's routes, one connection at a time, as (ids, shares, lengths)."""
+    ids, shares, lengths = [], [], []
+    for s, d in zip(src.tolist(), dst.tolist(), strict=True):
+        route = router.spread(s, d, 0)
+        ids += [index[e] for e, _ in route]
+        shares += [w for _, w in route]
+        lengths.append(len(route))
+    return ids, shares, lengths
+
+
+def _check(topo, links, src, dst):
+    got = topo.router.spread_ids(np.array(src, np.int64), np.array(dst, np.int64), links.index)
+    ids, shares, lengths = _expected(topo.router, links.index, np.array(src), np.array(dst))
+    assert got is not None
+    # exact: the same links in the same order, shares from the same divisions
+    assert got[0].tolist() == ids
+    assert got[1].tolist() == shares
+    assert got[2].tolist() == lengths
+    # the single hashed paths, with keys as a phase numbers its transfers (and large ones)
+    keys = np.arange(len(src), dtype=np.int64) * 7919 % 2**32
+    paths = topo.router.path_ids(
+        np.array(src, np.int64), np.array(dst, np.int64), keys, links.index
+    )
+    expected = [topo.router.path(s, d, k) for s, d, k in zip(src, dst, keys.tolist(), strict=True)]
+    assert paths[0].tolist() == [links.index[e] for p in expected for e in p]
+    assert paths[1].tolist() == [len(p) for p in expected]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_spread_ids_equal_spread_on_shipped_fat_trees(root, name):
+    topo, links = _shipped(root, name)
+    n = topo.num_devices
+    rng = np.random.default_rng(7)
+    src = rng.integers(0, n, 3000)
+    # neighbours on the same host, leaf and pod as well as far pairs, and a device to itself
+    dst = np.concatenate([rng.integers(0, n, 1000), (src[1000:2000] + 1) % n, src[2000:]])
+    _check(topo, links, src.tolist(), dst.tolist())
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), shape=st.sampled_from(sorted(SMALL)))
+def test_spread_ids_equal_spread_for_random_pairs(data, shape):
+    topo = fat_tree_topology(**SMALL[shape])
+    links = LinkTable(topo.graph)
+    n = topo.num_devices
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))))
+    _check(topo, links, [p[0] for p in pairs], [p[1] for p in pairs])
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_spread_ids_equal_spread_on_shipped_fat_trees_per_batch(root, name):
+    # a table learns devices as they come: a second batch over other devices is right too
+    topo, links = _shipped(root, name)
+    n = topo.num_devices
+    _check(topo, links, [0, 1, n - 1], [n - 1, 2, 0])
+    _check(topo, links, list(range(n // 2, n // 2 + 50)), list(range(n - 50, n)))
+
+
+def test_spread_ids_decline_hashed_ecmp_and_non_devices():
+    hashed = fat_tree_topology(nodes=4, gpus_per_node=2, nodes_per_leaf=2, ecmp_flows=4)
+    links = LinkTable(hashed.graph)
+    pair = np.array([0]), np.array([7])
+    # sub-flows placed by a per-pair hash: no relabelling can be promised, route one by one
+    assert hashed.router.spread_ids(*pair, links.index) is None
+    spread = fat_tree_topology(nodes=4, gpus_per_node=2, nodes_per_leaf=2)
+    links = LinkTable(spread.graph)
+    assert spread.router.spread_ids(np.array([0]), np.array([8]), links.index) is None
+    assert spread.router.spread_ids(np.array([-1]), np.array([3]), links.index) is None
+
+
+def test_path_ids_equal_path_with_hashed_ecmp():
+    # the single hashed path does not depend on ecmp_flows: arrays with sub-flows too
+    topo = fat_tree_topology(
+        nodes=8, gpus_per_node=2, nodes_per_leaf=2, levels=3, leaves_per_pod=2, ecmp_flows=4
+    )
+    links = LinkTable(topo.graph)
+    src, dst = np.arange(16), (np.arange(16) * 5 + 3) % 16
+    keys = np.arange(16) * 4 + 1
+    ids, lengths = topo.router.path_ids(src, dst, keys, links.index)
+    triples = zip(src.tolist(), dst.tolist(), keys.tolist(), strict=True)
+    expected = [topo.router.path(s, d, k) for s, d, k in triples]
+    assert ids.tolist() == [links.index[e] for p in expected for e in p]
+    assert lengths.tolist() == [len(p) for p in expected]
+    assert {len(p) for p in expected} >= {2, 6, 8}  # hosts, pods and cores all met
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(*[st.integers(0, 2**32 - 1)] * 3), min_size=1, max_size=50))
+def test_ecmp_hash_array_is_ecmp_hash(triples):
+    a, b, k = (np.array(x, dtype=np.int64) for x in zip(*triples, strict=True))
+    assert ecmp_hash_array(a, b, k).tolist() == [ecmp_hash(*t) for t in triples]

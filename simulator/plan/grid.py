@@ -14,6 +14,7 @@ tp and pp coordinates; the expert-data-parallel group links the EP groups' equal
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 DIMS = ("tp", "cp", "pp", "dp")
 
@@ -36,13 +37,23 @@ class RankGrid:
     def _degree(self, dim: str) -> int:
         return getattr(self, dim)
 
-    @property
+    @cached_property
     def _strides(self) -> dict[str, int]:
+        """Each dimension's stride in the rank numbering, computed once (the builder asks
+        tens of thousands of times)."""
         out, mul = {}, 1
         for dim in self.order:
             out[dim] = mul
             mul *= self._degree(dim)
         return out
+
+    def stride(self, dim: str) -> int:
+        """How far apart two ranks one step apart in ``dim`` are."""
+        return self._strides[dim]
+
+    def coord(self, rank: int, dim: str) -> int:
+        """``rank``'s coordinate in ``dim``."""
+        return (rank // self._strides[dim]) % self._degree(dim)
 
     def coords(self, rank: int) -> dict[str, int]:
         st = self._strides

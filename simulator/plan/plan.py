@@ -109,7 +109,7 @@ class Plan:
         return self.scenario.simulation.mode == "symmetric"
 
     def stage_of(self, rank: int) -> int:
-        return self.grid.coords(rank)["pp"]
+        return self.grid.coord(rank, "pp")
 
     def params_of(self, key: Key) -> tuple[float, float]:
         """(dense, expert) parameters per rank of a layer, a unit of layers, "emb" or "head"."""

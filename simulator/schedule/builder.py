@@ -130,7 +130,7 @@ class GraphBuilder:
     def stage_rank(self, rank: int, stage: int) -> int:
         """The rank of ``rank``'s pipeline replica that holds ``stage``."""
         g = self.plan.grid
-        return g.rank(**{**g.coords(rank), "pp": stage})
+        return rank + (stage - g.coord(rank, "pp")) * g.stride("pp")
 
     def _members(self, rank: int, kind: str) -> tuple[int, ...]:
         g = self.plan.grid

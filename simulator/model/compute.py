@@ -14,12 +14,11 @@ launch-and-event latency that training hides).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from simulator.hardware import Accelerator
 from simulator.model.calibration import GemmFit, MemFit, device_fits
-from simulator.model.ops import Op
+from simulator.model.ops import Op, log2_interp
 
 LAUNCH_S = 2e-6
 
@@ -41,25 +40,14 @@ FA2_HOPPER_CAUSAL_TFLOPS = {
 FA2_HOPPER_PEAK = 989.4e12  # the H100's dense bf16 peak the figures are measured against
 
 
-def _log_interp(x: float, pts) -> float:
-    """``pts`` ((x, y), ...) linear in log2(x), the end values beyond them."""
-    if x <= pts[0][0]:
-        return pts[0][1]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
-        if x <= x1:
-            t = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
-            return y0 + t * (y1 - y0)
-    return pts[-1][1]
-
-
 def fa2_hopper_efficiency(seq_len: float, head_dim: float) -> float:
     """FlashAttention-2's forward FLOP rate on a Hopper GPU as a fraction of its peak:
     :data:`FA2_HOPPER_CAUSAL_TFLOPS` at ``seq_len`` keys, between the published head dims
     linear in log2 of the head dim, over the H100's peak (a Hopper GPU of another peak - same
     die, other clocks - keeps the fraction)."""
     dims = sorted(FA2_HOPPER_CAUSAL_TFLOPS)
-    by_dim = [(d, _log_interp(seq_len, FA2_HOPPER_CAUSAL_TFLOPS[d])) for d in dims]
-    return _log_interp(head_dim, by_dim) * 1e12 / FA2_HOPPER_PEAK
+    by_dim = [(d, log2_interp(seq_len, FA2_HOPPER_CAUSAL_TFLOPS[d])) for d in dims]
+    return log2_interp(head_dim, by_dim) * 1e12 / FA2_HOPPER_PEAK
 
 
 def gemm_shape(op: Op, phase: str) -> tuple[float, float, float]:

@@ -139,17 +139,21 @@ FLASH_BACKWARD_RATIO = ((512, 0.69), (1024, 0.74), (2048, 0.80), (4096, 0.84), (
                         (16384, 0.87))  # fmt: skip
 
 
-def flash_backward_ratio(seq_len: float) -> float:
-    """:data:`FLASH_BACKWARD_RATIO` at ``seq_len`` keys, linear in log2 of the length between
-    the measured ones, the end values beyond them."""
-    pts = FLASH_BACKWARD_RATIO
-    if seq_len <= pts[0][0]:
+def log2_interp(x: float, pts) -> float:
+    """``pts`` ((x, y), ... by ascending x) at ``x``, linear in log2(x) between them, the end
+    values beyond them: how published kernel figures by size are read in between."""
+    if x <= pts[0][0]:
         return pts[0][1]
-    for (s0, r0), (s1, r1) in zip(pts, pts[1:], strict=False):
-        if seq_len <= s1:
-            x = (math.log2(seq_len) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
-            return r0 + x * (r1 - r0)
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+        if x <= x1:
+            t = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+            return y0 + t * (y1 - y0)
     return pts[-1][1]
+
+
+def flash_backward_ratio(seq_len: float) -> float:
+    """:data:`FLASH_BACKWARD_RATIO` at ``seq_len`` keys (:func:`log2_interp`)."""
+    return log2_interp(seq_len, FLASH_BACKWARD_RATIO)
 
 
 def attention_core_op(

@@ -82,26 +82,21 @@ def forward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
             extra.append(st.param_ag[layer])
         last = yield from layer_forward(b, rank, layer, j, last + extra, (layer, c, j))
         if dp.zero_stage(b) == 3 and layer == unit[-1]:
-            free = dp.gathered_bytes(b, unit)
-            last = [
-                b.task(
-                    rank,
-                    "compute",
-                    "fsdp_free",
-                    0.0,
-                    last,
-                    phase="fsdp",
-                    layer=unit[0],
-                    microbatch=j,
-                    mem_free=free,
-                )
-            ]
+            last = [_free_unit(b, rank, unit, j, last)]
             unit_ends.append(last[0])
     if chunk.has_head:
         loss_forward(b, rank, j, last)
         yield
         return
     _send(b, rank, "sendF", chunk.next_hop, c, j, last)
+
+
+def _free_unit(b: GraphBuilder, rank: int, unit, j: int, deps) -> int:
+    """ZeRO-3: release ``unit``'s gathered parameters once micro-batch ``j`` is done with them."""
+    return b.task(
+        rank, "compute", "fsdp_free", 0.0, deps, phase="fsdp", layer=unit[0], microbatch=j,
+        mem_free=dp.gathered_bytes(b, unit),
+    )  # fmt: skip
 
 
 def backward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
@@ -135,20 +130,7 @@ def backward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
                 last = [weight_grad(b, st, layer, j, last, reduce=reduce)]
         if unit_done:
             if split and dp.fsdp_sharded(b):  # W needs no parameters: release them after B
-                free = dp.gathered_bytes(b, unit)
-                last = [
-                    b.task(
-                        rank,
-                        "compute",
-                        "fsdp_free",
-                        0.0,
-                        last,
-                        phase="fsdp",
-                        layer=unit[0],
-                        microbatch=j,
-                        mem_free=free,
-                    )
-                ]
+                last = [_free_unit(b, rank, unit, j, last)]
             gathers.unit_ends.append(last[0])
             if post:  # PyTorch's BACKWARD_POST: the next gather goes before this reduce
                 gathers.issue(len(gathers.unit_ends) + gathers.depth)

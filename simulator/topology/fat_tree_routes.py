@@ -152,8 +152,7 @@ class SpreadTable:
         up, core, down = h % max(s, 1), (h >> 8) % max(c, 1), (h >> 16) % max(s, 1)
         dev = self.device_links
         columns = {
-            _HOST: lambda a, b, k: [dev[a, 0:1], dev[b, 1:2]],
-            _LEAF: lambda a, b, k: [dev[a, 2:4], dev[b, 4:6]],
+            **self._local_columns(),
             _POD: lambda a, b, k: [
                 dev[a, 2:4],
                 self.leaf_up[leaf_s[k], up[k]][:, None],
@@ -171,6 +170,14 @@ class SpreadTable:
         }
         ids = self._fill(kind, lengths, src, dst, columns)
         return None if ids is None else (ids, lengths)
+
+    def _local_columns(self) -> dict:
+        """Column makers of the routes inside a host and under one leaf (one path each)."""
+        dev = self.device_links
+        return {
+            _HOST: lambda a, b, k: [dev[a, 0:1], dev[b, 1:2]],
+            _LEAF: lambda a, b, k: [dev[a, 2:4], dev[b, 4:6]],
+        }
 
     def _fill(self, kind, lengths, src, dst, columns) -> np.ndarray | None:
         """Routes of the given ``lengths`` concatenated: the connections of each kind laid
@@ -198,8 +205,7 @@ class SpreadTable:
         lengths = np.array([0, 2, 4, 4 + 2 * s, 4 + 2 * s + 2 * s * c], np.int64)[kind]
         dev = self.device_links
         columns = {
-            _HOST: lambda a, b, k: [dev[a, 0:1], dev[b, 1:2]],
-            _LEAF: lambda a, b, k: [dev[a, 2:4], dev[b, 4:6]],
+            **self._local_columns(),
             _POD: lambda a, b, k: [
                 dev[a, 2:4],
                 dev[b, 4:6],

@@ -71,8 +71,15 @@ class NetworkModel:
         return Locality(self.host_of, self.nvls_switch, self.torus_shape)
 
     def new_run(
-        self, track_links: bool = False
+        self, track_links: bool = False, own_geometry: bool = False
     ) -> tuple[simpy.Environment, FlowNetwork, CollectiveRunner]:
+        """A clock, a flow network and a collective runner for one simulation.
+
+        Routes are shared by every run (a pure function of the topology). Routed collective
+        shapes are too, unless ``own_geometry``: a task graph's runner keys its copies by
+        that run (:meth:`CollectiveRunner.geometry`'s ``copies_key``), entries no later run
+        can hit, so they are kept for the run alone rather than piling up in a model that a
+        sweep reuses for hundreds of runs."""
         env = Clock()
         net = FlowNetwork(env, self.links, track_links)
         runner = CollectiveRunner(
@@ -80,7 +87,7 @@ class NetworkModel:
             self.router,
             self.host_of,
             self.nvls_switch,
-            self.geometry_cache,
+            {} if own_geometry else self.geometry_cache,
             self.route_cache,
         )
         return env, net, runner
@@ -137,7 +144,7 @@ def run_engine(
     interference: float = 0.0,
 ) -> EngineRun:
     """Simulate ``graph`` (arguments as :func:`run_taskgraph_with_memory`)."""
-    env, net, runner = model.new_run(track_links)
+    env, net, runner = model.new_run(track_links, own_geometry=True)
     with paused_gc():
         executor = Executor(env, graph, runner, device_of, model.locality, interference)
         trace = executor.run(progress=True)

@@ -6,12 +6,34 @@ Kept to a few functions so that a change of the api's shape (staged functions, a
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 from simulator import api
 from simulator.plan.topology_warnings import topology_warnings
 from simulator.scenario import Scenario
-from simulator.topology import build_topology
+from simulator.scenario.schema import ClusterConfig
+from simulator.topology import Topology, build_topology
+
+# Topologies a worker keeps for the points after (most recent last): points of a sweep mostly
+# share their cluster (a plan study, a seed study), and a kept topology keeps what the engine
+# learnt about it (its link table, collective routes: :func:`simulator.api.network_model`).
+# Two, as a 16K-GPU fabric holds a few hundred MB.
+KEPT_TOPOLOGIES = 2
+_kept: OrderedDict[str, Topology] = OrderedDict()
+
+
+def topology_of(cluster: ClusterConfig) -> Topology:
+    """``build_topology(cluster)``, reused while this process keeps it (keyed by the resolved
+    cluster: the same JSON, the same topology - builders are pure functions of it)."""
+    key = cluster.model_dump_json(round_trip=True)
+    topo = _kept.pop(key, None)
+    if topo is None:
+        topo = build_topology(cluster)
+    _kept[key] = topo
+    while len(_kept) > KEPT_TOPOLOGIES:
+        _kept.popitem(last=False)
+    return topo
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
@@ -22,7 +44,7 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
 def simulate(scenario: Scenario) -> tuple[dict, list[str]]:
     """Simulate one step of ``scenario``: the metrics of ``trainsim run --format json`` and the
     warnings about the study's topology (:func:`topology_warnings`)."""
-    topo = build_topology(scenario.cluster)
+    topo = topology_of(scenario.cluster)
     warnings = topology_warnings(scenario, topo)
     return api.run(scenario, topo=topo).summary, warnings
 

@@ -86,6 +86,10 @@ class Topology:
     nvls_switch : host -> its NVSwitch node where in-switch reduction (NVLS) is available.
     router : picks each flow's path.
     name : human name.
+    derived : views of this topology that the layers above build once and keep for every run
+        on it (the engine's network model: its link arrays and routed collective shapes). A
+        built topology is not changed in place: change a copy (``dataclasses.replace`` with a
+        copied graph), which starts with no derived views.
     """
 
     graph: nx.DiGraph
@@ -95,6 +99,7 @@ class Topology:
     nvls_switch: dict[int, Node] = field(default_factory=dict)
     name: str = ""
     meta: dict = field(default_factory=dict)
+    derived: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def num_devices(self) -> int:

@@ -409,13 +409,21 @@ def validate(
             "korthikanti, layer_timing, nvidia_h100 (repeatable; default all).",
         ),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Processes simulating rows side by side (default: one per usable core).",
+        ),
+    ] = None,
 ) -> None:
     """Reproduce published results: per row the published value, ours, and the error."""
     from simulator.validation import summary_frame
     from simulator.validation import validate as run_validation
 
     try:
-        frame = run_validation(group)
+        frame = run_validation(group, workers)
     except ValueError as exc:
         typer.echo(f"error: --group: {exc}", err=True)
         raise typer.Exit(2) from None

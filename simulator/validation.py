@@ -3,7 +3,8 @@
 Rows (``scenarios/validation/published/rows.yaml`` and the tables in
 ``scenarios/validation/published/``):
 
-- Megatron SC21 Table 1 rows 1-5 and Table 2 (PTD-P vs ZeRO-3 for GPT-3 175B): achieved
+- Megatron SC21 Table 1 (all ten rows, 1.7B to 1T parameters) and Table 2 (PTD-P vs
+  ZeRO-3 for GPT-3 175B): achieved
   TFLOP/s per GPU, counted with the paper's own FLOP
   formula (Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh), full attention and recompute included)
   over the simulated step time;
@@ -23,6 +24,9 @@ model cannot meet it.
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
 
 import pandas as pd
 import yaml
@@ -51,6 +55,33 @@ COLUMNS = [
 ]
 
 
+# The process pool the rows' simulations run on while :func:`validate` runs (None: in turn).
+_pool: ProcessPoolExecutor | None = None
+
+
+def _each(fn: Callable, jobs: Iterable) -> list:
+    """``[fn(job) for job in jobs]``, on the validation's worker processes when it has them
+    (results in job order; each simulation is deterministic, so the same either way)."""
+    jobs = list(jobs)
+    if _pool is None or len(jobs) < 2:
+        return [fn(job) for job in jobs]
+    return list(_pool.map(fn, jobs))
+
+
+def _summary(job: tuple[str, tuple[str, ...]]) -> dict:
+    """The ``trainsim run`` summary of the scenario file ``job[0]`` with overrides ``job[1]``."""
+    path, overrides = job
+    return api.run(api.load(PROJECT_ROOT / path, list(overrides))).summary
+
+
+def _scenario_summaries(rows: list[dict]) -> list[tuple[object, dict]]:
+    """(scenario, run summary) of each row's ``scenario`` file."""
+    summaries = _each(_summary, [(r["scenario"], ()) for r in rows])
+    return [
+        (api.load(PROJECT_ROOT / r["scenario"]), m) for r, m in zip(rows, summaries, strict=True)
+    ]
+
+
 def _row(group, row, published, simulated, tolerance, unit, within=None):
     error = simulated / published - 1 if published else math.nan
     if within is None:
@@ -71,9 +102,7 @@ def _row(group, row, published, simulated, tolerance, unit, within=None):
 def megatron_rows(spec: dict, group: str = "Megatron SC21 Table 1") -> list[dict]:
     """Achieved TFLOP/s per GPU by the paper's FLOP count over the simulated step time."""
     out = []
-    for r in spec["rows"]:
-        s = api.load(PROJECT_ROOT / r["scenario"])
-        summary = api.run(s).summary
+    for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"]), strict=True):
         m, t = s.model, s.training
         flops = (
             96
@@ -120,17 +149,21 @@ def nccl_rows(spec: dict) -> list[dict]:
 def zero_bubble_rows(spec: dict) -> list[dict]:
     """Throughput of a zero-bubble schedule relative to 1F1B on the same pipeline."""
     out = []
-    times: dict[tuple, float] = {}
+    jobs = {}  # (scenario, micro-batches, schedule) -> its run, each once
+    for r in spec["rows"]:
+        for schedule in ("1f1b", r["schedule"]):
+            jobs[(r["scenario"], r["microbatches"], schedule)] = (
+                r["scenario"],
+                (
+                    f"training.global_batch={r['microbatches'] * r['micro_batch']}",
+                    f"parallelism.pipeline.schedule={schedule}",
+                ),
+            )
+    summaries = _each(_summary, jobs.values())
+    times = {key: m["step_time_s"] for key, m in zip(jobs, summaries, strict=True)}
 
     def step(path, m, mb, schedule):
-        key = (path, m, schedule)
-        if key not in times:
-            s = api.load(
-                PROJECT_ROOT / path,
-                [f"training.global_batch={m * mb}", f"parallelism.pipeline.schedule={schedule}"],
-            )
-            times[key] = api.run(s).summary["step_time_s"]
-        return times[key]
+        return times[(path, m, schedule)]
 
     for r in spec["rows"]:
         base = step(r["scenario"], r["microbatches"], r["micro_batch"], "1f1b")
@@ -266,15 +299,20 @@ def layer_times(frame: pd.DataFrame, layer: int) -> tuple[float, float]:
     return float(fwd[layer + 1] - fwd[layer]), float(bwd[layer - 1] - bwd[layer])
 
 
+def _middle_layer_times(job: tuple[str, tuple[str, ...]]) -> tuple[float, float]:
+    """:func:`layer_times` of the middle layer of the scenario ``job`` (as :func:`_summary`)."""
+    path, overrides = job
+    s = api.load(PROJECT_ROOT / path, list(overrides))
+    return layer_times(api.run(s).trace, s.model.layers // 2)
+
+
 def layer_timing_rows(spec: dict) -> list[dict]:
     """Forward and backward time of one transformer layer (a middle one) against the paper's
     per-layer timings."""
     out = []
     group = "Korthikanti Table 4 (layer time)"
-    for r in spec["rows"]:
-        s = api.load(PROJECT_ROOT / spec["scenario"], r["set"])
-        frame = api.run(s).trace
-        fwd, bwd = layer_times(frame, s.model.layers // 2)
+    timed = _each(_middle_layer_times, [(spec["scenario"], tuple(r["set"])) for r in spec["rows"]])
+    for r, (fwd, bwd) in zip(spec["rows"], timed, strict=True):
         for name, published, ours in (
             ("forward", r["forward_ms"], fwd),
             ("backward", r["backward_ms"], bwd),
@@ -290,9 +328,7 @@ def layer_timing_rows(spec: dict) -> list[dict]:
 def throughput_rows(spec: dict, group: str = "Public throughput") -> list[dict]:
     """Tokens per second per GPU of published runs, from the simulated step time."""
     out = []
-    for r in spec["rows"]:
-        s = api.load(PROJECT_ROOT / r["scenario"])
-        summary = api.run(s).summary
+    for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"]), strict=True):
         per_gpu = summary["tokens_per_s"] / s.num_gpus
         row = _row(group, s.name, r["published"], per_gpu, spec["tolerance"], "tokens/s/GPU")
         row["expected_miss"] = r.get("expected_miss", "")
@@ -304,9 +340,7 @@ def llama3_rows(spec: dict) -> list[dict]:
     """Model TFLOP/s per GPU of the Llama 3 405B runs; a run that does not fit in memory does
     not reproduce the row, whatever its speed."""
     out = []
-    for r in spec["rows"]:
-        s = api.load(PROJECT_ROOT / r["scenario"])
-        summary = api.run(s).summary
+    for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"]), strict=True):
         tflops = summary["model_tflops_per_gpu"]
         within = abs(tflops / r["published"] - 1) <= spec["tolerance"] and not summary["oom"]
         row = _row(
@@ -332,9 +366,23 @@ GROUPS = (
 )
 
 
-def validate(groups: list[str] | None = None) -> pd.DataFrame:
+def usable_cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def validate(groups: list[str] | None = None, workers: int | None = None) -> pd.DataFrame:
     """Every validation row: published, simulated, relative error, tolerance, within.
-    ``groups`` picks some of :data:`GROUPS` (ValueError naming any unknown one)."""
+    ``groups`` picks some of :data:`GROUPS` (ValueError naming any unknown one).
+    ``workers``: processes that simulate a group's rows side by side (default: one per usable
+    core; 1 simulates them in turn). The rows are the same either way."""
+    global _pool
+    workers = usable_cores() if workers is None else workers
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, not {workers}")
     unknown = sorted(set(groups or ()) - set(GROUPS))
     if unknown:
         raise ValueError(f"unknown group(s) {', '.join(unknown)}; known: {', '.join(GROUPS)}")
@@ -354,9 +402,15 @@ def validate(groups: list[str] | None = None) -> pd.DataFrame:
     chosen = [(n, make) for n, make in makers.items() if groups is None or n in groups]
     rows = []
     bar = tqdm(chosen, desc="validate", unit="group", disable=None, leave=False)
-    for name, make in bar:  # progress on stderr, on a terminal only
-        bar.set_postfix_str(name)
-        rows += make()
+    _pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    try:
+        for name, make in bar:  # progress on stderr, on a terminal only
+            bar.set_postfix_str(name)
+            rows += make()
+    finally:
+        if _pool is not None:
+            _pool.shutdown(cancel_futures=True)
+        _pool = None
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

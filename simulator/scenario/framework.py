@@ -82,6 +82,7 @@ _MEGATRON = {
     "grad_accumulation": "fused",
     "flash_kernel": "native",
     "tp_async_allreduce": False,
+    "overlap_grad_reduce": True,
     "optimizer": "fused",
     "weight_casts": False,
     "allocator_reserve": 0.0,
@@ -146,6 +147,14 @@ class FrameworkConfig(Frozen):
       column-parallel linear all-reduces its input gradient while it computes its weight
       gradient (without sequence parallelism; with it the overlap of the reduce-scatter is
       not modelled);
+    - ``overlap_grad_reduce``: data-parallel gradient buckets are reduced while the backward
+      pass runs, each as soon as its gradients are complete (PyTorch DDP, FSDP, ZeRO, and
+      Megatron-LM with ``--overlap-grad-reduce``, which NVIDIA's recipes and the large runs
+      modelled here turn on); false: every bucket waits for the rank's last backward pass, as
+      in Megatron-LM's "local" DDP, its default until 2023 (``--DDP-impl local``:
+      ``train_step`` calls ``allreduce_gradients()`` after ``forward_backward_func``
+      returns; megatron/training.py of 2021-2023) and in Megatron-core without
+      ``--overlap-grad-reduce``;
     - ``optimizer``: the Adam step as one "fused" pass over the state, or PyTorch's
       "foreach" multi-tensor kernels, a pass per op (about 80 B per parameter in fp32);
     - ``weight_casts``: autocast casts fp32 weights per micro-batch (only with fp32 weights);
@@ -162,6 +171,7 @@ class FrameworkConfig(Frozen):
     loss_bytes_per_logit: Annotated[Real, Field(ge=4, le=64)] = 6.0
     grad_accumulation: Literal["fused", "add"] = "fused"
     tp_async_allreduce: bool = False
+    overlap_grad_reduce: bool = True
     flash_kernel: Literal["native", "fa2"] = "native"
     optimizer: Literal["fused", "foreach"] = "fused"
     weight_casts: bool = False

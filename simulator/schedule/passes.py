@@ -9,7 +9,7 @@ one's communication runs under the other's compute.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 
 from simulator.model.activations import (
@@ -42,6 +42,7 @@ class RankState:
     stage: StagePlan
     unit_of: dict[int, tuple[int, ...]]  # layer -> its FSDP unit
     last_w: dict[int, int]  # chunk -> micro-batch of its last W (then its gradients sync)
+    unsynced: list[tuple[int, int]] = field(default_factory=list)  # (chunk, last W) waiting
     param_ag: dict[int, int] = field(default_factory=dict)  # layer -> its ZeRO-1/2 gather
     dp_tasks: list[int] = field(default_factory=list)  # what the optimizer waits for
 
@@ -188,12 +189,29 @@ def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
         if chunk.has_embedding:
             embedding_grad(b, st, j, last)
     if j == st.last_w[c] and dp.zero_stage(b) in (0, 1, 2):
-        _sync_buckets(b, st, c, chunk, j)
+        if b.plan.scenario.framework.overlap_grad_reduce:
+            _sync_buckets(b, st, c, chunk, j)
+            return
+        st.unsynced.append((c, j))
+        if len(st.unsynced) == len(st.last_w):  # the rank's last backward: now every bucket
+            every = [
+                b.w_task[(st.rank, k, jj)]
+                for cc, jj in st.unsynced
+                for bucket in st.stage.chunks[cc].buckets
+                for k in bucket.keys
+            ]
+            for cc, jj in st.unsynced:
+                _sync_buckets(b, st, cc, st.stage.chunks[cc], jj, every)
 
 
-def _sync_buckets(b: GraphBuilder, st: RankState, c: int, chunk: ChunkPlan, j: int) -> None:
+def _sync_buckets(
+    b: GraphBuilder, st: RankState, c: int, chunk: ChunkPlan, j: int, after: Sequence[Dep] = ()
+) -> None:
+    """Reduce chunk ``c``'s gradient buckets, each once its gradients (micro-batch ``j``'s
+    weight gradients) and every task of ``after`` are done."""
     for bi, bucket in enumerate(chunk.buckets):
         ready = [b.w_task[(st.rank, k, j)] for k in bucket.keys]
+        ready += [t for t in after if t not in ready]
         st.dp_tasks += dp.grad_sync(b, st.rank, bucket, ready, ("g", st.stage.stage, c, bi))
 
 

@@ -13,8 +13,8 @@ SEND_FACTOR = {
 }
 
 
-def _ddp(bucket="25 MB", zero=0, nic="200 Gb/s"):
-    return load_scenario_text(f"""
+def _ddp_text(bucket="25 MB", zero=0, nic="200 Gb/s"):
+    return f"""
 model: megatron-1.7b
 cluster:
   accelerator: A100-80GB
@@ -22,7 +22,11 @@ cluster:
 parallelism: {{zero: {zero}, bucket_size: {bucket}}}
 training: {{global_batch: 32, micro_batch: 1, seq_len: 2048}}
 precision: zero-mixed
-""")
+"""
+
+
+def _ddp(bucket="25 MB", zero=0, nic="200 Gb/s"):
+    return load_scenario_text(_ddp_text(bucket, zero, nic))
 
 
 def test_ddp_buckets_overlap_until_latency_dominates():
@@ -173,3 +177,44 @@ training: {global_batch: 16, micro_batch: 1, seq_len: 4096}
 """)
     )
     assert imbalanced.summary["step_time_s"] > moe.summary["step_time_s"]
+
+
+def _after_backward(result):
+    """Per rank: (first data-parallel task start, last backward compute task end)."""
+    t = result.trace
+    out = {}
+    for rank, f in t.groupby("rank"):
+        dp = f[f["stream"] == "dp"]
+        backward = f[(f["stream"] == "compute") & f["phase"].isin(["input_grad", "weight_grad"])]
+        out[rank] = (dp["start_s"].min(), backward["end_s"].max())
+    return out
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # plain DDP, one pass per rank
+        [  # an interleaved pipeline: each rank's two chunks finish their backward apart
+            "parallelism.pp=2",
+            "parallelism.pipeline.schedule=interleaved",
+            "parallelism.pipeline.virtual_stages=2",
+            "training.global_batch=64",
+        ],
+    ],
+)
+def test_grad_reduce_waits_for_the_last_backward_without_overlap(extra):
+    # Megatron-LM's "local" DDP all-reduces after forward_backward_func returns: no bucket may
+    # start before the rank's last backward task ends. Overlapped (the default), the first
+    # buckets go while the backward still runs. Either way the same bytes cross the network.
+    overlapped = api.run(_ddp_with(extra))
+    after = api.run(_ddp_with([*extra, "framework.overlap_grad_reduce=false"]))
+    for start, backward_end in _after_backward(after).values():
+        assert start >= backward_end - 1e-12
+    assert any(start < end for start, end in _after_backward(overlapped).values())
+    assert after.metrics.step_time_s > overlapped.metrics.step_time_s
+    n = 32 // (2 if extra else 1)
+    assert _dp_bytes_sent(after, n) == pytest.approx(_dp_bytes_sent(overlapped, n), rel=1e-12)
+
+
+def _ddp_with(overrides):
+    return load_scenario_text(_ddp_text(), overrides=overrides)

@@ -161,13 +161,9 @@ def zero_bubble_rows(spec: dict) -> list[dict]:
             )
     summaries = _each(_summary, jobs.values())
     times = {key: m["step_time_s"] for key, m in zip(jobs, summaries, strict=True)}
-
-    def step(path, m, mb, schedule):
-        return times[(path, m, schedule)]
-
     for r in spec["rows"]:
-        base = step(r["scenario"], r["microbatches"], r["micro_batch"], "1f1b")
-        ours = base / step(r["scenario"], r["microbatches"], r["micro_batch"], r["schedule"])
+        base = times[(r["scenario"], r["microbatches"], "1f1b")]
+        ours = base / times[(r["scenario"], r["microbatches"], r["schedule"])]
         published = r["published"] / r["published_1f1b"]
         name = (
             f"{r['scenario'].split('/')[-1][:-5]} m={r['microbatches']}: "

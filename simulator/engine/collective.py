@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from operator import itemgetter
 
 import numpy as np
@@ -276,9 +277,8 @@ class CollectiveRunner:
         geometry = self.geometry(plan, copies, copies_key)
         scale = plan.size_bytes / plan.efficiency
         if plan.base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
-            network = self.network
-            network.env.timeout(plan.base_latency_s).callbacks.append(
-                lambda _ev: _run_phase(network, geometry, 0, scale, on_done)
+            self.network._call_in(
+                plan.base_latency_s, _run_phase, self.network, geometry, 0, scale, on_done
             )
         else:
             _run_phase(self.network, geometry, 0, scale, on_done)
@@ -327,8 +327,9 @@ def _run_phase(
     if i == len(geometry):
         on_done()
         return
+    if i + 1 == len(geometry):  # the last phase: its end is the collective's
+        network.submit(geometry[i].classes, on_done, scale)
+        return
     network.submit(
-        geometry[i].classes,
-        lambda: _run_phase(network, geometry, i + 1, scale, on_done),
-        scale,
+        geometry[i].classes, partial(_run_phase, network, geometry, i + 1, scale, on_done), scale
     )

@@ -26,16 +26,19 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
+from functools import partial
 
 import simpy
 
 from simulator.collectives import Locality, plan_collective
+from simulator.engine.clock import caller
 from simulator.engine.collective import CollectiveRunner
 from simulator.engine.network import LinkTable
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace, TraceRecord
 
 _RUNS = itertools.count()
+_new_record = tuple.__new__  # a TraceRecord from a tuple, without its __new__'s frame
 
 
 class DeadlockError(RuntimeError):
@@ -76,11 +79,13 @@ class Executor:
             raise ValueError(f"interference must be a finite fraction >= 0, not {interference!r}")
         graph.validate()
         self.env = env
+        self._call_in = caller(env)
         self.graph = graph
         self.runner = runner
         self.device_of = device_of
         self.locality = locality
         self.trace = Trace()
+        self._record = self.trace.records.append
         tasks = graph.tasks
         # Streams numbered in order of first appearance; per stream its tasks in order, the
         # position of the next one to run, and whether one is running.
@@ -100,7 +105,7 @@ class Executor:
         for t in tasks:
             if t.comm is not None:
                 self.members[t.comm.instance] += 1
-        self.arrived: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        self.arrived: dict[int, list[int]] = defaultdict(list)  # members' tasks, in order
         self.done = [False] * len(tasks)
         self._plans: dict[tuple, object] = {}
         self._copy_devices: dict[int, list[list[int]]] = {}
@@ -142,12 +147,15 @@ class Executor:
 
     def _try_start(self, s: int) -> None:
         """Start stream ``s``'s next task if the stream is idle and the task's inputs are in."""
+        if self.busy[s]:
+            return
         queue = self.queue[s]
-        if self.busy[s] or self.head[s] >= len(queue):
-            return
-        i = queue[self.head[s]]
-        if self.waiting[i]:
-            return
+        h = self.head[s]
+        if h < len(queue) and not self.waiting[queue[h]]:
+            self._start(queue[h], s)
+
+    def _start(self, i: int, s: int) -> None:
+        """Start task ``i``, the next on idle stream ``s``, whose inputs are in."""
         self.busy[s] = True
         task = self.graph.tasks[i]
         now = self.env.now
@@ -155,35 +163,33 @@ class Executor:
             self.memory.append((task.rank, now, task.mem_alloc))
             self.memory_task.append(i)
         if task.kind == "compute":
-            if not 0.0 <= task.duration_s < math.inf:
+            duration = task.duration_s
+            if not 0.0 <= duration < math.inf:
                 raise ValueError(
-                    f"task {task.name!r} on rank {task.rank} has duration {task.duration_s!r} s; "
+                    f"task {task.name!r} on rank {task.rank} has duration {duration!r} s; "
                     "a duration must be finite and non-negative"
                 )
             if self.interference == 0.0:
-                self.env.timeout(task.duration_s).callbacks.append(lambda _ev: self._finish(i, now))
+                self._call_in(duration, self._finish, i, now)
                 return
-            rate = self._rate(task.rank)
-            self.computing[task.rank][i] = [task.duration_s, now, rate, 0, now]
-            self._time_compute(i, task.duration_s / rate)
+            rank = task.rank
+            active = self.comm_active[rank]
+            rate = 1.0 / (1.0 + max(active)) if active else 1.0
+            state = [duration, now, rate, 0, now]
+            self.computing[rank][i] = state
+            self._call_in(duration / rate, self._due, i, rank, state, 0)
             return
         spec = task.comm
-        self.arrived[spec.instance].append((i, now))
-        if len(self.arrived[spec.instance]) == self.members[spec.instance]:
+        arrived = self.arrived[spec.instance]
+        arrived.append(i)
+        if len(arrived) == self.members[spec.instance]:
             self._launch(spec)
 
-    def _time_compute(self, i: int, seconds: float) -> None:
-        """Finish compute task ``i`` in ``seconds`` unless it is re-timed before."""
-        rank = self.graph.tasks[i].rank
-        state = self.computing[rank][i]
-        token = state[3]
-
-        def due(_ev) -> None:
-            if state[3] == token:  # else superseded by a re-timing
-                del self.computing[rank][i]
-                self._finish(i, state[4])
-
-        self.env.timeout(seconds).callbacks.append(due)
+    def _due(self, i: int, rank: int, state: list, token: int) -> None:
+        """Compute task ``i`` is due to finish, unless it was re-timed since (``token``)."""
+        if state[3] == token:  # else superseded by a re-timing
+            del self.computing[rank][i]
+            self._finish(i, state[4])
 
     def _rate(self, rank: int) -> float:
         """Compute speed of ``rank`` now: 1 / (1 + the largest slowdown of its collectives in
@@ -217,20 +223,22 @@ class Executor:
         """Add (``delta`` 1) or remove (-1) a collective of slowdown ``s`` in flight on
         ``rank``; when the rank's compute speed changes, re-time its running compute."""
         active = self.comm_active[rank]
-        before = self._rate(rank)
+        before = 1.0 / (1.0 + max(active)) if active else 1.0
         left = active.get(s, 0) + delta
         if left:
             active[s] = left
         else:
             del active[s]
-        rate = self._rate(rank)
+        rate = 1.0 / (1.0 + max(active)) if active else 1.0
         if rate == before:
             return
         now = self.env.now
+        call_in, due = self._call_in, self._due
         for i, state in self.computing[rank].items():
             state[0] = max(state[0] - (now - state[1]) * state[2], 0.0)
-            state[1], state[2], state[3] = now, rate, state[3] + 1
-            self._time_compute(i, state[0] / rate)
+            token = state[3] + 1
+            state[1], state[2], state[3] = now, rate, token
+            call_in(state[0] / rate, due, i, rank, state, token)
 
     def _plan(self, spec) -> tuple[object, float]:
         """(the collective's plan, the slowdown it puts on overlapping compute), once per
@@ -259,27 +267,28 @@ class Executor:
 
     def _launch(self, spec) -> None:
         start = self.env.now
-        members = [i for i, _ in self.arrived.pop(spec.instance)]
+        members = self.arrived.pop(spec.instance)
         key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm)
         planned = self._plans.get(key)
         if planned is None:
             planned = self._plans[key] = self._plan(spec)
         plan, s = planned
         copies = self._copies(spec.copies)
-        tasks = self.graph.tasks
         if s:
+            tasks = self.graph.tasks
             for i in members:
                 self._comm_count(tasks[i].rank, s, 1)
-
-        def finished() -> None:
-            if s:
-                for i in members:
-                    self._comm_count(tasks[i].rank, s, -1)
-            for i in members:
-                self._finish(i, start)
-
         key = None if spec.copies < 0 else (self._token, spec.copies)
-        self.runner.run(plan, finished, copies, copies_key=key)
+        self.runner.run(plan, partial(self._ended, members, s, start), copies, copies_key=key)
+
+    def _ended(self, members: list[int], s: float, start: float) -> None:
+        """The collective of tasks ``members``, launched at ``start`` (s), has ended."""
+        if s:
+            tasks = self.graph.tasks
+            for i in members:
+                self._comm_count(tasks[i].rank, s, -1)
+        for i in members:
+            self._finish(i, start)
 
     def _copies(self, index: int) -> list[list[int]]:
         if index < 0:
@@ -292,35 +301,45 @@ class Executor:
 
     def _finish(self, i: int, start: float) -> None:
         t = self.graph.tasks[i]
+        now = self.env.now
         self.done[i] = True
         if self._bar is not None:
             self._finished += 1
             if self._finished % 2000 == 0:
                 self._bar.update(2000)
         if t.mem_free:
-            self.memory.append((t.rank, self.env.now, -t.mem_free))
+            self.memory.append((t.rank, now, -t.mem_free))
             self.memory_task.append(i)
-        self.trace.add(
-            TraceRecord(
-                t.rank,
-                t.stream,
-                t.kind,
-                t.phase,
-                t.name,
-                t.layer,
-                t.microbatch,
-                start,
-                self.env.now,
-                t.flops,
-                t.comm.size_bytes if t.comm else 0.0,
+        comm = t.comm
+        self._record(
+            _new_record(
+                TraceRecord,
+                (
+                    t.rank,
+                    t.stream,
+                    t.kind,
+                    t.phase,
+                    t.name,
+                    t.layer,
+                    t.microbatch,
+                    start,
+                    now,
+                    t.flops,
+                    comm.size_bytes if comm else 0.0,
+                ),
             )
         )
         s = self.stream_of[i]
         self.busy[s] = False
         self.head[s] += 1
-        waiting = self.waiting
+        waiting, busy, stream_of = self.waiting, self.busy, self.stream_of
         for d in self.dependents[i]:
-            waiting[d] -= 1
-            if waiting[d] == 0:
-                self._try_start(self.stream_of[d])
-        self._try_start(s)
+            w = waiting[d] - 1
+            waiting[d] = w
+            if not w and not busy[stream_of[d]]:
+                self._try_start(stream_of[d])
+        if not busy[s]:
+            queue = self.queue[s]
+            h = self.head[s]
+            if h < len(queue) and not waiting[queue[h]]:
+                self._start(queue[h], s)

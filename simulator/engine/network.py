@@ -32,6 +32,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
+from simulator.engine.clock import caller
 from simulator.engine.maxmin import max_min_rates_lists, max_min_rates_segments
 
 _EPS = 1e-12
@@ -218,6 +219,7 @@ class FlowNetwork:
 
     def __init__(self, env: simpy.Environment, links: LinkTable, track_links: bool = False):
         self.env = env
+        self._call_in = caller(env)
         self.track_links = track_links  # bytes per link, load over time (tests, reports)
         self.links = links
         self._capacity = links.capacity
@@ -469,9 +471,7 @@ class FlowNetwork:
             return  # nothing to wait for, or the pending timeout already is for it
         self._generation += 1
         self._wake = top.finish
-        gen = self._generation
-        event = self.env.timeout(max(top.finish - now, 0.0))
-        event.callbacks.append(lambda _ev: self._on_completion(gen))
+        self._call_in(max(top.finish - now, 0.0), self._on_completion, self._generation)
 
     def _on_completion(self, generation: int) -> None:
         if generation != self._generation:
@@ -536,4 +536,4 @@ class FlowNetwork:
                 "check the topology's link latencies"
             )
         # Always through an event, never re-entrantly: on_done may submit the next phase.
-        self.env.timeout(max(batch.end - now, 0.0)).callbacks.append(lambda _ev: batch.on_done())
+        self._call_in(max(batch.end - now, 0.0), batch.on_done)

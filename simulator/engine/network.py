@@ -241,6 +241,7 @@ class FlowNetwork:
         self._generation = 0
         self._wake = math.nan  # finish time the pending timeout is for
         self._rate_cache: dict[frozenset, dict] = {}
+        self._alone: dict[int, list[float]] = {}  # key -> rates of its classes, alone
         self._pattern_keys: dict[tuple, int] = {}  # patterns of a batch -> its key
         self._described: dict[int, tuple[list, tuple]] = {}  # id(list) -> (list, _describe)
         # (key, signature) -> a group's live classes' entries: links, counts, per-class sizes
@@ -279,7 +280,15 @@ class FlowNetwork:
         group = _Group(batch, moving, sizes, self._seq, key, now, tail)
         if key not in self._neighbours:
             self._register(group)
-        self._groups_of.setdefault(key, []).append(group)
+        in_flight = self._groups_of.get(key)
+        if in_flight is not None:
+            in_flight.append(group)
+        else:
+            self._groups_of[key] = [group]
+            if len(self._neighbours[key]) == 1 and not group.vector and not self.track_links:
+                # alone on its links (a collective inside one node): its component is itself
+                self._rate_alone(group, now)
+                return
         self._rerate(self._component([key]), now)
 
     # -- internals ----------------------------------------------------------------------
@@ -455,6 +464,25 @@ class FlowNetwork:
             )
         self._schedule(now)
 
+    def _rate_alone(self, g: _Group, now: float) -> None:
+        """:meth:`_rerate` of a component that is ``g`` alone, just submitted (every class
+        in flight, none advanced): its rates remembered per key, as :meth:`_rates` does."""
+        rate = self._alone.get(g.key) if g.key > 0 else None
+        if rate is None:
+            rate = self._rates([g])[0]
+            if g.key > 0:
+                self._alone[g.key] = rate
+        else:
+            self.stats.cache_hits += 1
+        g.rate = rate
+        g.finish = now + (min(map(truediv, g.rem, rate)) if min(rate) > 0 else math.inf)
+        if not math.isfinite(g.finish):
+            k = min(g.live(), key=lambda k: g.rate[k])
+            raise _overflow(g.rem[k], g.rate[k], now)
+        g.version += 1
+        heapq.heappush(self._heap, (g.finish, g.seq, g.version, g))
+        self._schedule(now)
+
     def _top(self) -> _Group | None:
         """The group in flight that finishes first (stale heap entries dropped)."""
         heap = self._heap
@@ -486,6 +514,11 @@ class FlowNetwork:
             due.sort(key=lambda g: g.seq)
         for g in due:
             self._complete(g, now)
+        if len(due) == 1 and not self.track_links:
+            key = due[0].key
+            if key not in self._groups_of and len(self._neighbours[key]) == 1:
+                self._schedule(now)  # its component is empty now: nothing to re-rate
+                return
         self._rerate(self._component([g.key for g in due]), now)
 
     def _complete(self, g: _Group, now: float) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from heapq import heappop, heappush
+from operator import attrgetter
 
 import simpy
 from simpy.events import NORMAL, Timeout
@@ -35,6 +36,10 @@ class Clock(simpy.Environment):
     at 1.0
     2.5
     """
+
+    # SimPy's ``now`` is a Python-level property; read through a C getter (no frame): the
+    # engine reads the time several times per task
+    now = property(attrgetter("_now"), doc="The current simulation time (s).")
 
     def timeout(self, delay: float, value=None) -> Timeout:  # type: ignore[override]
         """A :class:`simpy.events.Timeout` ``delay`` s from now (SimPy's, built inline)."""

@@ -275,10 +275,20 @@ class CollectiveRunner:
     ) -> None:
         """Run the phases of ``plan`` one after another, then call ``on_done``."""
         geometry = self.geometry(plan, copies, copies_key)
-        scale = plan.size_bytes / plan.efficiency
-        if plan.base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
+        self.run_routed(geometry, plan.size_bytes / plan.efficiency, plan.base_latency_s, on_done)
+
+    def run_routed(
+        self,
+        geometry: list[_Geometry],
+        scale: float,
+        base_latency_s: float,
+        on_done: Callable[[], None],
+    ) -> None:
+        """:meth:`run` of a plan already routed (its :meth:`geometry`), moving ``scale`` x
+        each class's bytes (the plan's size over its efficiency) after ``base_latency_s``."""
+        if base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
             self.network._call_in(
-                plan.base_latency_s, _run_phase, self.network, geometry, 0, scale, on_done
+                base_latency_s, _run_phase, self.network, geometry, 0, scale, on_done
             )
         else:
             _run_phase(self.network, geometry, 0, scale, on_done)

@@ -108,6 +108,7 @@ class Executor:
         self.arrived: dict[int, list[int]] = defaultdict(list)  # members' tasks, in order
         self.done = [False] * len(tasks)
         self._plans: dict[tuple, object] = {}
+        self._launches: dict[tuple, tuple] = {}  # see _routed
         self._copy_devices: dict[int, list[list[int]]] = {}
         self._token = next(_RUNS)
         self._bar = None
@@ -268,18 +269,31 @@ class Executor:
     def _launch(self, spec) -> None:
         start = self.env.now
         members = self.arrived.pop(spec.instance)
-        key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm)
-        planned = self._plans.get(key)
-        if planned is None:
-            planned = self._plans[key] = self._plan(spec)
-        plan, s = planned
-        copies = self._copies(spec.copies)
+        key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm, spec.copies)
+        launch = self._launches.get(key)
+        if launch is None:
+            launch = self._launches[key] = self._routed(spec)
+        s, geometry, scale, base_latency_s = launch
         if s:
             tasks = self.graph.tasks
             for i in members:
                 self._comm_count(tasks[i].rank, s, 1)
-        key = None if spec.copies < 0 else (self._token, spec.copies)
-        self.runner.run(plan, partial(self._ended, members, s, start), copies, copies_key=key)
+        self.runner.run_routed(
+            geometry, scale, base_latency_s, partial(self._ended, members, s, start)
+        )
+
+    def _routed(self, spec) -> tuple[float, list, float, float]:
+        """(slowdown, routed geometry, bytes scale, base latency s) of a collective like
+        ``spec``'s (the same call, group, size, algorithm and copies), found once."""
+        plan_key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm)
+        planned = self._plans.get(plan_key)
+        if planned is None:
+            planned = self._plans[plan_key] = self._plan(spec)
+        plan, s = planned
+        copies = self._copies(spec.copies)
+        copies_key = None if spec.copies < 0 else (self._token, spec.copies)
+        geometry = self.runner.geometry(plan, copies, copies_key)
+        return s, geometry, plan.size_bytes / plan.efficiency, plan.base_latency_s
 
     def _ended(self, members: list[int], s: float, start: float) -> None:
         """The collective of tasks ``members``, launched at ``start`` (s), has ended."""

@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
+from heapq import heappop
 from operator import attrgetter, truediv
 
 import networkx as nx
@@ -110,11 +111,16 @@ class FlowClass:
         return self.rating[1].tolist()
 
 
-@dataclass
 class _Batch:
-    on_done: Callable[[], None]
-    pending: int
-    end: float
+    """A submitted batch: its callback, classes still moving bytes, and when its last tail
+    ends (s)."""
+
+    __slots__ = ("on_done", "pending", "end")
+
+    def __init__(self, on_done: Callable[[], None], pending: int, end: float):
+        self.on_done = on_done
+        self.pending = pending
+        self.end = end
 
 
 class _Group:
@@ -162,7 +168,7 @@ class _Group:
             self.rate = np.zeros(n)
         else:
             self.rem = sizes
-            self.tot = list(sizes)
+            self.tot = sizes  # never changed in place: advance makes a new rem
             self.rate = [0.0] * n
         self.t = now
         self.finish = math.inf
@@ -257,7 +263,11 @@ class FlowNetwork:
         copy has moved its bytes and paid its tail."""
         now = self.env.now
         batch = _Batch(on_done, len(classes), now)
-        key, bytes_, tail = self._describe(classes)
+        known = self._described.get(id(classes))
+        if known is not None and known[0] is classes:
+            key, bytes_, tail = known[1]
+        else:
+            key, bytes_, tail = self._describe(classes)
         sizes = [b * scale for b in bytes_] if key is not None else []
         if sizes and min(sizes) > 0:  # the usual case: every class moves bytes
             moving = classes
@@ -494,9 +504,16 @@ class FlowNetwork:
         return None
 
     def _schedule(self, now: float) -> None:
-        top = self._top()
-        if top is None or top.finish == self._wake:
-            return  # nothing to wait for, or the pending timeout already is for it
+        heap = self._heap
+        while heap:  # self._top(), inline
+            _, _, version, top = heap[0]
+            if version == top.version and top.active:
+                break
+            heappop(heap)
+        else:
+            return  # nothing to wait for
+        if top.finish == self._wake:
+            return  # the pending timeout already is for it
         self._generation += 1
         self._wake = top.finish
         self._call_in(max(top.finish - now, 0.0), self._on_completion, self._generation)
@@ -507,11 +524,19 @@ class FlowNetwork:
         self._wake = math.nan
         now = self.env.now
         due = []
-        while (g := self._top()) is not None and g.finish <= now * (1 + _EPS):
-            heapq.heappop(self._heap)
-            due.append(g)
+        heap = self._heap
+        limit = now * (1 + _EPS)
+        while heap:  # self._top(), inline
+            _, _, version, g = heap[0]
+            if version != g.version or not g.active:
+                heappop(heap)
+            elif g.finish <= limit:
+                heappop(heap)
+                due.append(g)
+            else:
+                break
         if len(due) > 1:
-            due.sort(key=lambda g: g.seq)
+            due.sort(key=_by_seq)
         for g in due:
             self._complete(g, now)
         if len(due) == 1 and not self.track_links:
@@ -523,7 +548,12 @@ class FlowNetwork:
 
     def _complete(self, g: _Group, now: float) -> None:
         """End the classes of ``g`` whose bytes are through at ``now`` (to rounding)."""
-        g.advance(now)
+        dt = now - g.t
+        if dt and not g.vector:  # g.advance(now), inline
+            g.rem = [r - q * dt for r, q in zip(g.rem, g.rate)]  # noqa: B905
+            g.t = now
+        else:
+            g.advance(now)
         cut = _EPS * now
         if g.vector:
             through = (g.rem <= _EPS * g.tot + 1e-9) | (g.rem <= cut * g.rate)

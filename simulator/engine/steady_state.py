@@ -36,6 +36,7 @@ from simulator.pipelines import SteadyState
 
 TOLERANCE_S = 1e-9  # a twin's start and end may differ from +delta by this much (s)
 _KEY = ["rank", "stream", "kind", "phase", "name", "layer", "microbatch"]
+_TEXT = ["stream", "kind", "phase", "name"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ def find_repeat(frame: pd.DataFrame, steady: SteadyState, full: int) -> Repeat |
     if ((mb >= h + 2 * q) & (start < a)).any():
         return "a cool-down micro-batch's task starts before the second period"
     tasks = frame.loc[mb >= 0, [*_KEY, "start_s", "end_s", "flops", "bytes"]]
+    for col in _TEXT:  # as codes: equal where the text is equal, and cheaper to group and join
+        tasks[col] = pd.factorize(tasks[col])[0]
     tasks = tasks.sort_values("start_s", kind="stable")
     tasks["occurrence"] = tasks.groupby(_KEY, sort=False).cumcount()
     in_window = (tasks["start_s"] >= a) & (tasks["start_s"] <= b)

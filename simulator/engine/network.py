@@ -248,6 +248,9 @@ class FlowNetwork:
         self._wake = math.nan  # finish time the pending timeout is for
         self._rate_cache: dict[frozenset, dict] = {}
         self._alone: dict[int, list[float]] = {}  # key -> rates of its classes, alone
+        # (id(classes), scale) -> [classes, key, sizes, longest tail, s alone or None] of a
+        # batch whose classes all move bytes
+        self._sized: dict[tuple[int, float], list] = {}
         self._pattern_keys: dict[tuple, int] = {}  # patterns of a batch -> its key
         self._described: dict[int, tuple[list, tuple]] = {}  # id(list) -> (list, _describe)
         # (key, signature) -> a group's live classes' entries: links, counts, per-class sizes
@@ -263,15 +266,20 @@ class FlowNetwork:
         copy has moved its bytes and paid its tail."""
         now = self.env.now
         batch = _Batch(on_done, len(classes), now)
-        known = self._described.get(id(classes))
-        if known is not None and known[0] is classes:
-            key, bytes_, tail = known[1]
-        else:
-            key, bytes_, tail = self._describe(classes)
-        sizes = [b * scale for b in bytes_] if key is not None else []
-        if sizes and min(sizes) > 0:  # the usual case: every class moves bytes
+        sized = self._sized.get((id(classes), scale))
+        if sized is not None and sized[0] is classes:  # the usual case: submitted before
+            key, sizes, tail = sized[1], sized[2], sized[3]
             moving = classes
         else:
+            key, bytes_, tail = self._describe(classes)
+            sizes = [b * scale for b in bytes_] if key is not None else []
+            if sizes and min(sizes) > 0:  # every class moves bytes
+                moving = classes
+                # sizes is shared by the batch's groups: no group changes it in place
+                sized = self._sized[(id(classes), scale)] = [classes, key, sizes, tail, None]
+            else:
+                moving, sized = [], None
+        if not moving:
             moving, sizes = [], []
             for cls in classes:
                 size = cls.bytes_ * scale
@@ -297,7 +305,7 @@ class FlowNetwork:
             self._groups_of[key] = [group]
             if len(self._neighbours[key]) == 1 and not group.vector and not self.track_links:
                 # alone on its links (a collective inside one node): its component is itself
-                self._rate_alone(group, now)
+                self._rate_alone(group, now, sized)
                 return
         self._rerate(self._component([key]), now)
 
@@ -474,18 +482,25 @@ class FlowNetwork:
             )
         self._schedule(now)
 
-    def _rate_alone(self, g: _Group, now: float) -> None:
+    def _rate_alone(self, g: _Group, now: float, sized: list | None) -> None:
         """:meth:`_rerate` of a component that is ``g`` alone, just submitted (every class
-        in flight, none advanced): its rates remembered per key, as :meth:`_rates` does."""
-        rate = self._alone.get(g.key) if g.key > 0 else None
-        if rate is None:
-            rate = self._rates([g])[0]
-            if g.key > 0:
-                self._alone[g.key] = rate
+        in flight, none advanced): its rates remembered per key, as :meth:`_rates` does, and
+        the time its bytes take per batch and scale (``sized``, from :meth:`submit`)."""
+        if g.key > 0:
+            rate = self._alone.get(g.key)
+            if rate is None:
+                rate = self._alone[g.key] = self._rates([g])[0]
+            else:
+                self.stats.cache_hits += 1
         else:
-            self.stats.cache_hits += 1
+            rate, sized = self._rates([g])[0], None
+        left = sized[4] if sized is not None else None
+        if left is None:
+            left = min(map(truediv, g.rem, rate)) if min(rate) > 0 else math.inf
+            if sized is not None:
+                sized[4] = left  # the same rates and sizes each time
         g.rate = rate
-        g.finish = now + (min(map(truediv, g.rem, rate)) if min(rate) > 0 else math.inf)
+        g.finish = now + left
         if not math.isfinite(g.finish):
             k = min(g.live(), key=lambda k: g.rate[k])
             raise _overflow(g.rem[k], g.rate[k], now)

@@ -563,13 +563,29 @@ class FlowNetwork:
 
     def _complete(self, g: _Group, now: float) -> None:
         """End the classes of ``g`` whose bytes are through at ``now`` (to rounding)."""
-        dt = now - g.t
-        if dt and not g.vector:  # g.advance(now), inline
-            g.rem = [r - q * dt for r, q in zip(g.rem, g.rate)]  # noqa: B905
-            g.t = now
-        else:
-            g.advance(now)
         cut = _EPS * now
+        if not g.vector and g.n_alive == len(g.alive) and not self.track_links:
+            # the common case first: every class in flight, and all through together
+            rem, rate, tot = g.rem, g.rate, g.tot
+            dt = now - g.t
+            if dt:  # g.advance(now), inline
+                g.rem = rem = [r - q * dt for r, q in zip(rem, rate)]  # noqa: B905
+            g.t = now
+            done = [r <= _EPS * t + 1e-9 or r <= cut * q for r, t, q in zip(rem, tot, rate)]  # noqa: B905
+            if all(done):
+                batch = g.batch
+                batch.pending -= g.n_alive
+                batch.end = max(batch.end, now + g.tail)
+                g.n_alive = 0
+                if batch.pending == 0:
+                    self._finish_batch(batch, now)
+                g.active = False
+                groups = self._groups_of[g.key]
+                groups.remove(g)
+                if not groups:
+                    del self._groups_of[g.key]
+                return
+        g.advance(now)
         if g.vector:
             through = (g.rem <= _EPS * g.tot + 1e-9) | (g.rem <= cut * g.rate)
             if g.n_alive != len(g.alive):

@@ -35,10 +35,9 @@ from simulator.engine.clock import caller
 from simulator.engine.collective import CollectiveRunner
 from simulator.engine.network import LinkTable
 from simulator.schedule.taskgraph import TaskGraph
-from simulator.trace import Trace, TraceRecord
+from simulator.trace import Trace
 
 _RUNS = itertools.count()
-_new_record = tuple.__new__  # a TraceRecord from a tuple, without its __new__'s frame
 
 
 class DeadlockError(RuntimeError):
@@ -325,22 +324,20 @@ class Executor:
             self.memory.append((t.rank, now, -t.mem_free))
             self.memory_task.append(i)
         comm = t.comm
+        # TraceRecord's fields as a plain tuple (the frame is built from them alike)
         self._record(
-            _new_record(
-                TraceRecord,
-                (
-                    t.rank,
-                    t.stream,
-                    t.kind,
-                    t.phase,
-                    t.name,
-                    t.layer,
-                    t.microbatch,
-                    start,
-                    now,
-                    t.flops,
-                    comm.size_bytes if comm else 0.0,
-                ),
+            (
+                t.rank,
+                t.stream,
+                t.kind,
+                t.phase,
+                t.name,
+                t.layer,
+                t.microbatch,
+                start,
+                now,
+                t.flops,
+                comm.size_bytes if comm else 0.0,
             )
         )
         s = self.stream_of[i]

@@ -119,6 +119,7 @@ class Executor:
         # task -> [work left (s at full speed), as of time (s), rate, token, start time (s)].
         self.interference = interference
         self.comm_active: dict[int, dict[float, int]] = defaultdict(dict)  # rank -> {s: count}
+        self._speed: dict[int, float] = {}  # rank -> its compute rate now (absent: 1.0)
         self.computing: dict[int, dict[int, list]] = defaultdict(dict)
         self._ref_Bps: float | None = None  # a scale-up (NVLink) hop's bandwidth, found once
 
@@ -173,8 +174,7 @@ class Executor:
                 self._call_in(duration, self._finish, i, now)
                 return
             rank = task.rank
-            active = self.comm_active[rank]
-            rate = 1.0 / (1.0 + max(active)) if active else 1.0
+            rate = self._speed.get(rank, 1.0)
             state = [duration, now, rate, 0, now]
             self.computing[rank][i] = state
             self._call_in(duration / rate, self._due, i, rank, state, 0)
@@ -190,12 +190,6 @@ class Executor:
         if state[3] == token:  # else superseded by a re-timing
             del self.computing[rank][i]
             self._finish(i, state[4])
-
-    def _rate(self, rank: int) -> float:
-        """Compute speed of ``rank`` now: 1 / (1 + the largest slowdown of its collectives in
-        flight)."""
-        active = self.comm_active[rank]
-        return 1.0 / (1.0 + max(active)) if active else 1.0
 
     def _slowdown(self, bus_Bps: float) -> float:
         """A collective's slowdown of the compute it overlaps: the measured ``interference``
@@ -223,13 +217,15 @@ class Executor:
         """Add (``delta`` 1) or remove (-1) a collective of slowdown ``s`` in flight on
         ``rank``; when the rank's compute speed changes, re-time its running compute."""
         active = self.comm_active[rank]
-        before = 1.0 / (1.0 + max(active)) if active else 1.0
         left = active.get(s, 0) + delta
         if left:
             active[s] = left
+            if left != 1 or delta < 0:
+                return  # the same slowdowns in flight: the same speed
         else:
             del active[s]
-        rate = 1.0 / (1.0 + max(active)) if active else 1.0
+        before = self._speed.get(rank, 1.0)
+        rate = self._speed[rank] = 1.0 / (1.0 + max(active)) if active else 1.0
         if rate == before:
             return
         now = self.env.now

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from functools import partial
+from operator import attrgetter
 
 import simpy
 
@@ -38,6 +39,7 @@ from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
 
 _RUNS = itertools.count()
+_comm, _instance = attrgetter("comm"), attrgetter("instance")
 
 
 class DeadlockError(RuntimeError):
@@ -100,10 +102,8 @@ class Executor:
         for i, t in enumerate(tasks):
             for d in t.deps:
                 self.dependents[d].append(i)
-        self.members: dict[int, int] = defaultdict(int)
-        for t in tasks:
-            if t.comm is not None:
-                self.members[t.comm.instance] += 1
+        # members per collective: comm tasks per instance (C-speed count; a CommSpec is truthy)
+        self.members: dict[int, int] = Counter(map(_instance, filter(None, map(_comm, tasks))))
         self.arrived: dict[int, list[int]] = defaultdict(list)  # members' tasks, in order
         self.done = [False] * len(tasks)
         self._plans: dict[tuple, object] = {}

@@ -105,28 +105,39 @@ def find_repeat(frame: pd.DataFrame, steady: SteadyState, full: int) -> Repeat |
 
 
 def expand(frame: pd.DataFrame, rep: Repeat) -> pd.DataFrame:
-    """The full step's trace from the reduced one (rows in the order they end)."""
+    """The full step's trace from the reduced one (rows in the order they end).
+
+    Built as row numbers into ``frame`` with each row's shift (s) and micro-batch offset,
+    taken once: the same rows, values and order as concatenating shifted copies and sorting
+    them by end time (stably)."""
     mb = frame["microbatch"].to_numpy()
     start = frame["start_s"].to_numpy()
+    end = frame["end_s"].to_numpy()
     lo, hi = rep.first, rep.first + rep.period
     later = (mb >= hi) | ((mb < 0) & (start > rep.window_s[1]))
-    parts = [frame[~later]]
-    period = frame[(mb >= lo) & (mb < hi)]
+    period = np.flatnonzero((mb >= lo) & (mb < hi))
+    rows = [np.flatnonzero(~later)]
+    dts: list[np.ndarray | float] = [0.0]
+    dmbs = [0]
     for j in range(1, rep.copies + 1):
-        parts.append(_moved(period, j * rep.delta_s, j * rep.period))
-    parts.append(_moved(frame[later], rep.copies * rep.delta_s, rep.copies * rep.period))
-    out = pd.concat(parts, ignore_index=True)
-    order = np.argsort(out["end_s"].to_numpy(), kind="stable")
-    return out.iloc[order].reset_index(drop=True)
-
-
-def _moved(rows: pd.DataFrame, dt: float, dmb: int) -> pd.DataFrame:
-    """``rows`` ``dt`` s later, their micro-batches (not -1, none) ``dmb`` on."""
-    out = rows.copy()
-    out["start_s"] += dt
-    out["end_s"] += dt
-    mb = out["microbatch"].to_numpy()
-    out["microbatch"] = np.where(mb >= 0, mb + dmb, mb)
+        rows.append(period)
+        dts.append(j * rep.delta_s)
+        dmbs.append(j * rep.period)
+    rows.append(np.flatnonzero(later))
+    dts.append(rep.copies * rep.delta_s)
+    dmbs.append(rep.copies * rep.period)
+    # each part's end times as _moved gives them (the same float additions), then the order
+    ends = [end[r] + dt if dt else end[r] for r, dt in zip(rows, dts, strict=True)]
+    order = np.argsort(np.concatenate(ends), kind="stable")
+    which = np.concatenate(rows)[order]
+    shift = np.concatenate([np.full(r.size, dt) for r, dt in zip(rows, dts, strict=True)])[order]
+    step = np.concatenate([np.full(r.size, d) for r, d in zip(rows, dmbs, strict=True)])[order]
+    out = frame.take(which).reset_index(drop=True)
+    moved = shift != 0.0
+    out["start_s"] = np.where(moved, start[which] + shift, start[which])
+    out["end_s"] = np.where(moved, end[which] + shift, end[which])
+    m = mb[which]
+    out["microbatch"] = np.where(m >= 0, m + step, m)
     return out
 
 

@@ -286,12 +286,16 @@ class CollectiveRunner:
     ) -> None:
         """:meth:`run` of a plan already routed (its :meth:`geometry`), moving ``scale`` x
         each class's bytes (the plan's size over its efficiency) after ``base_latency_s``."""
+        network = self.network
         if base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
-            self.network._call_in(
-                base_latency_s, _run_phase, self.network, geometry, 0, scale, on_done
-            )
+            if len(geometry) == 1:  # one phase: submit it then (as _run_phase would)
+                network._call_in(
+                    base_latency_s, network.submit, geometry[0].classes, on_done, scale
+                )
+            else:
+                network._call_in(base_latency_s, _run_phase, network, geometry, 0, scale, on_done)
         else:
-            _run_phase(self.network, geometry, 0, scale, on_done)
+            _run_phase(network, geometry, 0, scale, on_done)
 
 
 def _segment_sums(values: np.ndarray, lengths: np.ndarray) -> list[float]:

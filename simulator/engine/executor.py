@@ -180,10 +180,13 @@ class Executor:
             self._call_in(duration / rate, self._due, i, rank, state, 0)
             return
         spec = task.comm
+        if self.members[spec.instance] == 1:  # a collective of one simulated member
+            self._launch(spec, [i])
+            return
         arrived = self.arrived[spec.instance]
         arrived.append(i)
         if len(arrived) == self.members[spec.instance]:
-            self._launch(spec)
+            self._launch(spec, self.arrived.pop(spec.instance))
 
     def _due(self, i: int, rank: int, state: list, token: int) -> None:
         """Compute task ``i`` is due to finish, unless it was re-timed since (``token``)."""
@@ -261,9 +264,9 @@ class Executor:
             s = self._slowdown(bus)
         return plan, s
 
-    def _launch(self, spec) -> None:
+    def _launch(self, spec, members: list[int]) -> None:
+        """Start the collective ``spec`` of tasks ``members`` (all arrived)."""
         start = self.env.now
-        members = self.arrived.pop(spec.instance)
         key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm, spec.copies)
         launch = self._launches.get(key)
         if launch is None:

@@ -74,6 +74,85 @@ def find_repeat(frame: pd.DataFrame, steady: SteadyState, full: int) -> Repeat |
     for col in _TEXT:  # as codes: equal where the text is equal, and cheaper to group and join
         tasks[col] = pd.factorize(tasks[col])[0]
     tasks = tasks.sort_values("start_s", kind="stable")
+    twins = _twins(tasks, a, b, q)
+    if isinstance(twins, str):
+        return twins
+    d_start, d_end = twins
+    d_start, d_end = np.concatenate(d_start), np.concatenate(d_end)
+    delta = float(np.median(d_start))
+    off = max(np.abs(d_start - delta).max(), np.abs(d_end - delta).max())
+    if not off <= TOLERANCE_S:
+        return f"the second period is not the first shifted (off by up to {off:.3g} s)"
+    copies, rem = divmod(full - steady.reduced, q)
+    if rem or copies < 1:
+        return f"{full} micro-batches are not {steady.reduced} plus whole periods of {q}"
+    return Repeat(h + q, q, delta, (a, b), copies)
+
+
+def _twins(tasks: pd.DataFrame, a: float, b: float, q: int) -> tuple[list, list] | str:
+    """(start s, end s) differences between each task of ``tasks`` (integer keys, sorted by
+    start) starting in ``[a, b]`` and its twin ``q`` micro-batches away (signed so that a
+    repeat gives +delta), as lists of arrays; or why some task has no equal twin (a str).
+
+    A task's twin has the same key (rank, stream, kind, phase, name, layer) with the
+    micro-batch shifted, and the same occurrence: the same count of earlier-starting tasks
+    with its key. Keys are packed into one integer where they fit in 62 bits (the general
+    join otherwise): the same pairs, found by sorting instead of a 8-column join."""
+    cols = [tasks[c].to_numpy() for c in _KEY]
+    if any(col.dtype.kind not in "iu" for col in cols):
+        return _twins_joined(tasks, a, b, q)
+    start = tasks["start_s"].to_numpy()
+    end = tasks["end_s"].to_numpy()
+    m = _KEY.index("microbatch")
+    key = np.zeros(len(tasks), dtype=np.int64)
+    shift, total = 1, 1
+    for j, col in enumerate(cols):  # mixed radix, microbatch with room for +-q
+        lo, hi = (int(col.min()), int(col.max())) if col.size else (0, 0)
+        if j == m:
+            lo, hi = lo - q, hi + q
+        total *= hi - lo + 1
+        if total >= 1 << 62:
+            return _twins_joined(tasks, a, b, q)
+        key = key * (hi - lo + 1) + (col - lo)
+        if j == m:
+            shift = 1
+        elif j > m:
+            shift *= hi - lo + 1
+    # occurrence: the rank of each row among the rows of its key, in start order
+    order = np.argsort(key, kind="stable")
+    k_sorted = key[order]
+    first = np.r_[True, k_sorted[1:] != k_sorted[:-1]]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(key.size), 0))
+    occurrence = np.empty(key.size, dtype=np.int64)
+    occurrence[order] = np.arange(key.size) - group_start
+    n_occ = int(occurrence.max()) + 1 if key.size else 1
+    if total * n_occ >= 1 << 62:
+        return _twins_joined(tasks, a, b, q)
+    full = key * n_occ + occurrence
+    by_full = np.argsort(full)
+    full_sorted = full[by_full]
+    mb = cols[m]
+    window = (start >= a) & (start <= b)
+    d_start, d_end = [], []
+    flops, bytes_ = tasks["flops"].to_numpy(), tasks["bytes"].to_numpy()
+    for sign in (1, -1):
+        rows = np.flatnonzero(window & ((mb >= q) == (sign == 1)))
+        want = full[rows] - sign * q * shift * n_occ
+        pos = np.minimum(np.searchsorted(full_sorted, want), max(full.size - 1, 0))
+        if rows.size and not np.array_equal(full_sorted[pos], want):
+            return "a task in the window has no twin a period away"
+        twin = by_full[pos]
+        for name, col in (("flops", flops), ("bytes", bytes_)):
+            if not np.array_equal(col[rows], col[twin]):
+                return f"a task in the window differs from its twin in {name}"
+        d_start.append(sign * (start[rows] - start[twin]))
+        d_end.append(sign * (end[rows] - end[twin]))
+    return d_start, d_end
+
+
+def _twins_joined(tasks: pd.DataFrame, a: float, b: float, q: int) -> tuple[list, list] | str:
+    """:func:`_twins` by a join on the key columns (keys too wide to pack)."""
+    tasks = tasks.copy()
     tasks["occurrence"] = tasks.groupby(_KEY, sort=False).cumcount()
     in_window = (tasks["start_s"] >= a) & (tasks["start_s"] <= b)
     window = tasks[in_window]
@@ -93,15 +172,7 @@ def find_repeat(frame: pd.DataFrame, steady: SteadyState, full: int) -> Repeat |
                 return f"a task in the window differs from its twin in {col}"
         d_start.append(sign * (pairs["start_s"].to_numpy() - pairs["start_s_twin"].to_numpy()))
         d_end.append(sign * (pairs["end_s"].to_numpy() - pairs["end_s_twin"].to_numpy()))
-    d_start, d_end = np.concatenate(d_start), np.concatenate(d_end)
-    delta = float(np.median(d_start))
-    off = max(np.abs(d_start - delta).max(), np.abs(d_end - delta).max())
-    if not off <= TOLERANCE_S:
-        return f"the second period is not the first shifted (off by up to {off:.3g} s)"
-    copies, rem = divmod(full - steady.reduced, q)
-    if rem or copies < 1:
-        return f"{full} micro-batches are not {steady.reduced} plus whole periods of {q}"
-    return Repeat(h + q, q, delta, (a, b), copies)
+    return d_start, d_end
 
 
 def expand(frame: pd.DataFrame, rep: Repeat) -> pd.DataFrame:

@@ -62,12 +62,22 @@ def rank_breakdown(
     from there to ``step_end``, when the rank waits for the slowest one to finish the step, so
     compute + exposed comm + idle + sync wait = the step, per rank."""
     rows = []
-    for rank, f in frame.groupby("rank"):
-        start, end = span[rank] if span else (0.0, f["end_s"].max())
-        comp = f[(f["kind"] == "compute") & (f["end_s"] > f["start_s"])]
-        comm = f[(f["kind"] == "comm") & (f["end_s"] > f["start_s"])]
-        c = comp[["start_s", "end_s"]].to_numpy()
-        m = comm[["start_s", "end_s"]].to_numpy()
+    # each rank's rows in trace order, as ``groupby("rank")`` gives them, as arrays: taking
+    # sub-frames (with the trace's text columns) costs more than the analysis
+    ranks = frame["rank"].to_numpy()
+    iv = frame[["start_s", "end_s"]].to_numpy()
+    flops = frame["flops"].to_numpy()
+    kind = frame["kind"]
+    live = iv[:, 1] > iv[:, 0]
+    is_comp = (kind == "compute").to_numpy() & live
+    is_comm = (kind == "comm").to_numpy() & live
+    order = np.argsort(ranks, kind="stable")
+    cut = np.flatnonzero(ranks[order][1:] != ranks[order][:-1]) + 1
+    for rows_of in np.split(order, cut) if len(order) else []:
+        rank = ranks[rows_of[0]]
+        start, end = span[rank] if span else (0.0, iv[rows_of, 1].max())
+        c = iv[rows_of[is_comp[rows_of]]]
+        m = iv[rows_of[is_comm[rows_of]]]
         t_comp, t_comm = union_length(c), union_length(m)
         both = intersection_length(c, m)
         window = end - start
@@ -81,7 +91,7 @@ def rank_breakdown(
                 "exposed_comm_s": t_comm - both,
                 "idle_s": max(window - (t_comp + t_comm - both), 0.0),
                 "sync_wait_s": max((step_end or end) - end, 0.0) if not span else 0.0,
-                "flops": f["flops"].sum(),
+                "flops": pd.Series(flops[rows_of]).sum(),
             }
         )
     return pd.DataFrame(rows)
@@ -91,9 +101,21 @@ def stream_utilisation(frame: pd.DataFrame, step_time: float) -> dict[str, float
     """Mean busy fraction of each stream kind over the simulated ranks."""
     out = {}
     n = frame["rank"].nunique()
-    for stream, f in frame.groupby("stream"):
-        busy = sum(union_length(g[["start_s", "end_s"]].to_numpy()) for _, g in f.groupby("rank"))
-        out[stream] = busy / (n * step_time) if step_time > 0 else 0.0
+    # groups by stream, then rank (both sorted), rows in trace order within each, as
+    # ``groupby("stream")`` then ``groupby("rank")`` give them, without taking sub-frames
+    code, streams = pd.factorize(frame["stream"], sort=True)
+    rank = frame["rank"].to_numpy()
+    order = np.lexsort((rank, code))
+    iv = frame[["start_s", "end_s"]].to_numpy()[order]
+    code, rank = code[order], rank[order]
+    cut = np.flatnonzero((code[1:] != code[:-1]) | (rank[1:] != rank[:-1])) + 1
+    bounds = [0, *cut.tolist(), len(order)]
+    busy: dict[int, list[float]] = {}
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        if b > a:
+            busy.setdefault(int(code[a]), []).append(union_length(iv[a:b]))
+    for c, lengths in busy.items():
+        out[streams[c]] = sum(lengths) / (n * step_time) if step_time > 0 else 0.0
     return out
 
 

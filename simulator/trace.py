@@ -46,9 +46,10 @@ class TraceRecord(NamedTuple):
 
 @dataclass
 class Trace:
-    """Records in the order they ended."""
+    """Records in the order they ended: :class:`TraceRecord` or plain tuples of its fields
+    (the engine's, one per task, cheaper to make)."""
 
-    records: list[TraceRecord] = field(default_factory=list)
+    records: list[TraceRecord | tuple] = field(default_factory=list)
 
     def add(self, record: TraceRecord) -> None:
         self.records.append(record)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from operator import itemgetter
 
 import numpy as np
@@ -274,14 +275,27 @@ class CollectiveRunner:
     ) -> None:
         """Run the phases of ``plan`` one after another, then call ``on_done``."""
         geometry = self.geometry(plan, copies, copies_key)
-        scale = plan.size_bytes / plan.efficiency
-        if plan.base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
-            network = self.network
-            network.env.timeout(plan.base_latency_s).callbacks.append(
-                lambda _ev: _run_phase(network, geometry, 0, scale, on_done)
-            )
+        self.run_routed(geometry, plan.size_bytes / plan.efficiency, plan.base_latency_s, on_done)
+
+    def run_routed(
+        self,
+        geometry: list[_Geometry],
+        scale: float,
+        base_latency_s: float,
+        on_done: Callable[[], None],
+    ) -> None:
+        """:meth:`run` of a plan already routed (its :meth:`geometry`), moving ``scale`` x
+        each class's bytes (the plan's size over its efficiency) after ``base_latency_s``."""
+        network = self.network
+        if base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
+            if len(geometry) == 1:  # one phase: submit it then (as _run_phase would)
+                network._call_in(
+                    base_latency_s, network.submit, geometry[0].classes, on_done, scale
+                )
+            else:
+                network._call_in(base_latency_s, _run_phase, network, geometry, 0, scale, on_done)
         else:
-            _run_phase(self.network, geometry, 0, scale, on_done)
+            _run_phase(network, geometry, 0, scale, on_done)
 
 
 def _segment_sums(values: np.ndarray, lengths: np.ndarray) -> list[float]:
@@ -327,8 +341,9 @@ def _run_phase(
     if i == len(geometry):
         on_done()
         return
+    if i + 1 == len(geometry):  # the last phase: its end is the collective's
+        network.submit(geometry[i].classes, on_done, scale)
+        return
     network.submit(
-        geometry[i].classes,
-        lambda: _run_phase(network, geometry, i + 1, scale, on_done),
-        scale,
+        geometry[i].classes, partial(_run_phase, network, geometry, i + 1, scale, on_done), scale
     )

@@ -25,17 +25,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
+from functools import partial
+from operator import attrgetter
 
 import simpy
 
 from simulator.collectives import Locality, plan_collective
+from simulator.engine.clock import caller
 from simulator.engine.collective import CollectiveRunner
 from simulator.engine.network import LinkTable
 from simulator.schedule.taskgraph import TaskGraph
-from simulator.trace import Trace, TraceRecord
+from simulator.trace import Trace
 
 _RUNS = itertools.count()
+_comm, _instance = attrgetter("comm"), attrgetter("instance")
 
 
 class DeadlockError(RuntimeError):
@@ -76,11 +80,13 @@ class Executor:
             raise ValueError(f"interference must be a finite fraction >= 0, not {interference!r}")
         graph.validate()
         self.env = env
+        self._call_in = caller(env)
         self.graph = graph
         self.runner = runner
         self.device_of = device_of
         self.locality = locality
         self.trace = Trace()
+        self._record = self.trace.records.append
         tasks = graph.tasks
         # Streams numbered in order of first appearance; per stream its tasks in order, the
         # position of the next one to run, and whether one is running.
@@ -96,13 +102,12 @@ class Executor:
         for i, t in enumerate(tasks):
             for d in t.deps:
                 self.dependents[d].append(i)
-        self.members: dict[int, int] = defaultdict(int)
-        for t in tasks:
-            if t.comm is not None:
-                self.members[t.comm.instance] += 1
-        self.arrived: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        # members per collective: comm tasks per instance (C-speed count; a CommSpec is truthy)
+        self.members: dict[int, int] = Counter(map(_instance, filter(None, map(_comm, tasks))))
+        self.arrived: dict[int, list[int]] = defaultdict(list)  # members' tasks, in order
         self.done = [False] * len(tasks)
         self._plans: dict[tuple, object] = {}
+        self._launches: dict[tuple, tuple] = {}  # see _routed
         self._copy_devices: dict[int, list[list[int]]] = {}
         self._token = next(_RUNS)
         self._bar = None
@@ -114,6 +119,7 @@ class Executor:
         # task -> [work left (s at full speed), as of time (s), rate, token, start time (s)].
         self.interference = interference
         self.comm_active: dict[int, dict[float, int]] = defaultdict(dict)  # rank -> {s: count}
+        self._speed: dict[int, float] = {}  # rank -> its compute rate now (absent: 1.0)
         self.computing: dict[int, dict[int, list]] = defaultdict(dict)
         self._ref_Bps: float | None = None  # a scale-up (NVLink) hop's bandwidth, found once
 
@@ -142,12 +148,15 @@ class Executor:
 
     def _try_start(self, s: int) -> None:
         """Start stream ``s``'s next task if the stream is idle and the task's inputs are in."""
+        if self.busy[s]:
+            return
         queue = self.queue[s]
-        if self.busy[s] or self.head[s] >= len(queue):
-            return
-        i = queue[self.head[s]]
-        if self.waiting[i]:
-            return
+        h = self.head[s]
+        if h < len(queue) and not self.waiting[queue[h]]:
+            self._start(queue[h], s)
+
+    def _start(self, i: int, s: int) -> None:
+        """Start task ``i``, the next on idle stream ``s``, whose inputs are in."""
         self.busy[s] = True
         task = self.graph.tasks[i]
         now = self.env.now
@@ -155,41 +164,35 @@ class Executor:
             self.memory.append((task.rank, now, task.mem_alloc))
             self.memory_task.append(i)
         if task.kind == "compute":
-            if not 0.0 <= task.duration_s < math.inf:
+            duration = task.duration_s
+            if not 0.0 <= duration < math.inf:
                 raise ValueError(
-                    f"task {task.name!r} on rank {task.rank} has duration {task.duration_s!r} s; "
+                    f"task {task.name!r} on rank {task.rank} has duration {duration!r} s; "
                     "a duration must be finite and non-negative"
                 )
             if self.interference == 0.0:
-                self.env.timeout(task.duration_s).callbacks.append(lambda _ev: self._finish(i, now))
+                self._call_in(duration, self._finish, i, now)
                 return
-            rate = self._rate(task.rank)
-            self.computing[task.rank][i] = [task.duration_s, now, rate, 0, now]
-            self._time_compute(i, task.duration_s / rate)
+            rank = task.rank
+            rate = self._speed.get(rank, 1.0)
+            state = [duration, now, rate, 0, now]
+            self.computing[rank][i] = state
+            self._call_in(duration / rate, self._due, i, rank, state, 0)
             return
         spec = task.comm
-        self.arrived[spec.instance].append((i, now))
-        if len(self.arrived[spec.instance]) == self.members[spec.instance]:
-            self._launch(spec)
+        if self.members[spec.instance] == 1:  # a collective of one simulated member
+            self._launch(spec, [i])
+            return
+        arrived = self.arrived[spec.instance]
+        arrived.append(i)
+        if len(arrived) == self.members[spec.instance]:
+            self._launch(spec, self.arrived.pop(spec.instance))
 
-    def _time_compute(self, i: int, seconds: float) -> None:
-        """Finish compute task ``i`` in ``seconds`` unless it is re-timed before."""
-        rank = self.graph.tasks[i].rank
-        state = self.computing[rank][i]
-        token = state[3]
-
-        def due(_ev) -> None:
-            if state[3] == token:  # else superseded by a re-timing
-                del self.computing[rank][i]
-                self._finish(i, state[4])
-
-        self.env.timeout(seconds).callbacks.append(due)
-
-    def _rate(self, rank: int) -> float:
-        """Compute speed of ``rank`` now: 1 / (1 + the largest slowdown of its collectives in
-        flight)."""
-        active = self.comm_active[rank]
-        return 1.0 / (1.0 + max(active)) if active else 1.0
+    def _due(self, i: int, rank: int, state: list, token: int) -> None:
+        """Compute task ``i`` is due to finish, unless it was re-timed since (``token``)."""
+        if state[3] == token:  # else superseded by a re-timing
+            del self.computing[rank][i]
+            self._finish(i, state[4])
 
     def _slowdown(self, bus_Bps: float) -> float:
         """A collective's slowdown of the compute it overlaps: the measured ``interference``
@@ -217,20 +220,24 @@ class Executor:
         """Add (``delta`` 1) or remove (-1) a collective of slowdown ``s`` in flight on
         ``rank``; when the rank's compute speed changes, re-time its running compute."""
         active = self.comm_active[rank]
-        before = self._rate(rank)
         left = active.get(s, 0) + delta
         if left:
             active[s] = left
+            if left != 1 or delta < 0:
+                return  # the same slowdowns in flight: the same speed
         else:
             del active[s]
-        rate = self._rate(rank)
+        before = self._speed.get(rank, 1.0)
+        rate = self._speed[rank] = 1.0 / (1.0 + max(active)) if active else 1.0
         if rate == before:
             return
         now = self.env.now
+        call_in, due = self._call_in, self._due
         for i, state in self.computing[rank].items():
             state[0] = max(state[0] - (now - state[1]) * state[2], 0.0)
-            state[1], state[2], state[3] = now, rate, state[3] + 1
-            self._time_compute(i, state[0] / rate)
+            token = state[3] + 1
+            state[1], state[2], state[3] = now, rate, token
+            call_in(state[0] / rate, due, i, rank, state, token)
 
     def _plan(self, spec) -> tuple[object, float]:
         """(the collective's plan, the slowdown it puts on overlapping compute), once per
@@ -257,29 +264,43 @@ class Executor:
             s = self._slowdown(bus)
         return plan, s
 
-    def _launch(self, spec) -> None:
+    def _launch(self, spec, members: list[int]) -> None:
+        """Start the collective ``spec`` of tasks ``members`` (all arrived)."""
         start = self.env.now
-        members = [i for i, _ in self.arrived.pop(spec.instance)]
-        key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm)
-        planned = self._plans.get(key)
-        if planned is None:
-            planned = self._plans[key] = self._plan(spec)
-        plan, s = planned
-        copies = self._copies(spec.copies)
-        tasks = self.graph.tasks
+        key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm, spec.copies)
+        launch = self._launches.get(key)
+        if launch is None:
+            launch = self._launches[key] = self._routed(spec)
+        s, geometry, scale, base_latency_s = launch
         if s:
+            tasks = self.graph.tasks
             for i in members:
                 self._comm_count(tasks[i].rank, s, 1)
+        self.runner.run_routed(
+            geometry, scale, base_latency_s, partial(self._ended, members, s, start)
+        )
 
-        def finished() -> None:
-            if s:
-                for i in members:
-                    self._comm_count(tasks[i].rank, s, -1)
+    def _routed(self, spec) -> tuple[float, list, float, float]:
+        """(slowdown, routed geometry, bytes scale, base latency s) of a collective like
+        ``spec``'s (the same call, group, size, algorithm and copies), found once."""
+        plan_key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm)
+        planned = self._plans.get(plan_key)
+        if planned is None:
+            planned = self._plans[plan_key] = self._plan(spec)
+        plan, s = planned
+        copies = self._copies(spec.copies)
+        copies_key = None if spec.copies < 0 else (self._token, spec.copies)
+        geometry = self.runner.geometry(plan, copies, copies_key)
+        return s, geometry, plan.size_bytes / plan.efficiency, plan.base_latency_s
+
+    def _ended(self, members: list[int], s: float, start: float) -> None:
+        """The collective of tasks ``members``, launched at ``start`` (s), has ended."""
+        if s:
+            tasks = self.graph.tasks
             for i in members:
-                self._finish(i, start)
-
-        key = None if spec.copies < 0 else (self._token, spec.copies)
-        self.runner.run(plan, finished, copies, copies_key=key)
+                self._comm_count(tasks[i].rank, s, -1)
+        for i in members:
+            self._finish(i, start)
 
     def _copies(self, index: int) -> list[list[int]]:
         if index < 0:
@@ -292,16 +313,19 @@ class Executor:
 
     def _finish(self, i: int, start: float) -> None:
         t = self.graph.tasks[i]
+        now = self.env.now
         self.done[i] = True
         if self._bar is not None:
             self._finished += 1
             if self._finished % 2000 == 0:
                 self._bar.update(2000)
         if t.mem_free:
-            self.memory.append((t.rank, self.env.now, -t.mem_free))
+            self.memory.append((t.rank, now, -t.mem_free))
             self.memory_task.append(i)
-        self.trace.add(
-            TraceRecord(
+        comm = t.comm
+        # TraceRecord's fields as a plain tuple (the frame is built from them alike)
+        self._record(
+            (
                 t.rank,
                 t.stream,
                 t.kind,
@@ -310,17 +334,22 @@ class Executor:
                 t.layer,
                 t.microbatch,
                 start,
-                self.env.now,
+                now,
                 t.flops,
-                t.comm.size_bytes if t.comm else 0.0,
+                comm.size_bytes if comm else 0.0,
             )
         )
         s = self.stream_of[i]
         self.busy[s] = False
         self.head[s] += 1
-        waiting = self.waiting
+        waiting, busy, stream_of = self.waiting, self.busy, self.stream_of
         for d in self.dependents[i]:
-            waiting[d] -= 1
-            if waiting[d] == 0:
-                self._try_start(self.stream_of[d])
-        self._try_start(s)
+            w = waiting[d] - 1
+            waiting[d] = w
+            if not w and not busy[stream_of[d]]:
+                self._try_start(stream_of[d])
+        if not busy[s]:
+            queue = self.queue[s]
+            h = self.head[s]
+            if h < len(queue) and not waiting[queue[h]]:
+                self._start(queue[h], s)

@@ -26,12 +26,14 @@ import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
+from heapq import heappop
 from operator import attrgetter, truediv
 
 import networkx as nx
 import numpy as np
 import simpy
 
+from simulator.engine.clock import caller
 from simulator.engine.maxmin import max_min_rates_lists, max_min_rates_segments
 
 _EPS = 1e-12
@@ -109,11 +111,16 @@ class FlowClass:
         return self.rating[1].tolist()
 
 
-@dataclass
 class _Batch:
-    on_done: Callable[[], None]
-    pending: int
-    end: float
+    """A submitted batch: its callback, classes still moving bytes, and when its last tail
+    ends (s)."""
+
+    __slots__ = ("on_done", "pending", "end")
+
+    def __init__(self, on_done: Callable[[], None], pending: int, end: float):
+        self.on_done = on_done
+        self.pending = pending
+        self.end = end
 
 
 class _Group:
@@ -161,7 +168,7 @@ class _Group:
             self.rate = np.zeros(n)
         else:
             self.rem = sizes
-            self.tot = list(sizes)
+            self.tot = sizes  # never changed in place: advance makes a new rem
             self.rate = [0.0] * n
         self.t = now
         self.finish = math.inf
@@ -218,6 +225,7 @@ class FlowNetwork:
 
     def __init__(self, env: simpy.Environment, links: LinkTable, track_links: bool = False):
         self.env = env
+        self._call_in = caller(env)
         self.track_links = track_links  # bytes per link, load over time (tests, reports)
         self.links = links
         self._capacity = links.capacity
@@ -239,6 +247,10 @@ class FlowNetwork:
         self._generation = 0
         self._wake = math.nan  # finish time the pending timeout is for
         self._rate_cache: dict[frozenset, dict] = {}
+        self._alone: dict[int, list[float]] = {}  # key -> rates of its classes, alone
+        # (id(classes), scale) -> [classes, key, sizes, longest tail, s alone or None] of a
+        # batch whose classes all move bytes
+        self._sized: dict[tuple[int, float], list] = {}
         self._pattern_keys: dict[tuple, int] = {}  # patterns of a batch -> its key
         self._described: dict[int, tuple[list, tuple]] = {}  # id(list) -> (list, _describe)
         # (key, signature) -> a group's live classes' entries: links, counts, per-class sizes
@@ -254,11 +266,20 @@ class FlowNetwork:
         copy has moved its bytes and paid its tail."""
         now = self.env.now
         batch = _Batch(on_done, len(classes), now)
-        key, bytes_, tail = self._describe(classes)
-        sizes = [b * scale for b in bytes_] if key is not None else []
-        if sizes and min(sizes) > 0:  # the usual case: every class moves bytes
+        sized = self._sized.get((id(classes), scale))
+        if sized is not None and sized[0] is classes:  # the usual case: submitted before
+            key, sizes, tail = sized[1], sized[2], sized[3]
             moving = classes
         else:
+            key, bytes_, tail = self._describe(classes)
+            sizes = [b * scale for b in bytes_] if key is not None else []
+            if sizes and min(sizes) > 0:  # every class moves bytes
+                moving = classes
+                # sizes is shared by the batch's groups: no group changes it in place
+                sized = self._sized[(id(classes), scale)] = [classes, key, sizes, tail, None]
+            else:
+                moving, sized = [], None
+        if not moving:
             moving, sizes = [], []
             for cls in classes:
                 size = cls.bytes_ * scale
@@ -277,7 +298,15 @@ class FlowNetwork:
         group = _Group(batch, moving, sizes, self._seq, key, now, tail)
         if key not in self._neighbours:
             self._register(group)
-        self._groups_of.setdefault(key, []).append(group)
+        in_flight = self._groups_of.get(key)
+        if in_flight is not None:
+            in_flight.append(group)
+        else:
+            self._groups_of[key] = [group]
+            if len(self._neighbours[key]) == 1 and not group.vector and not self.track_links:
+                # alone on its links (a collective inside one node): its component is itself
+                self._rate_alone(group, now, sized)
+                return
         self._rerate(self._component([key]), now)
 
     # -- internals ----------------------------------------------------------------------
@@ -453,6 +482,32 @@ class FlowNetwork:
             )
         self._schedule(now)
 
+    def _rate_alone(self, g: _Group, now: float, sized: list | None) -> None:
+        """:meth:`_rerate` of a component that is ``g`` alone, just submitted (every class
+        in flight, none advanced): its rates remembered per key, as :meth:`_rates` does, and
+        the time its bytes take per batch and scale (``sized``, from :meth:`submit`)."""
+        if g.key > 0:
+            rate = self._alone.get(g.key)
+            if rate is None:
+                rate = self._alone[g.key] = self._rates([g])[0]
+            else:
+                self.stats.cache_hits += 1
+        else:
+            rate, sized = self._rates([g])[0], None
+        left = sized[4] if sized is not None else None
+        if left is None:
+            left = min(map(truediv, g.rem, rate)) if min(rate) > 0 else math.inf
+            if sized is not None:
+                sized[4] = left  # the same rates and sizes each time
+        g.rate = rate
+        g.finish = now + left
+        if not math.isfinite(g.finish):
+            k = min(g.live(), key=lambda k: g.rate[k])
+            raise _overflow(g.rem[k], g.rate[k], now)
+        g.version += 1
+        heapq.heappush(self._heap, (g.finish, g.seq, g.version, g))
+        self._schedule(now)
+
     def _top(self) -> _Group | None:
         """The group in flight that finishes first (stale heap entries dropped)."""
         heap = self._heap
@@ -464,14 +519,19 @@ class FlowNetwork:
         return None
 
     def _schedule(self, now: float) -> None:
-        top = self._top()
-        if top is None or top.finish == self._wake:
-            return  # nothing to wait for, or the pending timeout already is for it
+        heap = self._heap
+        while heap:  # self._top(), inline
+            _, _, version, top = heap[0]
+            if version == top.version and top.active:
+                break
+            heappop(heap)
+        else:
+            return  # nothing to wait for
+        if top.finish == self._wake:
+            return  # the pending timeout already is for it
         self._generation += 1
         self._wake = top.finish
-        gen = self._generation
-        event = self.env.timeout(max(top.finish - now, 0.0))
-        event.callbacks.append(lambda _ev: self._on_completion(gen))
+        self._call_in(max(top.finish - now, 0.0), self._on_completion, self._generation)
 
     def _on_completion(self, generation: int) -> None:
         if generation != self._generation:
@@ -479,19 +539,53 @@ class FlowNetwork:
         self._wake = math.nan
         now = self.env.now
         due = []
-        while (g := self._top()) is not None and g.finish <= now * (1 + _EPS):
-            heapq.heappop(self._heap)
-            due.append(g)
+        heap = self._heap
+        limit = now * (1 + _EPS)
+        while heap:  # self._top(), inline
+            _, _, version, g = heap[0]
+            if version != g.version or not g.active:
+                heappop(heap)
+            elif g.finish <= limit:
+                heappop(heap)
+                due.append(g)
+            else:
+                break
         if len(due) > 1:
-            due.sort(key=lambda g: g.seq)
+            due.sort(key=_by_seq)
         for g in due:
             self._complete(g, now)
+        if len(due) == 1 and not self.track_links:
+            key = due[0].key
+            if key not in self._groups_of and len(self._neighbours[key]) == 1:
+                self._schedule(now)  # its component is empty now: nothing to re-rate
+                return
         self._rerate(self._component([g.key for g in due]), now)
 
     def _complete(self, g: _Group, now: float) -> None:
         """End the classes of ``g`` whose bytes are through at ``now`` (to rounding)."""
-        g.advance(now)
         cut = _EPS * now
+        if not g.vector and g.n_alive == len(g.alive) and not self.track_links:
+            # the common case first: every class in flight, and all through together
+            rem, rate, tot = g.rem, g.rate, g.tot
+            dt = now - g.t
+            if dt:  # g.advance(now), inline
+                g.rem = rem = [r - q * dt for r, q in zip(rem, rate)]  # noqa: B905
+            g.t = now
+            done = [r <= _EPS * t + 1e-9 or r <= cut * q for r, t, q in zip(rem, tot, rate)]  # noqa: B905
+            if all(done):
+                batch = g.batch
+                batch.pending -= g.n_alive
+                batch.end = max(batch.end, now + g.tail)
+                g.n_alive = 0
+                if batch.pending == 0:
+                    self._finish_batch(batch, now)
+                g.active = False
+                groups = self._groups_of[g.key]
+                groups.remove(g)
+                if not groups:
+                    del self._groups_of[g.key]
+                return
+        g.advance(now)
         if g.vector:
             through = (g.rem <= _EPS * g.tot + 1e-9) | (g.rem <= cut * g.rate)
             if g.n_alive != len(g.alive):
@@ -536,4 +630,4 @@ class FlowNetwork:
                 "check the topology's link latencies"
             )
         # Always through an event, never re-entrantly: on_done may submit the next phase.
-        self.env.timeout(max(batch.end - now, 0.0)).callbacks.append(lambda _ev: batch.on_done())
+        self._call_in(max(batch.end - now, 0.0), batch.on_done)

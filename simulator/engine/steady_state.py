@@ -36,6 +36,7 @@ from simulator.pipelines import SteadyState
 
 TOLERANCE_S = 1e-9  # a twin's start and end may differ from +delta by this much (s)
 _KEY = ["rank", "stream", "kind", "phase", "name", "layer", "microbatch"]
+_TEXT = ["stream", "kind", "phase", "name"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,88 @@ def find_repeat(frame: pd.DataFrame, steady: SteadyState, full: int) -> Repeat |
     if ((mb >= h + 2 * q) & (start < a)).any():
         return "a cool-down micro-batch's task starts before the second period"
     tasks = frame.loc[mb >= 0, [*_KEY, "start_s", "end_s", "flops", "bytes"]]
+    for col in _TEXT:  # as codes: equal where the text is equal, and cheaper to group and join
+        tasks[col] = pd.factorize(tasks[col])[0]
     tasks = tasks.sort_values("start_s", kind="stable")
+    twins = _twins(tasks, a, b, q)
+    if isinstance(twins, str):
+        return twins
+    d_start, d_end = twins
+    d_start, d_end = np.concatenate(d_start), np.concatenate(d_end)
+    delta = float(np.median(d_start))
+    off = max(np.abs(d_start - delta).max(), np.abs(d_end - delta).max())
+    if not off <= TOLERANCE_S:
+        return f"the second period is not the first shifted (off by up to {off:.3g} s)"
+    copies, rem = divmod(full - steady.reduced, q)
+    if rem or copies < 1:
+        return f"{full} micro-batches are not {steady.reduced} plus whole periods of {q}"
+    return Repeat(h + q, q, delta, (a, b), copies)
+
+
+def _twins(tasks: pd.DataFrame, a: float, b: float, q: int) -> tuple[list, list] | str:
+    """(start s, end s) differences between each task of ``tasks`` (integer keys, sorted by
+    start) starting in ``[a, b]`` and its twin ``q`` micro-batches away (signed so that a
+    repeat gives +delta), as lists of arrays; or why some task has no equal twin (a str).
+
+    A task's twin has the same key (rank, stream, kind, phase, name, layer) with the
+    micro-batch shifted, and the same occurrence: the same count of earlier-starting tasks
+    with its key. Keys are packed into one integer where they fit in 62 bits (the general
+    join otherwise): the same pairs, found by sorting instead of a 8-column join."""
+    cols = [tasks[c].to_numpy() for c in _KEY]
+    if any(col.dtype.kind not in "iu" for col in cols):
+        return _twins_joined(tasks, a, b, q)
+    start = tasks["start_s"].to_numpy()
+    end = tasks["end_s"].to_numpy()
+    m = _KEY.index("microbatch")
+    key = np.zeros(len(tasks), dtype=np.int64)
+    shift, total = 1, 1
+    for j, col in enumerate(cols):  # mixed radix, microbatch with room for +-q
+        lo, hi = (int(col.min()), int(col.max())) if col.size else (0, 0)
+        if j == m:
+            lo, hi = lo - q, hi + q
+        total *= hi - lo + 1
+        if total >= 1 << 62:
+            return _twins_joined(tasks, a, b, q)
+        key = key * (hi - lo + 1) + (col - lo)
+        if j == m:
+            shift = 1
+        elif j > m:
+            shift *= hi - lo + 1
+    # occurrence: the rank of each row among the rows of its key, in start order
+    order = np.argsort(key, kind="stable")
+    k_sorted = key[order]
+    first = np.r_[True, k_sorted[1:] != k_sorted[:-1]]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(key.size), 0))
+    occurrence = np.empty(key.size, dtype=np.int64)
+    occurrence[order] = np.arange(key.size) - group_start
+    n_occ = int(occurrence.max()) + 1 if key.size else 1
+    if total * n_occ >= 1 << 62:
+        return _twins_joined(tasks, a, b, q)
+    full = key * n_occ + occurrence
+    by_full = np.argsort(full)
+    full_sorted = full[by_full]
+    mb = cols[m]
+    window = (start >= a) & (start <= b)
+    d_start, d_end = [], []
+    flops, bytes_ = tasks["flops"].to_numpy(), tasks["bytes"].to_numpy()
+    for sign in (1, -1):
+        rows = np.flatnonzero(window & ((mb >= q) == (sign == 1)))
+        want = full[rows] - sign * q * shift * n_occ
+        pos = np.minimum(np.searchsorted(full_sorted, want), max(full.size - 1, 0))
+        if rows.size and not np.array_equal(full_sorted[pos], want):
+            return "a task in the window has no twin a period away"
+        twin = by_full[pos]
+        for name, col in (("flops", flops), ("bytes", bytes_)):
+            if not np.array_equal(col[rows], col[twin]):
+                return f"a task in the window differs from its twin in {name}"
+        d_start.append(sign * (start[rows] - start[twin]))
+        d_end.append(sign * (end[rows] - end[twin]))
+    return d_start, d_end
+
+
+def _twins_joined(tasks: pd.DataFrame, a: float, b: float, q: int) -> tuple[list, list] | str:
+    """:func:`_twins` by a join on the key columns (keys too wide to pack)."""
+    tasks = tasks.copy()
     tasks["occurrence"] = tasks.groupby(_KEY, sort=False).cumcount()
     in_window = (tasks["start_s"] >= a) & (tasks["start_s"] <= b)
     window = tasks[in_window]
@@ -90,40 +172,43 @@ def find_repeat(frame: pd.DataFrame, steady: SteadyState, full: int) -> Repeat |
                 return f"a task in the window differs from its twin in {col}"
         d_start.append(sign * (pairs["start_s"].to_numpy() - pairs["start_s_twin"].to_numpy()))
         d_end.append(sign * (pairs["end_s"].to_numpy() - pairs["end_s_twin"].to_numpy()))
-    d_start, d_end = np.concatenate(d_start), np.concatenate(d_end)
-    delta = float(np.median(d_start))
-    off = max(np.abs(d_start - delta).max(), np.abs(d_end - delta).max())
-    if not off <= TOLERANCE_S:
-        return f"the second period is not the first shifted (off by up to {off:.3g} s)"
-    copies, rem = divmod(full - steady.reduced, q)
-    if rem or copies < 1:
-        return f"{full} micro-batches are not {steady.reduced} plus whole periods of {q}"
-    return Repeat(h + q, q, delta, (a, b), copies)
+    return d_start, d_end
 
 
 def expand(frame: pd.DataFrame, rep: Repeat) -> pd.DataFrame:
-    """The full step's trace from the reduced one (rows in the order they end)."""
+    """The full step's trace from the reduced one (rows in the order they end).
+
+    Built as row numbers into ``frame`` with each row's shift (s) and micro-batch offset,
+    taken once: the same rows, values and order as concatenating shifted copies and sorting
+    them by end time (stably)."""
     mb = frame["microbatch"].to_numpy()
     start = frame["start_s"].to_numpy()
+    end = frame["end_s"].to_numpy()
     lo, hi = rep.first, rep.first + rep.period
     later = (mb >= hi) | ((mb < 0) & (start > rep.window_s[1]))
-    parts = [frame[~later]]
-    period = frame[(mb >= lo) & (mb < hi)]
+    period = np.flatnonzero((mb >= lo) & (mb < hi))
+    rows = [np.flatnonzero(~later)]
+    dts: list[np.ndarray | float] = [0.0]
+    dmbs = [0]
     for j in range(1, rep.copies + 1):
-        parts.append(_moved(period, j * rep.delta_s, j * rep.period))
-    parts.append(_moved(frame[later], rep.copies * rep.delta_s, rep.copies * rep.period))
-    out = pd.concat(parts, ignore_index=True)
-    order = np.argsort(out["end_s"].to_numpy(), kind="stable")
-    return out.iloc[order].reset_index(drop=True)
-
-
-def _moved(rows: pd.DataFrame, dt: float, dmb: int) -> pd.DataFrame:
-    """``rows`` ``dt`` s later, their micro-batches (not -1, none) ``dmb`` on."""
-    out = rows.copy()
-    out["start_s"] += dt
-    out["end_s"] += dt
-    mb = out["microbatch"].to_numpy()
-    out["microbatch"] = np.where(mb >= 0, mb + dmb, mb)
+        rows.append(period)
+        dts.append(j * rep.delta_s)
+        dmbs.append(j * rep.period)
+    rows.append(np.flatnonzero(later))
+    dts.append(rep.copies * rep.delta_s)
+    dmbs.append(rep.copies * rep.period)
+    # each part's end times as _moved gives them (the same float additions), then the order
+    ends = [end[r] + dt if dt else end[r] for r, dt in zip(rows, dts, strict=True)]
+    order = np.argsort(np.concatenate(ends), kind="stable")
+    which = np.concatenate(rows)[order]
+    shift = np.concatenate([np.full(r.size, dt) for r, dt in zip(rows, dts, strict=True)])[order]
+    step = np.concatenate([np.full(r.size, d) for r, d in zip(rows, dmbs, strict=True)])[order]
+    out = frame.take(which).reset_index(drop=True)
+    moved = shift != 0.0
+    out["start_s"] = np.where(moved, start[which] + shift, start[which])
+    out["end_s"] = np.where(moved, end[which] + shift, end[which])
+    m = mb[which]
+    out["microbatch"] = np.where(m >= 0, m + step, m)
     return out
 
 

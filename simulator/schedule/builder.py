@@ -19,6 +19,9 @@ from simulator.schedule.taskgraph import CommSpec, Task, TaskGraph
 
 Dep = int | tuple | None  # a task index, a key bound later, or nothing
 STREAM_KIND = {"pp_fwd": "pp", "pp_bwd": "pp"}  # scenario's collectives key of a stream
+_OPTIONAL = frozenset(Task._fields[7:])  # Task's fields after comm, passed by name
+_PHASE, _LAYER, _MB, _FLOPS, _ALLOC, _FREE = (Task._field_defaults[f] for f in Task._fields[7:])
+_new_tuple = tuple.__new__  # a named tuple from its fields in order, without its __new__
 
 
 @dataclass
@@ -63,9 +66,21 @@ class GraphBuilder:
             else:
                 resolved.append(d)
         kind = "comm" if comm is not None else "compute"
-        return self.graph.add(
-            Task(rank, stream, kind, name, seconds, tuple(resolved), comm, **fields)
-        )
+        tasks = self.graph.tasks
+        if fields.keys() <= _OPTIONAL:  # Task(...) without its __new__'s keyword parsing
+            get = fields.get
+            task = _new_tuple(
+                Task,
+                (
+                    rank, stream, kind, name, seconds, tuple(resolved), comm,
+                    get("phase", _PHASE), get("layer", _LAYER), get("microbatch", _MB),
+                    get("flops", _FLOPS), get("mem_alloc", _ALLOC), get("mem_free", _FREE),
+                ),
+            )  # fmt: skip
+        else:  # an unknown field: Task's own error
+            task = Task(rank, stream, kind, name, seconds, tuple(resolved), comm, **fields)
+        tasks.append(task)
+        return len(tasks) - 1
 
     def comm(
         self,
@@ -88,7 +103,7 @@ class GraphBuilder:
             return None
         inst = self.instances.setdefault((name, members, tag), len(self.instances))
         algorithm = self._algorithm(stream, collective, members, size)
-        spec = CommSpec(collective, members, size, inst, algorithm, copies)
+        spec = _new_tuple(CommSpec, (collective, members, size, inst, algorithm, copies))
         return self.task(rank, stream, name, 0.0, deps, spec, **fields)
 
     def _algorithm(self, stream: str, collective: str, members, size: float) -> str | None:

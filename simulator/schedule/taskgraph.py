@@ -75,9 +75,10 @@ class TaskGraph:
 
     def validate(self) -> None:
         """Raise ValueError on dangling or forward dependencies, or a comm task without spec."""
+        n = len(self.tasks)
         for i, t in enumerate(self.tasks):
             for d in t.deps:
-                if not 0 <= d < len(self.tasks) or d == i:
+                if not 0 <= d < n or d == i:
                     raise ValueError(f"task {i} ({t.name}) depends on missing task {d}")
             if t.kind == "comm" and t.comm is None:
                 raise ValueError(f"comm task {i} ({t.name}) has no CommSpec")

@@ -6,6 +6,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.engine.clock import Clock
 from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
 from simulator.topology.nvswitch import nvswitch_topology
 
@@ -198,3 +199,32 @@ def test_array_groups_match_list_groups_bit_for_bit(transfers, starts, track):
             network.VECTOR_CLASSES = old
 
     assert run(1) == run(10**9)
+
+
+def _schedule_of_batches(track_links: bool):
+    """Phases submitted again and again at several scales, alone on their links or not; the
+    (time, batch) each ends at and the network's counters."""
+    topo = nvswitch_topology(4, 100.0, latency=1e-3)
+    links = LinkTable(topo.graph)
+    env = Clock()
+    net = FlowNetwork(env, links, track_links=track_links)
+    ring = [_cls(links, topo, a, (a + 1) % 2, 100.0, pattern=("ring", a)) for a in range(2)]
+    other = [_cls(links, topo, 2, 3, 50.0, pattern="other")]
+    shares = [_cls(links, topo, 3, 1, 70.0, pattern="shares")]  # shares 1's downlink
+    done = []
+    plan = [(0.0, ring, 1.0), (0.5, other, 2.0), (3.0, ring, 1.0), (3.0, ring, 0.25)]
+    plan += [(7.0, ring, 3.0), (7.5, shares, 1.0), (12.0, ring, 3.0), (20.0, ring, 1.0)]
+    for k, (t, classes, scale) in enumerate(plan):
+        env.call_in(t, net.submit, classes, lambda k=k: done.append((env.now, k)), scale)
+    env.run()
+    return (done, net.stats.rerates, net.stats.cache_hits), set(net._alone)
+
+
+def test_batches_alone_on_their_links_take_the_general_path_s_times():
+    # Without link tracking a batch alone on its links skips the component walk and reuses
+    # its rates and durations; link tracking takes the general path every time. Same floats.
+    (fast, alone), (general, never) = _schedule_of_batches(False), _schedule_of_batches(True)
+    assert len(alone) == 2 and not never  # the ring and "other" went alone, without tracking
+    assert fast == general
+    # the first ring alone: 100 B at 100 B/s (its classes carry no latency tail)
+    assert fast[0][0] == (pytest.approx(1.0, rel=1e-12), 0)

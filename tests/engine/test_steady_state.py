@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator import api
+from simulator.engine import steady_state
+from simulator.engine.simulate import run_engine
 from simulator.engine.steady_state import Repeat, expand, expand_memory, find_repeat
 from simulator.pipelines import SteadyState
 from simulator.schedule.perturb import SlowCompute
@@ -223,3 +225,41 @@ def test_find_repeat_refuses_a_trace_that_does_not_repeat():
     # period shifted
     why = find_repeat(_trace(False), SteadyState(head=2, period=1, tail=2), full=10)
     assert isinstance(why, str) and "not the first shifted" in why
+
+
+def _reduced_trace(path: str, *overrides: str) -> tuple[pd.DataFrame, SteadyState, int]:
+    """The trace of ``path``'s reduced step (before repeating), its steady state and the
+    plan's micro-batches."""
+    s = api.load(path, list(overrides))
+    topo = build_topology(s.cluster)
+    step = api.build_step(api.build_plan(s, topo), None, True)
+    run = run_engine(
+        api.network_model(topo),
+        step.graph,
+        {r: topo.devices[r] for r in range(step.plan.grid.size)},
+        interference=s.simulation.comm_interference,
+    )
+    return run.trace.to_frame(), step.steady, step.plan.micro_batches
+
+
+@pytest.mark.parametrize("case", ["1f1b", "interleaved", "moe-expert-parallel"])
+def test_packed_twin_search_finds_what_the_join_finds(case, monkeypatch):
+    # _twins packs each task's key into one integer and sorts; _twins_joined joins on the
+    # key columns. Same pairs: the same Repeat to the bit, and the same refusals when a
+    # window task loses its twin or differs from it.
+    frame, steady, full = _reduced_trace(*CASES[case])
+    h, q = steady.head, steady.period
+    first = frame.index[frame["microbatch"] == h].min()  # a twin of a window task
+    window = frame.index[frame["microbatch"] == h + q]
+    cases = {
+        "as is": frame,
+        "a twin missing": frame.drop(index=first),
+        "a twin's FLOPs": frame.assign(flops=frame["flops"].where(frame.index != first, -1.0)),
+        "a task's bytes": frame.assign(bytes=frame["bytes"].where(frame.index != window[0], 7.0)),
+    }
+    packed = {name: find_repeat(f, steady, full) for name, f in cases.items()}
+    monkeypatch.setattr(steady_state, "_twins", steady_state._twins_joined)
+    joined = {name: find_repeat(f, steady, full) for name, f in cases.items()}
+    assert packed == joined
+    assert isinstance(packed["as is"], Repeat)
+    assert all(isinstance(packed[k], str) for k in cases if k != "as is")

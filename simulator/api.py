@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -147,13 +148,22 @@ def topology_from_file(
     return build_topology(cluster)
 
 
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask, not the machine's total): the size of
+    the process pools that sweeps and ``trainsim validate`` simulate on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def network_model(topo: Topology) -> NetworkModel:
     """The engine's view of a topology (links as arrays, router, locality), made once per
     topology and kept in ``topo.derived``: runs on one topology (a sweep's points, a plan
     search, failure trials) share its link table (0.09 s for the 131K links of 16K GPUs) and
     the collective routes it has learnt."""
     model = topo.derived.get("network_model")
-    if model is None:
+    if model is None or model.graph is not topo.graph:  # a graph swapped in: model it anew
         model = topo.derived["network_model"] = NetworkModel(
             topo.graph,
             topo.router,

@@ -419,12 +419,12 @@ def validate(
     ] = None,
 ) -> None:
     """Reproduce published results: per row the published value, ours, and the error."""
-    from simulator.validation import summary_frame
+    from simulator.validation import UnknownGroup, summary_frame
     from simulator.validation import validate as run_validation
 
     try:
         frame = run_validation(group, workers)
-    except ValueError as exc:
+    except UnknownGroup as exc:
         typer.echo(f"error: --group: {exc}", err=True)
         raise typer.Exit(2) from None
     if format is Format.json:

@@ -24,6 +24,7 @@ model cannot meet it.
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -55,17 +56,29 @@ COLUMNS = [
 ]
 
 
-# The process pool the rows' simulations run on while :func:`validate` runs (None: in turn).
-_pool: ProcessPoolExecutor | None = None
+Each = Callable[[Callable, Iterable], list]  # how a group's simulations are run
 
 
-def _each(fn: Callable, jobs: Iterable) -> list:
-    """``[fn(job) for job in jobs]``, on the validation's worker processes when it has them
-    (results in job order; each simulation is deterministic, so the same either way)."""
-    jobs = list(jobs)
-    if _pool is None or len(jobs) < 2:
-        return [fn(job) for job in jobs]
-    return list(_pool.map(fn, jobs))
+def in_turn(fn: Callable, jobs: Iterable) -> list:
+    """``[fn(job) for job in jobs]``, in this process."""
+    return [fn(job) for job in jobs]
+
+
+def on_pool(pool: ProcessPoolExecutor) -> Each:
+    """Run a group's simulations on ``pool``'s processes, results in job order (each
+    simulation is deterministic, so they are the same as :func:`in_turn`'s)."""
+
+    def each(fn: Callable, jobs: Iterable) -> list:
+        jobs = list(jobs)
+        return in_turn(fn, jobs) if len(jobs) < 2 else list(pool.map(fn, jobs))
+
+    return each
+
+
+def _quiet_worker() -> None:
+    """A pool worker shows no progress bars of its own (they would mix with the parent's on
+    one terminal); its log lines still reach stderr."""
+    os.environ["TQDM_DISABLE"] = "1"
 
 
 def _summary(job: tuple[str, tuple[str, ...]]) -> dict:
@@ -74,9 +87,9 @@ def _summary(job: tuple[str, tuple[str, ...]]) -> dict:
     return api.run(api.load(PROJECT_ROOT / path, list(overrides))).summary
 
 
-def _scenario_summaries(rows: list[dict]) -> list[tuple[object, dict]]:
+def _scenario_summaries(rows: list[dict], each: Each) -> list[tuple[object, dict]]:
     """(scenario, run summary) of each row's ``scenario`` file."""
-    summaries = _each(_summary, [(r["scenario"], ()) for r in rows])
+    summaries = each(_summary, [(r["scenario"], ()) for r in rows])
     return [
         (api.load(PROJECT_ROOT / r["scenario"]), m) for r, m in zip(rows, summaries, strict=True)
     ]
@@ -99,10 +112,12 @@ def _row(group, row, published, simulated, tolerance, unit, within=None):
     }
 
 
-def megatron_rows(spec: dict, group: str = "Megatron SC21 Table 1") -> list[dict]:
+def megatron_rows(
+    spec: dict, group: str = "Megatron SC21 Table 1", each: Each = in_turn
+) -> list[dict]:
     """Achieved TFLOP/s per GPU by the paper's FLOP count over the simulated step time."""
     out = []
-    for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"]), strict=True):
+    for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"], each), strict=True):
         m, t = s.model, s.training
         flops = (
             96
@@ -146,24 +161,24 @@ def nccl_rows(spec: dict) -> list[dict]:
     return out
 
 
-def zero_bubble_rows(spec: dict) -> list[dict]:
+def zero_bubble_rows(spec: dict, each: Each = in_turn) -> list[dict]:
     """Throughput of a zero-bubble schedule relative to 1F1B on the same pipeline."""
     out = []
-    jobs = {}  # (scenario, micro-batches, schedule) -> its run, each once
+    jobs = {}  # (scenario, micro-batches, micro-batch size, schedule) -> its run, each once
     for r in spec["rows"]:
         for schedule in ("1f1b", r["schedule"]):
-            jobs[(r["scenario"], r["microbatches"], schedule)] = (
+            jobs[(r["scenario"], r["microbatches"], r["micro_batch"], schedule)] = (
                 r["scenario"],
                 (
                     f"training.global_batch={r['microbatches'] * r['micro_batch']}",
                     f"parallelism.pipeline.schedule={schedule}",
                 ),
             )
-    summaries = _each(_summary, jobs.values())
+    summaries = each(_summary, jobs.values())
     times = {key: m["step_time_s"] for key, m in zip(jobs, summaries, strict=True)}
     for r in spec["rows"]:
-        base = times[(r["scenario"], r["microbatches"], "1f1b")]
-        ours = base / times[(r["scenario"], r["microbatches"], r["schedule"])]
+        run = (r["scenario"], r["microbatches"], r["micro_batch"])
+        ours = times[(*run, "1f1b")] / times[(*run, r["schedule"])]
         published = r["published"] / r["published_1f1b"]
         name = (
             f"{r['scenario'].split('/')[-1][:-5]} m={r['microbatches']}: "
@@ -302,12 +317,12 @@ def _middle_layer_times(job: tuple[str, tuple[str, ...]]) -> tuple[float, float]
     return layer_times(api.run(s).trace, s.model.layers // 2)
 
 
-def layer_timing_rows(spec: dict) -> list[dict]:
+def layer_timing_rows(spec: dict, each: Each = in_turn) -> list[dict]:
     """Forward and backward time of one transformer layer (a middle one) against the paper's
     per-layer timings."""
     out = []
     group = "Korthikanti Table 4 (layer time)"
-    timed = _each(_middle_layer_times, [(spec["scenario"], tuple(r["set"])) for r in spec["rows"]])
+    timed = each(_middle_layer_times, [(spec["scenario"], tuple(r["set"])) for r in spec["rows"]])
     for r, (fwd, bwd) in zip(spec["rows"], timed, strict=True):
         for name, published, ours in (
             ("forward", r["forward_ms"], fwd),
@@ -321,10 +336,12 @@ def layer_timing_rows(spec: dict) -> list[dict]:
     return out
 
 
-def throughput_rows(spec: dict, group: str = "Public throughput") -> list[dict]:
+def throughput_rows(
+    spec: dict, group: str = "Public throughput", each: Each = in_turn
+) -> list[dict]:
     """Tokens per second per GPU of published runs, from the simulated step time."""
     out = []
-    for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"]), strict=True):
+    for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"], each), strict=True):
         per_gpu = summary["tokens_per_s"] / s.num_gpus
         row = _row(group, s.name, r["published"], per_gpu, spec["tolerance"], "tokens/s/GPU")
         row["expected_miss"] = r.get("expected_miss", "")
@@ -332,11 +349,11 @@ def throughput_rows(spec: dict, group: str = "Public throughput") -> list[dict]:
     return out
 
 
-def llama3_rows(spec: dict) -> list[dict]:
+def llama3_rows(spec: dict, each: Each = in_turn) -> list[dict]:
     """Model TFLOP/s per GPU of the Llama 3 405B runs; a run that does not fit in memory does
     not reproduce the row, whatever its speed."""
     out = []
-    for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"]), strict=True):
+    for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"], each), strict=True):
         tflops = summary["model_tflops_per_gpu"]
         within = abs(tflops / r["published"] - 1) <= spec["tolerance"] and not summary["oom"]
         row = _row(
@@ -362,51 +379,55 @@ GROUPS = (
 )
 
 
-def usable_cores() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+class UnknownGroup(ValueError):
+    """A validation group that does not exist."""
 
 
 def validate(groups: list[str] | None = None, workers: int | None = None) -> pd.DataFrame:
     """Every validation row: published, simulated, relative error, tolerance, within.
-    ``groups`` picks some of :data:`GROUPS` (ValueError naming any unknown one).
-    ``workers``: processes that simulate a group's rows side by side (default: one per usable
-    core; 1 simulates them in turn). The rows are the same either way."""
-    global _pool
-    workers = usable_cores() if workers is None else workers
-    if workers < 1:
+    ``groups`` picks some of :data:`GROUPS` (:class:`UnknownGroup` naming any unknown one).
+    ``workers``: processes that simulate a group's rows side by side, at most one per usable
+    core (default: one per usable core; 1 simulates them in turn, in this process). The rows
+    are the same either way."""
+    if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
     unknown = sorted(set(groups or ()) - set(GROUPS))
     if unknown:
-        raise ValueError(f"unknown group(s) {', '.join(unknown)}; known: {', '.join(GROUPS)}")
+        raise UnknownGroup(f"unknown group(s) {', '.join(unknown)}; known: {', '.join(GROUPS)}")
+    cores = api.usable_cores()
+    workers = cores if workers is None else min(workers, cores)
+    if workers == 1:
+        return _validate(groups, in_turn)
+    # fork: workers inherit the imported simulator instead of importing it again
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_quiet_worker) as pool:
+        return _validate(groups, on_pool(pool))
+
+
+def _validate(groups: list[str] | None, each: Each) -> pd.DataFrame:
     spec = yaml.safe_load((VALIDATION / "published" / "rows.yaml").read_text())
     makers = {
-        "megatron": lambda: megatron_rows(spec["megatron_table1"]),
-        "megatron_table2": lambda: megatron_rows(spec["megatron_table2"], "Megatron SC21 Table 2"),
+        "megatron": lambda: megatron_rows(spec["megatron_table1"], each=each),
+        "megatron_table2": lambda: megatron_rows(
+            spec["megatron_table2"], "Megatron SC21 Table 2", each
+        ),
         "nccl": lambda: nccl_rows(spec["nccl_busbw"]),
-        "zero_bubble": lambda: zero_bubble_rows(spec["zero_bubble"]),
-        "throughput": lambda: throughput_rows(spec["public_throughput"]),
-        "llama3": lambda: llama3_rows(spec["llama3_table4"]),
+        "zero_bubble": lambda: zero_bubble_rows(spec["zero_bubble"], each),
+        "throughput": lambda: throughput_rows(spec["public_throughput"], each=each),
+        "llama3": lambda: llama3_rows(spec["llama3_table4"], each),
         "zero": zero_rows,
         "korthikanti": korthikanti_rows,
-        "layer_timing": lambda: layer_timing_rows(spec["korthikanti_table4"]),
-        "nvidia_h100": lambda: throughput_rows(spec["nvidia_h100"], "NVIDIA H100 recipes (BF16)"),
+        "layer_timing": lambda: layer_timing_rows(spec["korthikanti_table4"], each),
+        "nvidia_h100": lambda: throughput_rows(
+            spec["nvidia_h100"], "NVIDIA H100 recipes (BF16)", each
+        ),
     }
     chosen = [(n, make) for n, make in makers.items() if groups is None or n in groups]
     rows = []
     bar = tqdm(chosen, desc="validate", unit="group", disable=None, leave=False)
-    _pool = ProcessPoolExecutor(workers) if workers > 1 else None
-    try:
-        for name, make in bar:  # progress on stderr, on a terminal only
-            bar.set_postfix_str(name)
-            rows += make()
-    finally:
-        if _pool is not None:
-            _pool.shutdown(cancel_futures=True)
-        _pool = None
+    for name, make in bar:  # progress on stderr, on a terminal only
+        bar.set_postfix_str(name)
+        rows += make()
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -1,7 +1,8 @@
 """A SimPy environment with a cheaper timeout and event loop, for the step engine's hot path.
 
-The step engine schedules only timeouts with callbacks (about 1.5 events per task: 460K in a
-GPT-3 175B step), so SimPy's generality costs more than the work: a method call to schedule
+The step engine schedules only delayed calls (timeouts with callbacks, or :meth:`Clock.call_in`
+entries: about 1.5 per task, 460K in a GPT-3 175B step), so SimPy's generality costs more than
+the work: a method call to schedule
 each timeout and one to process each event. :class:`Clock` keeps SimPy's queue and its
 ordering (time, priority, insertion number) exactly, so a run gives the same trace bit for
 bit, and stays a :class:`simpy.Environment`: processes, plain events and ``run(until=...)``

@@ -14,8 +14,8 @@ or the same all-reduce issued again, cost one water-filling. Small components ar
 water-filled in plain Python, large ones with numpy (:mod:`simulator.engine.maxmin`).
 
 Each group's next finish time sits in a heap (stale entries are skipped); the event loop keeps
-one pending SimPy timeout for the earliest, guarded by a generation number so that an earlier
-finish supersedes it; no process per flow.
+one pending call for the earliest (:meth:`~simulator.engine.clock.Clock.call_in`), guarded by a
+generation number so that an earlier finish supersedes it; no process per flow.
 """
 
 from __future__ import annotations

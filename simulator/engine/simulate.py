@@ -51,7 +51,8 @@ class NetworkModel:
     """What the engine needs of a topology, prepared once and reused across runs.
 
     ``router.path(src, dst, key)`` gives a flow's edges; ``host_of`` and ``nvls_switch`` say
-    where devices sit. Routed collective shapes are cached here.
+    where devices sit. Routes are cached here for every run; routed collective shapes for
+    :func:`time_collective`'s runs (a task graph's run keeps its own: :meth:`new_run`).
     """
 
     graph: nx.DiGraph

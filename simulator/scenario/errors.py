@@ -55,6 +55,10 @@ class ScenarioError(ValueError):
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
 
+    def __reduce__(self):
+        """Pickled with its problems (as a process pool sends it back), not its message."""
+        return (type(self), (self.problems,))
+
     @classmethod
     def single(cls, position: Position, field: str, message: str) -> ScenarioError:
         return cls([Problem(position, field, message)])

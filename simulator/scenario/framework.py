@@ -148,13 +148,16 @@ class FrameworkConfig(Frozen):
       gradient (without sequence parallelism; with it the overlap of the reduce-scatter is
       not modelled);
     - ``overlap_grad_reduce``: data-parallel gradient buckets are reduced while the backward
-      pass runs, each as soon as its gradients are complete (PyTorch DDP, FSDP, ZeRO, and
+      pass runs, each as soon as its gradients are complete (PyTorch DDP, DeepSpeed ZeRO-1/2, and
       Megatron-LM with ``--overlap-grad-reduce``, which NVIDIA's recipes and the large runs
       modelled here turn on); false: every bucket waits for the rank's last backward pass, as
       in Megatron-LM's "local" DDP, its default until 2023 (``--DDP-impl local``:
       ``train_step`` calls ``allreduce_gradients()`` after ``forward_backward_func``
       returns; megatron/training.py of 2021-2023) and in Megatron-core without
-      ``--overlap-grad-reduce``;
+      ``--overlap-grad-reduce``. For DDP and ZeRO-1/2; FSDP and ZeRO-3 reduce-scatter each
+      unit's gradients as its backward ends either way. The buckets are still
+      ``parallelism.bucket_size`` (the local DDP reduced one contiguous buffer per model
+      chunk; give a bucket as large as the chunk's gradients to model that);
     - ``optimizer``: the Adam step as one "fused" pass over the state, or PyTorch's
       "foreach" multi-tensor kernels, a pass per op (about 80 B per parameter in fp32);
     - ``weight_casts``: autocast casts fp32 weights per micro-batch (only with fp32 weights);

@@ -22,6 +22,15 @@ STREAM_KIND = {"pp_fwd": "pp", "pp_bwd": "pp"}  # scenario's collectives key of 
 _OPTIONAL = frozenset(Task._fields[7:])  # Task's fields after comm, passed by name
 _PHASE, _LAYER, _MB, _FLOPS, _ALLOC, _FREE = (Task._field_defaults[f] for f in Task._fields[7:])
 _new_tuple = tuple.__new__  # a named tuple from its fields in order, without its __new__
+# GraphBuilder.task and .comm build Task and CommSpec from their fields in this order: a field
+# added or moved there must be added or moved here too (then this check passes again).
+_TASK_FIELDS = (
+    "rank", "stream", "kind", "name", "duration_s", "deps", "comm",
+    "phase", "layer", "microbatch", "flops", "mem_alloc", "mem_free",
+)  # fmt: skip
+_COMM_FIELDS = ("collective", "group", "size_bytes", "instance", "algorithm", "copies")
+if Task._fields != _TASK_FIELDS or CommSpec._fields != _COMM_FIELDS:
+    raise ImportError("Task or CommSpec fields changed: update GraphBuilder.task and .comm")
 
 
 @dataclass

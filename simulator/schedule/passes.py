@@ -9,7 +9,7 @@ one's communication runs under the other's compute.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from dataclasses import dataclass, field
 
 from simulator.model.activations import (
@@ -194,24 +194,28 @@ def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
             return
         st.unsynced.append((c, j))
         if len(st.unsynced) == len(st.last_w):  # the rank's last backward: now every bucket
-            every = [
+            # A rank's compute stream runs its tasks in the order they were added, so the
+            # latest weight-gradient task ends after all the others: waiting for it is
+            # waiting for the whole backward (one dependency per bucket, not one per layer).
+            last = max(
                 b.w_task[(st.rank, k, jj)]
                 for cc, jj in st.unsynced
                 for bucket in st.stage.chunks[cc].buckets
                 for k in bucket.keys
-            ]
+            )
             for cc, jj in st.unsynced:
-                _sync_buckets(b, st, cc, st.stage.chunks[cc], jj, every)
+                _sync_buckets(b, st, cc, st.stage.chunks[cc], jj, last)
 
 
 def _sync_buckets(
-    b: GraphBuilder, st: RankState, c: int, chunk: ChunkPlan, j: int, after: Sequence[Dep] = ()
+    b: GraphBuilder, st: RankState, c: int, chunk: ChunkPlan, j: int, after: Dep = None
 ) -> None:
     """Reduce chunk ``c``'s gradient buckets, each once its gradients (micro-batch ``j``'s
-    weight gradients) and every task of ``after`` are done."""
+    weight gradients) and the task ``after`` (if any) are done."""
     for bi, bucket in enumerate(chunk.buckets):
         ready = [b.w_task[(st.rank, k, j)] for k in bucket.keys]
-        ready += [t for t in after if t not in ready]
+        if after is not None and after not in ready:
+            ready.append(after)
         st.dp_tasks += dp.grad_sync(b, st.rank, bucket, ready, ("g", st.stage.stage, c, bi))
 
 

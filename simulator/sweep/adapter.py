@@ -36,6 +36,11 @@ def topology_of(cluster: ClusterConfig) -> Topology:
     return topo
 
 
+def usable_cores() -> int:
+    """CPUs this process may run on (:func:`simulator.api.usable_cores`)."""
+    return api.usable_cores()
+
+
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
     """A validated scenario (ScenarioError, with file:line:col, if not)."""
     return api.load_scenario(path, overrides)

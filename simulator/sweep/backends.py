@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
+from simulator.sweep import adapter
 from simulator.sweep.worker import Task, simulate_task
 
 log = logging.getLogger("trainsim.sweep")
@@ -20,10 +21,7 @@ log = logging.getLogger("trainsim.sweep")
 
 def cpu_count() -> int:
     """Cores this process may use (the affinity mask, not the machine's total)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return adapter.usable_cores()
 
 
 def local_workers(requested: int | None, tasks: int) -> int:
@@ -32,6 +30,12 @@ def local_workers(requested: int | None, tasks: int) -> int:
     cores = cpu_count()
     n = cores if requested is None else min(requested, cores)
     return max(1, min(n, tasks))
+
+
+def _quiet_worker() -> None:
+    """A pool worker shows no progress bars of its own (they would mix with the sweep's bar on
+    one terminal); its log lines still reach stderr."""
+    os.environ["TQDM_DISABLE"] = "1"
 
 
 def run_local(tasks: list[Task], workers: int | None = None) -> Iterator[dict]:
@@ -44,7 +48,7 @@ def run_local(tasks: list[Task], workers: int | None = None) -> Iterator[dict]:
         return
     # fork: workers inherit the imported simulator instead of importing it again per process
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_quiet_worker) as pool:
         pending = {pool.submit(simulate_task, t) for t in tasks}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -180,26 +180,31 @@ training: {global_batch: 16, micro_batch: 1, seq_len: 4096}
 
 
 def _after_backward(result):
-    """Per rank: (first data-parallel task start, last backward compute task end)."""
+    """Per rank: (first gradient-sync task start, last backward compute task end)."""
     t = result.trace
     out = {}
     for rank, f in t.groupby("rank"):
-        dp = f[f["stream"] == "dp"]
+        sync = f[(f["stream"] == "dp") & (f["phase"] == "grad_sync")]
         backward = f[(f["stream"] == "compute") & f["phase"].isin(["input_grad", "weight_grad"])]
-        out[rank] = (dp["start_s"].min(), backward["end_s"].max())
+        out[rank] = (sync["start_s"].min(), backward["end_s"].max())
     return out
+
+
+PIPELINED = [
+    "parallelism.pp=2",
+    "parallelism.pipeline.schedule=interleaved",
+    "parallelism.pipeline.virtual_stages=2",
+    "training.global_batch=64",
+]
 
 
 @pytest.mark.parametrize(
     "extra",
     [
         [],  # plain DDP, one pass per rank
-        [  # an interleaved pipeline: each rank's two chunks finish their backward apart
-            "parallelism.pp=2",
-            "parallelism.pipeline.schedule=interleaved",
-            "parallelism.pipeline.virtual_stages=2",
-            "training.global_batch=64",
-        ],
+        PIPELINED,  # an interleaved pipeline: each rank's two chunks end their backward apart
+        [*PIPELINED, "parallelism.zero=1"],  # ZeRO-1: a reduce-scatter per bucket
+        [*PIPELINED[:2], "parallelism.pipeline.schedule=zb-h1", PIPELINED[3], "parallelism.zero=2"],
     ],
 )
 def test_grad_reduce_waits_for_the_last_backward_without_overlap(extra):
@@ -214,6 +219,20 @@ def test_grad_reduce_waits_for_the_last_backward_without_overlap(extra):
     assert after.metrics.step_time_s > overlapped.metrics.step_time_s
     n = 32 // (2 if extra else 1)
     assert _dp_bytes_sent(after, n) == pytest.approx(_dp_bytes_sent(overlapped, n), rel=1e-12)
+
+
+def test_a_late_gradient_sync_adds_one_dependency_per_bucket():
+    # Waiting for the whole backward is waiting for the rank's last weight-gradient task (its
+    # compute stream runs in order): one more dependency per bucket, not one per layer.
+    plans = {}
+    for overlap in ("true", "false"):
+        s = _ddp_with([*PIPELINED, f"framework.overlap_grad_reduce={overlap}"])
+        plans[overlap] = api.build_step(api.build_plan(s, api.build_topology(s.cluster))).graph
+    deps = {
+        k: sum(len(t.deps) for t in g.tasks if t.phase == "grad_sync") for k, g in plans.items()
+    }
+    buckets = sum(1 for t in plans["false"].tasks if t.phase == "grad_sync")
+    assert deps["true"] < deps["false"] <= deps["true"] + buckets
 
 
 def _ddp_with(overrides):

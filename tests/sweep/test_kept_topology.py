@@ -2,12 +2,20 @@
 
 import dataclasses
 
+import pytest
+
 from simulator import api
 from simulator.sweep import adapter
 
 # Four DGX A100 nodes under one leaf: data-parallel rings across nodes, routed with copies.
 SCENARIO = "scenarios/examples/ddp-megatron-1.7b.yaml"
 PIPELINED = ["parallelism.tp=2", "parallelism.pp=2"]
+
+
+@pytest.fixture(autouse=True)
+def empty_keep(monkeypatch):
+    """Each test starts with no kept topology and leaves none behind."""
+    monkeypatch.setattr(adapter, "_kept", type(adapter._kept)())
 
 
 def test_a_kept_topology_is_reused_and_an_other_cluster_is_not():
@@ -18,8 +26,7 @@ def test_a_kept_topology_is_reused_and_an_other_cluster_is_not():
     assert adapter.topology_of(other.cluster) is not first
 
 
-def test_at_most_the_kept_number_of_topologies_stay(monkeypatch):
-    monkeypatch.setattr(adapter, "_kept", type(adapter._kept)())
+def test_at_most_the_kept_number_of_topologies_stay():
     for gbps in (100, 200, 400, 800):
         s = api.load(SCENARIO, [f"cluster.topology.nic_bandwidth={gbps} Gb/s"])
         adapter.topology_of(s.cluster)
@@ -28,8 +35,9 @@ def test_at_most_the_kept_number_of_topologies_stay(monkeypatch):
 
 def test_runs_on_a_kept_topology_give_the_fresh_topology_results():
     # The network model (link table, routes) is kept on the topology across runs; each run's
-    # routed collectives with their copies are its own. Two runs on one topology, with a
-    # different plan in between, must give exactly what a freshly built topology gives.
+    # routed collectives with their copies are its own (the shared geometry cache stays
+    # empty). Two runs on one topology, with a different plan in between, must give exactly
+    # what a freshly built topology gives.
     s = api.load(SCENARIO, PIPELINED)
     other = api.load(SCENARIO)
     topo = adapter.topology_of(s.cluster)
@@ -38,6 +46,7 @@ def test_runs_on_a_kept_topology_give_the_fresh_topology_results():
     again = api.run(s, topo).summary
     fresh = api.run(s, api.build_topology(s.cluster)).summary
     assert api.network_model(topo) is api.network_model(topo)
+    assert api.network_model(topo).geometry_cache == {}
     assert before == again == fresh
 
 
@@ -51,3 +60,5 @@ def test_a_changed_copy_of_a_topology_gets_its_own_network_model():
     slower = dataclasses.replace(topo, graph=graph)
     assert api.network_model(slower) is not model
     assert api.network_model(slower).links.bandwidth.sum() == model.links.bandwidth.sum() / 2
+    topo.graph = graph  # swapped in place, against the rule: still not the stale model
+    assert api.network_model(topo) is not model

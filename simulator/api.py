@@ -157,6 +157,12 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def quiet_pool_worker() -> None:
+    """Initialise a process-pool worker: no progress bars of its own (on one terminal they
+    would mix with the parent's); its log lines still reach stderr."""
+    os.environ["TQDM_DISABLE"] = "1"
+
+
 def network_model(topo: Topology) -> NetworkModel:
     """The engine's view of a topology (links as arrays, router, locality), made once per
     topology and kept in ``topo.derived``: runs on one topology (a sweep's points, a plan

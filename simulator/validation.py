@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 
@@ -73,12 +72,6 @@ def on_pool(pool: ProcessPoolExecutor) -> Each:
         return in_turn(fn, jobs) if len(jobs) < 2 else list(pool.map(fn, jobs))
 
     return each
-
-
-def _quiet_worker() -> None:
-    """A pool worker shows no progress bars of its own (they would mix with the parent's on
-    one terminal); its log lines still reach stderr."""
-    os.environ["TQDM_DISABLE"] = "1"
 
 
 def _summary(job: tuple[str, tuple[str, ...]]) -> dict:
@@ -400,7 +393,7 @@ def validate(groups: list[str] | None = None, workers: int | None = None) -> pd.
         return _validate(groups, in_turn)
     # fork: workers inherit the imported simulator instead of importing it again
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_quiet_worker) as pool:
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=api.quiet_pool_worker) as pool:
         return _validate(groups, on_pool(pool))
 
 

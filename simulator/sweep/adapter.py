@@ -41,6 +41,11 @@ def usable_cores() -> int:
     return api.usable_cores()
 
 
+def quiet_pool_worker() -> None:
+    """Initialise a pool worker (:func:`simulator.api.quiet_pool_worker`)."""
+    api.quiet_pool_worker()
+
+
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
     """A validated scenario (ScenarioError, with file:line:col, if not)."""
     return api.load_scenario(path, overrides)

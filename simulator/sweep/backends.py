@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import os
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -32,12 +31,6 @@ def local_workers(requested: int | None, tasks: int) -> int:
     return max(1, min(n, tasks))
 
 
-def _quiet_worker() -> None:
-    """A pool worker shows no progress bars of its own (they would mix with the sweep's bar on
-    one terminal); its log lines still reach stderr."""
-    os.environ["TQDM_DISABLE"] = "1"
-
-
 def run_local(tasks: list[Task], workers: int | None = None) -> Iterator[dict]:
     """Simulate ``tasks`` on a process pool of :func:`local_workers` processes; with one worker,
     in this process (no pickling, and monkeypatching works in tests)."""
@@ -48,7 +41,8 @@ def run_local(tasks: list[Task], workers: int | None = None) -> Iterator[dict]:
         return
     # fork: workers inherit the imported simulator instead of importing it again per process
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_quiet_worker) as pool:
+    quiet = adapter.quiet_pool_worker
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=quiet) as pool:
         pending = {pool.submit(simulate_task, t) for t in tasks}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -86,7 +86,7 @@ def test_layer_times_on_a_hand_made_trace():
 
 def test_rows_simulated_side_by_side_are_the_rows_simulated_in_turn():
     # Two processes, two rows each (the two smallest Table 1 models): the same rows, in order.
-    from simulator import validation
+    from simulator import api, validation
 
     spec = {"rows": [{"scenario": "scenarios/validation/megatron-sc21-table1-1.7b.yaml",
                       "published": 137},
@@ -94,7 +94,7 @@ def test_rows_simulated_side_by_side_are_the_rows_simulated_in_turn():
                       "published": 138}],
             "tolerance": 0.1}  # fmt: skip
     in_turn = validation.megatron_rows(spec)
-    with ProcessPoolExecutor(2, initializer=validation._quiet_worker) as pool:
+    with ProcessPoolExecutor(2, initializer=api.quiet_pool_worker) as pool:
         side_by_side = validation.megatron_rows(spec, each=validation.on_pool(pool))
     assert side_by_side == in_turn
     assert [r["row"] for r in in_turn] == ["megatron-sc21-table1-1.7b", "megatron-sc21-table1-3.6b"]

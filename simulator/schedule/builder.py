@@ -19,8 +19,8 @@ from simulator.schedule.taskgraph import CommSpec, Task, TaskGraph
 
 Dep = int | tuple | None  # a task index, a key bound later, or nothing
 STREAM_KIND = {"pp_fwd": "pp", "pp_bwd": "pp"}  # scenario's collectives key of a stream
-_OPTIONAL = frozenset(Task._fields[7:])  # Task's fields after comm, passed by name
 _PHASE, _LAYER, _MB, _FLOPS, _ALLOC, _FREE = (Task._field_defaults[f] for f in Task._fields[7:])
+_UNSET = object()  # a cache miss (None is a cached algorithm: the default)
 _new_tuple = tuple.__new__  # a named tuple from its fields in order, without its __new__
 # GraphBuilder.task and .comm build Task and CommSpec from their fields in this order: a field
 # added or moved there must be added or moved here too (then this check passes again).
@@ -60,35 +60,41 @@ class GraphBuilder:
         seconds: float = 0.0,
         deps: Iterable[Dep] = (),
         comm: CommSpec | None = None,
-        **fields,
+        *,
+        phase: str = _PHASE,
+        layer: int = _LAYER,
+        microbatch: int = _MB,
+        flops: float = _FLOPS,
+        mem_alloc: float = _ALLOC,
+        mem_free: float = _FREE,
     ) -> int:
-        """Add a task; ``fields`` are :class:`Task`'s optional fields (phase, layer, ...)."""
+        """Add a task; the keyword arguments are :class:`Task`'s optional fields.
+
+        Keyword parameters rather than ``**fields``, and the Task built from its fields in
+        order without its ``__new__``: this runs once per task (160K in a GPT-3 step)."""
         resolved = []
         for d in deps:
-            if d is None:
+            if d.__class__ is int:  # the common case first
+                resolved.append(d)
+            elif d is None:
                 continue
-            if isinstance(d, tuple):
+            elif isinstance(d, tuple):
                 if d in self.keys:
                     resolved.append(self.keys[d])
                 else:
                     self.pending.append((len(self.graph.tasks), d))
             else:
                 resolved.append(d)
-        kind = "comm" if comm is not None else "compute"
         tasks = self.graph.tasks
-        if fields.keys() <= _OPTIONAL:  # Task(...) without its __new__'s keyword parsing
-            get = fields.get
-            task = _new_tuple(
+        tasks.append(
+            _new_tuple(
                 Task,
                 (
-                    rank, stream, kind, name, seconds, tuple(resolved), comm,
-                    get("phase", _PHASE), get("layer", _LAYER), get("microbatch", _MB),
-                    get("flops", _FLOPS), get("mem_alloc", _ALLOC), get("mem_free", _FREE),
+                    rank, stream, "compute" if comm is None else "comm", name, seconds,
+                    tuple(resolved), comm, phase, layer, microbatch, flops, mem_alloc, mem_free,
                 ),
-            )  # fmt: skip
-        else:  # an unknown field: Task's own error
-            task = Task(rank, stream, kind, name, seconds, tuple(resolved), comm, **fields)
-        tasks.append(task)
+            )
+        )  # fmt: skip
         return len(tasks) - 1
 
     def comm(
@@ -102,18 +108,30 @@ class GraphBuilder:
         size: float,
         tag: tuple,
         deps: Iterable[Dep] = (),
-        **fields,
+        phase: str = _PHASE,
+        layer: int = _LAYER,
+        microbatch: int = _MB,
+        flops: float = _FLOPS,
+        mem_alloc: float = _ALLOC,
+        mem_free: float = _FREE,
     ) -> int | None:
         """One rank's part of a ``collective`` of ``size`` bytes over ``group`` (members and
         copies index, from :meth:`group`); None when there is nothing to communicate.
-        Members' tasks with the same (name, group, tag) form one call."""
+        Members' tasks with the same (name, group, tag) form one call; the other keyword
+        arguments are :class:`Task`'s optional fields."""
         members, copies = group
         if len(members) < 2 or size <= 0:
             return None
         inst = self.instances.setdefault((name, members, tag), len(self.instances))
-        algorithm = self._algorithm(stream, collective, members, size)
+        key = (stream, collective, members, size)
+        algorithm = self.algorithms.get(key, _UNSET)
+        if algorithm is _UNSET:
+            algorithm = self._algorithm(stream, collective, members, size)
         spec = _new_tuple(CommSpec, (collective, members, size, inst, algorithm, copies))
-        return self.task(rank, stream, name, 0.0, deps, spec, **fields)
+        return self.task(
+            rank, stream, name, 0.0, deps, spec, phase=phase, layer=layer,
+            microbatch=microbatch, flops=flops, mem_alloc=mem_alloc, mem_free=mem_free,
+        )  # fmt: skip
 
     def _algorithm(self, stream: str, collective: str, members, size: float) -> str | None:
         key = (stream, collective, members, size)

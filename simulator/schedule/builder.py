@@ -51,6 +51,10 @@ class GraphBuilder:
     weight_blocks: dict = field(default_factory=dict)  # (layer, part) -> weight-gradient Block
     layer_costs: dict = field(default_factory=dict)  # layer -> its LayerCost
     accumulating: set = field(default_factory=set)  # (rank, layer) with a gradient already
+    kernel_tasks: bool = field(init=False)  # simulation.kernel_tasks, read once per task
+
+    def __post_init__(self) -> None:
+        self.kernel_tasks = self.plan.scenario.simulation.kernel_tasks
 
     def task(
         self,

@@ -38,6 +38,7 @@ def then(last: list[Dep], new: int | None) -> list[Dep]:
     return [new] if new is not None else last
 
 
+TP_NAME = {c: f"tp_{c}" for c in ("all_reduce", "all_gather", "reduce_scatter")}  # task names
 PHASE_OF = {"f": "forward", "b": "input_grad", "w": "weight_grad"}
 
 
@@ -51,7 +52,9 @@ def compute(
     deps,
     mem_alloc: float = 0.0,
     mem_free: float = 0.0,
-    **kw,
+    phase: str = "",
+    layer: int = -1,
+    microbatch: int = -1,
 ) -> Emitter:
     """One compute task for ``block``'s ``pass_`` ("f", "b" or "w"), or with
     ``simulation.kernel_tasks`` one task per kernel in ``parts``, chained, named after the op
@@ -59,13 +62,14 @@ def compute(
     Pauses after the block, like every emitter here, so that an overlapped pass (DualPipe)
     interleaves with the same granularity either way."""
     seconds, flops = block.in_pass(pass_)
-    if not (parts and b.plan.scenario.simulation.kernel_tasks):
+    if not (b.kernel_tasks and parts):
         t = b.task(
-            rank, "compute", name, seconds, deps,
-            flops=flops, mem_alloc=mem_alloc, mem_free=mem_free, **kw,
+            rank, "compute", name, seconds, deps, flops=flops, mem_alloc=mem_alloc,
+            mem_free=mem_free, phase=phase, layer=layer, microbatch=microbatch,
         )  # fmt: skip
         yield
         return t
+    kw = {"phase": phase, "layer": layer, "microbatch": microbatch}
     kernels = [(op, part) for op, part in parts if part.in_pass(pass_)[0] > 0]
     if pass_ != "f":  # gradients flow through the kernels in reverse
         kernels.reverse()
@@ -98,20 +102,31 @@ def cost_of(b: GraphBuilder, layer: int) -> LayerCost:
     return cost
 
 
-def tp_comm(b: GraphBuilder, rank: int, collective: str | None, tag: tuple, deps, **fields):
+def tp_comm(
+    b: GraphBuilder,
+    rank: int,
+    collective: str | None,
+    tag: tuple,
+    deps,
+    phase: str = "",
+    layer: int = -1,
+    microbatch: int = -1,
+) -> int | None:
     """A tensor-parallel collective of one activation; None without TP or collective."""
     if collective is None or b.plan.grid.tp == 1:
         return None
     return b.comm(
         rank=rank,
         stream="tp",
-        name=f"tp_{collective}",
+        name=TP_NAME[collective],
         collective=collective,
         group=b.group(rank, "tp"),
         size=b.plan.tp_message_bytes,
         tag=tag,
         deps=deps,
-        **fields,
+        phase=phase,
+        layer=layer,
+        microbatch=microbatch,
     )
 
 
@@ -307,7 +322,7 @@ def layer_weight_grad(
         block = sum((getattr(cost, n) or Block() for n in names), Block())
         b.weight_blocks[(layer, part)] = block
     parts = ()
-    if b.plan.scenario.simulation.kernel_tasks:
+    if b.kernel_tasks:
         parts = tuple(p for n in names for p in cost.ops_of(n))
     add = accumulation(b, rank, layer) if part != "ffn" else None
     if add is not None:  # eager frameworks add each later micro-batch's gradient in

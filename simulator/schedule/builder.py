@@ -18,6 +18,8 @@ from simulator.plan.plan import Plan
 from simulator.schedule.taskgraph import CommSpec, Task, TaskGraph
 
 Dep = int | tuple | None  # a task index, a key bound later, or nothing
+_STAGE_DIMS = ("tp", "cp", "dp")  # the dimensions within a pipeline stage
+_GRID_DIMS = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp", "cp")}  # a grid kind's dimensions
 STREAM_KIND = {"pp_fwd": "pp", "pp_bwd": "pp"}  # scenario's collectives key of a stream
 _PHASE, _LAYER, _MB, _FLOPS, _ALLOC, _FREE = (Task._field_defaults[f] for f in Task._fields[7:])
 _UNSET = object()  # a cache miss (None is a cached algorithm: the default)
@@ -197,23 +199,38 @@ class GraphBuilder:
 
     def _copies(self, rank: int, kind: str, group: tuple[int, ...]) -> int:
         """Index of the symmetric copies of ``rank``'s ``kind`` group at its stage: every other
-        group of that kind among the stage's ranks, each found once (a rank already in a found
-        group is skipped, so the cost is linear in the stage's ranks, not quadratic)."""
+        group of that kind among the stage's ranks, in the order of their first rank at the
+        stage. Grid kinds come from the grid's strides (:meth:`RankGrid.other_groups`; a
+        pipeline pair from each of the stage's ranks); expert groups are found one by one (a
+        rank already in a found group is skipped, so the cost is linear in the stage's ranks)."""
         if not self.plan.symmetric:
             return -1
         key = (self.plan.stage_of(rank), kind)
         if key not in self.copy_index:
-            covered: set[int] = set()
-            found: list[tuple[int, ...]] = []
-            for x in self.plan.grid.group(rank, "tp", "cp", "dp"):
-                if x in covered:
-                    continue
-                g = self._members(x, kind)
-                covered.update(g)
-                if g != group:
-                    found.append(g)
-            self.copy_index[key] = self.graph.add_copies(tuple(found))
+            self.copy_index[key] = self.graph.add_copies(
+                tuple(self._other_groups(rank, kind, group))
+            )
         return self.copy_index[key]
+
+    def _other_groups(self, rank: int, kind: str, group: tuple[int, ...]) -> list[tuple[int, ...]]:
+        grid = self.plan.grid
+        dims = _GRID_DIMS.get(kind)
+        if dims is not None:
+            return grid.other_groups(rank, dims, _STAGE_DIMS)
+        if kind in ("pp_next", "pp_prev"):
+            stage = grid.group(rank, *_STAGE_DIMS)
+            delta = group[1] - group[0]  # the same stride for every rank of the stage
+            return [(x, x + delta) for x in stage if x != rank]
+        covered: set[int] = set()
+        found: list[tuple[int, ...]] = []
+        for x in grid.group(rank, *_STAGE_DIMS):
+            if x in covered:
+                continue
+            g = self._members(x, kind)
+            covered.update(g)
+            if g != group:
+                found.append(g)
+        return found
 
     # -- finishing -----------------------------------------------------------------------
     def finish(self) -> TaskGraph:

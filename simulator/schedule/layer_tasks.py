@@ -165,23 +165,31 @@ def layer_forward(b, rank, layer, j, deps, tag, phase="forward", alloc=True) -> 
     cost = cost_of(b, layer)
     sp = b.plan.sharding.sp
     kw = {"phase": phase, "layer": layer, "microbatch": j}
-    last = then(list(deps), tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag1",), deps, **kw))
+    last = then(
+        list(deps), tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag1",), deps, phase, layer, j)
+    )
     alloc_bytes = cost.act_kept if alloc else cost.act_full - cost.act_kept
     local = yield from compute(
         b, rank, "attention", cost.attn_local, cost.ops_of("attn_local"), "f", last,
-        mem_alloc=alloc_bytes, **kw,
+        mem_alloc=alloc_bytes, phase=phase, layer=layer, microbatch=j,
     )  # fmt: skip
     kv = _cp_comm(b, rank, "cp_kv_all_gather", "all_gather", tag + ("kv",), last, kw)
     remote = yield from compute(
         b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "f", [local, kv],
-        **kw,
+        phase=phase, layer=layer, microbatch=j,
     )  # fmt: skip
-    last = then([remote], tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("a",), [remote], **kw))
-    last = then(last, tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag2",), last, **kw))
-    last = [(yield from compute(b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "f", last, **kw))]
+    last = then(
+        [remote], tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("a",), [remote], phase, layer, j)
+    )
+    last = then(last, tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag2",), last, phase, layer, j))
+    mlp = yield from compute(
+        b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "f", last,
+        phase=phase, layer=layer, microbatch=j,
+    )  # fmt: skip
+    last = [mlp]
     if cost.experts is not None:
         last = [(yield from experts(b, rank, cost, "f", last, tag, kw))]
-    return then(last, tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("m",), last, **kw))
+    return then(last, tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("m",), last, phase, layer, j))
 
 
 def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, kw):
@@ -241,22 +249,25 @@ def layer_backward_async(b, rank, layer, j, deps, tag, weight_grad) -> Emitter:
     deps)`` adds the "ffn" or "attention" weight-gradient task; the returned dependency is
     the second all-reduce (what the layer below needs)."""
     cost = cost_of(b, layer)
-    kw = {"phase": "input_grad", "layer": layer, "microbatch": j}
+    phase = "input_grad"
     rc = b.plan.scenario.parallelism.recompute
     transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
     last = yield from _recompute(b, rank, layer, j, cost, list(deps), tag)
-    mlp = yield from compute(b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "b", last, **kw)
-    reduce_mlp = tp_comm(b, rank, "all_reduce", tag + ("ba",), [mlp], **kw)
+    mlp = yield from compute(
+        b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "b", last,
+        phase=phase, layer=layer, microbatch=j,
+    )  # fmt: skip
+    reduce_mlp = tp_comm(b, rank, "all_reduce", tag + ("ba",), [mlp], phase, layer, j)
     weight_grad("ffn", [mlp])
     remote = yield from compute(
         b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "b",
-        [reduce_mlp], **kw,
+        [reduce_mlp], phase=phase, layer=layer, microbatch=j,
     )  # fmt: skip
     local = yield from compute(
         b, rank, "attention", cost.attn_local, cost.ops_of("attn_local"), "b", [remote],
-        mem_free=transient, **kw,
+        mem_free=transient, phase=phase, layer=layer, microbatch=j,
     )  # fmt: skip
-    reduce_attn = tp_comm(b, rank, "all_reduce", tag + ("bm",), [local], **kw)
+    reduce_attn = tp_comm(b, rank, "all_reduce", tag + ("bm",), [local], phase, layer, j)
     weight_grad("attention", [local])
     return [reduce_attn]
 
@@ -265,27 +276,33 @@ def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
     """Input-gradient tasks of ``layer``, recomputing first if asked: the forward's tasks in
     reverse, each collective replaced by its backward twin."""
     cost = cost_of(b, layer)
-    kw = {"phase": "input_grad", "layer": layer, "microbatch": j}
+    phase = "input_grad"
+    kw = {"phase": phase, "layer": layer, "microbatch": j}
     rc = b.plan.scenario.parallelism.recompute
     transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
     sp = b.plan.sharding.sp
     last = yield from _recompute(b, rank, layer, j, cost, list(deps), tag)
-    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("bm",), last, **kw))
+    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("bm",), last, phase, layer, j))
     if cost.experts is not None:
         last = [(yield from experts(b, rank, cost, "b", last, tag, kw))]
-    last = [(yield from compute(b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "b", last, **kw))]
-    last = then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg2",), last, **kw))
-    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("ba",), last, **kw))
+    mlp = yield from compute(
+        b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "b", last,
+        phase=phase, layer=layer, microbatch=j,
+    )  # fmt: skip
+    last = [mlp]
+    last = then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg2",), last, phase, layer, j))
+    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("ba",), last, phase, layer, j))
     remote = yield from compute(
-        b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "b", last, **kw
-    )
+        b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "b", last,
+        phase=phase, layer=layer, microbatch=j,
+    )  # fmt: skip
     kv = _cp_comm(b, rank, "cp_dkv_reduce_scatter", "reduce_scatter", tag + ("dkv",), [remote], kw)
     local = yield from compute(
         b, rank, "attention", cost.attn_local, cost.ops_of("attn_local"), "b", [remote],
-        mem_free=transient, **kw,
+        mem_free=transient, phase=phase, layer=layer, microbatch=j,
     )  # fmt: skip
     last = [local] if kv is None else [local, kv]
-    return then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg1",), last, **kw))
+    return then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg1",), last, phase, layer, j))
 
 
 def accumulation(b: GraphBuilder, rank: int, layer: int | str) -> Block | None:

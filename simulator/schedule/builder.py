@@ -49,9 +49,9 @@ class GraphBuilder:
     group_cache: dict[tuple[int, str], tuple[tuple[int, ...], int]] = field(default_factory=dict)
     algorithms: dict[tuple, str | None] = field(default_factory=dict)
     w_task: dict[tuple, int] = field(default_factory=dict)  # (rank, key, micro-batch) -> W
-    layer_costs: dict = field(default_factory=dict)  # layer -> LayerCost (memo)
     weight_blocks: dict = field(default_factory=dict)  # (layer, part) -> weight-gradient Block
     layer_costs: dict = field(default_factory=dict)  # layer -> its LayerCost
+    end_blocks: tuple | None = None  # (embedding, head) Blocks, once computed
     accumulating: set = field(default_factory=set)  # (rank, layer) with a gradient already
     kernel_tasks: bool = field(init=False)  # simulation.kernel_tasks, read once per task
 

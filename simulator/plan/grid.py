@@ -89,6 +89,21 @@ class RankGrid:
                 out.append(g)
         return out
 
+    def other_groups(self, rank: int, dims: tuple[str, ...], within: tuple[str, ...]):
+        """Every group over ``dims`` among the ranks that differ from ``rank`` only in
+        ``within`` (a superset of ``dims``), except ``rank``'s own: each a tuple of ascending
+        ranks, ordered by their first rank (as :meth:`groups` orders them).
+
+        From the strides, without a :meth:`group` call per group: a group is its first rank
+        (all ``dims`` coordinates zero) plus the offsets of ``dims``; 1,024 groups of a
+        16,384-rank grid cost one list each."""
+        st = self._strides
+        c = self.coords(rank)
+        own = rank - sum(c[d] * st[d] for d in dims)  # the first rank of rank's own group
+        firsts = self.group(own, *(d for d in within if d not in dims))  # ascending
+        offsets = self.group(0, *dims)  # ascending: the group of rank 0
+        return [tuple([f + o for o in offsets]) for f in firsts if f != own]
+
     def ep_group(self, rank: int) -> tuple[int, ...]:
         """The expert-parallel group: ``ep`` consecutive (dp, cp) positions, same tp and pp."""
         c = self.coords(rank)

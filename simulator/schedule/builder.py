@@ -18,9 +18,11 @@ from simulator.plan.plan import Plan
 from simulator.schedule.taskgraph import CommSpec, Task, TaskGraph
 
 Dep = int | tuple | None  # a task index, a key bound later, or nothing
+_STAGE_DIMS = ("tp", "cp", "dp")  # the dimensions within a pipeline stage
+_GRID_DIMS = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp", "cp")}  # a grid kind's dimensions
 STREAM_KIND = {"pp_fwd": "pp", "pp_bwd": "pp"}  # scenario's collectives key of a stream
-_OPTIONAL = frozenset(Task._fields[7:])  # Task's fields after comm, passed by name
 _PHASE, _LAYER, _MB, _FLOPS, _ALLOC, _FREE = (Task._field_defaults[f] for f in Task._fields[7:])
+_UNSET = object()  # a cache miss (None is a cached algorithm: the default)
 _new_tuple = tuple.__new__  # a named tuple from its fields in order, without its __new__
 # GraphBuilder.task and .comm build Task and CommSpec from their fields in this order: a field
 # added or moved there must be added or moved here too (then this check passes again).
@@ -47,10 +49,14 @@ class GraphBuilder:
     group_cache: dict[tuple[int, str], tuple[tuple[int, ...], int]] = field(default_factory=dict)
     algorithms: dict[tuple, str | None] = field(default_factory=dict)
     w_task: dict[tuple, int] = field(default_factory=dict)  # (rank, key, micro-batch) -> W
-    layer_costs: dict = field(default_factory=dict)  # layer -> LayerCost (memo)
     weight_blocks: dict = field(default_factory=dict)  # (layer, part) -> weight-gradient Block
     layer_costs: dict = field(default_factory=dict)  # layer -> its LayerCost
+    end_blocks: tuple | None = None  # (embedding, head) Blocks, once computed
     accumulating: set = field(default_factory=set)  # (rank, layer) with a gradient already
+    kernel_tasks: bool = field(init=False)  # simulation.kernel_tasks, read once per task
+
+    def __post_init__(self) -> None:
+        self.kernel_tasks = self.plan.scenario.simulation.kernel_tasks
 
     def task(
         self,
@@ -60,35 +66,41 @@ class GraphBuilder:
         seconds: float = 0.0,
         deps: Iterable[Dep] = (),
         comm: CommSpec | None = None,
-        **fields,
+        *,
+        phase: str = _PHASE,
+        layer: int = _LAYER,
+        microbatch: int = _MB,
+        flops: float = _FLOPS,
+        mem_alloc: float = _ALLOC,
+        mem_free: float = _FREE,
     ) -> int:
-        """Add a task; ``fields`` are :class:`Task`'s optional fields (phase, layer, ...)."""
+        """Add a task; the keyword arguments are :class:`Task`'s optional fields.
+
+        Keyword parameters rather than ``**fields``, and the Task built from its fields in
+        order without its ``__new__``: this runs once per task (160K in a GPT-3 step)."""
         resolved = []
         for d in deps:
-            if d is None:
+            if d.__class__ is int:  # the common case first
+                resolved.append(d)
+            elif d is None:
                 continue
-            if isinstance(d, tuple):
+            elif isinstance(d, tuple):
                 if d in self.keys:
                     resolved.append(self.keys[d])
                 else:
                     self.pending.append((len(self.graph.tasks), d))
             else:
                 resolved.append(d)
-        kind = "comm" if comm is not None else "compute"
         tasks = self.graph.tasks
-        if fields.keys() <= _OPTIONAL:  # Task(...) without its __new__'s keyword parsing
-            get = fields.get
-            task = _new_tuple(
+        tasks.append(
+            _new_tuple(
                 Task,
                 (
-                    rank, stream, kind, name, seconds, tuple(resolved), comm,
-                    get("phase", _PHASE), get("layer", _LAYER), get("microbatch", _MB),
-                    get("flops", _FLOPS), get("mem_alloc", _ALLOC), get("mem_free", _FREE),
+                    rank, stream, "compute" if comm is None else "comm", name, seconds,
+                    tuple(resolved), comm, phase, layer, microbatch, flops, mem_alloc, mem_free,
                 ),
-            )  # fmt: skip
-        else:  # an unknown field: Task's own error
-            task = Task(rank, stream, kind, name, seconds, tuple(resolved), comm, **fields)
-        tasks.append(task)
+            )
+        )  # fmt: skip
         return len(tasks) - 1
 
     def comm(
@@ -102,18 +114,30 @@ class GraphBuilder:
         size: float,
         tag: tuple,
         deps: Iterable[Dep] = (),
-        **fields,
+        phase: str = _PHASE,
+        layer: int = _LAYER,
+        microbatch: int = _MB,
+        flops: float = _FLOPS,
+        mem_alloc: float = _ALLOC,
+        mem_free: float = _FREE,
     ) -> int | None:
         """One rank's part of a ``collective`` of ``size`` bytes over ``group`` (members and
         copies index, from :meth:`group`); None when there is nothing to communicate.
-        Members' tasks with the same (name, group, tag) form one call."""
+        Members' tasks with the same (name, group, tag) form one call; the other keyword
+        arguments are :class:`Task`'s optional fields."""
         members, copies = group
         if len(members) < 2 or size <= 0:
             return None
         inst = self.instances.setdefault((name, members, tag), len(self.instances))
-        algorithm = self._algorithm(stream, collective, members, size)
+        key = (stream, collective, members, size)
+        algorithm = self.algorithms.get(key, _UNSET)
+        if algorithm is _UNSET:
+            algorithm = self._algorithm(stream, collective, members, size)
         spec = _new_tuple(CommSpec, (collective, members, size, inst, algorithm, copies))
-        return self.task(rank, stream, name, 0.0, deps, spec, **fields)
+        return self.task(
+            rank, stream, name, 0.0, deps, spec, phase=phase, layer=layer,
+            microbatch=microbatch, flops=flops, mem_alloc=mem_alloc, mem_free=mem_free,
+        )  # fmt: skip
 
     def _algorithm(self, stream: str, collective: str, members, size: float) -> str | None:
         key = (stream, collective, members, size)
@@ -175,23 +199,38 @@ class GraphBuilder:
 
     def _copies(self, rank: int, kind: str, group: tuple[int, ...]) -> int:
         """Index of the symmetric copies of ``rank``'s ``kind`` group at its stage: every other
-        group of that kind among the stage's ranks, each found once (a rank already in a found
-        group is skipped, so the cost is linear in the stage's ranks, not quadratic)."""
+        group of that kind among the stage's ranks, in the order of their first rank at the
+        stage. Grid kinds come from the grid's strides (:meth:`RankGrid.other_groups`; a
+        pipeline pair from each of the stage's ranks); expert groups are found one by one (a
+        rank already in a found group is skipped, so the cost is linear in the stage's ranks)."""
         if not self.plan.symmetric:
             return -1
         key = (self.plan.stage_of(rank), kind)
         if key not in self.copy_index:
-            covered: set[int] = set()
-            found: list[tuple[int, ...]] = []
-            for x in self.plan.grid.group(rank, "tp", "cp", "dp"):
-                if x in covered:
-                    continue
-                g = self._members(x, kind)
-                covered.update(g)
-                if g != group:
-                    found.append(g)
-            self.copy_index[key] = self.graph.add_copies(tuple(found))
+            self.copy_index[key] = self.graph.add_copies(
+                tuple(self._other_groups(rank, kind, group))
+            )
         return self.copy_index[key]
+
+    def _other_groups(self, rank: int, kind: str, group: tuple[int, ...]) -> list[tuple[int, ...]]:
+        grid = self.plan.grid
+        dims = _GRID_DIMS.get(kind)
+        if dims is not None:
+            return grid.other_groups(rank, dims, _STAGE_DIMS)
+        if kind in ("pp_next", "pp_prev"):
+            stage = grid.group(rank, *_STAGE_DIMS)
+            delta = group[1] - group[0]  # the same stride for every rank of the stage
+            return [(x, x + delta) for x in stage if x != rank]
+        covered: set[int] = set()
+        found: list[tuple[int, ...]] = []
+        for x in grid.group(rank, *_STAGE_DIMS):
+            if x in covered:
+                continue
+            g = self._members(x, kind)
+            covered.update(g)
+            if g != group:
+                found.append(g)
+        return found
 
     # -- finishing -----------------------------------------------------------------------
     def finish(self) -> TaskGraph:

@@ -136,11 +136,26 @@ def layer_cost(
 ) -> LayerCost:
     """Blocks and activation bytes of ``layer`` for micro-batch shape ``mb`` under ``sh``."""
     pre, core, post, ffn, experts = _split(layer_kernels(m, layer, mb, sh))
-    core_block = Block.of(core, cm)
-    local = 1.0 / sh.cp
     imbalance = m.moe.load_imbalance if (m.moe and m.is_moe_layer(layer)) else 1.0
+    blocks = _layer_blocks(
+        tuple(pre), tuple(core), tuple(post), tuple(ffn), tuple(experts), cm, sh.cp, imbalance
+    )
+    return LayerCost(
+        *blocks[:5],
+        act_kept=layer_activation_bytes(m, layer, mb, sh, recompute),
+        act_full=layer_activation_bytes(m, layer, mb, sh, "none"),
+        parts=blocks[5],
+    )
 
-    def each(ops: list[Op], scale: float = 1.0) -> tuple[tuple[str, Block], ...]:
+
+@lru_cache(maxsize=1024)
+def _layer_blocks(pre, core, post, ffn, experts, cm: ComputeModel, cp: int, imbalance: float):
+    """:func:`layer_cost`'s Blocks (attn_local, attn_remote, core, ffn, experts, parts) from
+    its ops, memoised by the ops: a model's layers mostly have equal ones (96 in GPT-3)."""
+    core_block = Block.of(core, cm)
+    local = 1.0 / cp
+
+    def each(ops, scale: float = 1.0) -> tuple[tuple[str, Block], ...]:
         """Per-kernel Blocks of ``ops``, stretched to add up to their block when the CPU
         bounds it (see :meth:`ComputeModel.seconds`)."""
         gpu = replace(cm, cpu_launch_s=0.0)
@@ -149,16 +164,14 @@ def layer_cost(
         k = [w / g if g > 0 else 1.0 for w, g in zip(whole.times(), busy.times(), strict=True)]
         return tuple((o.name, p.stretched(*k)) for o, p in zip(ops, parts, strict=True))
 
-    remote = each(core, 1.0 - local) if sh.cp > 1 else ()
-    return LayerCost(
-        attn_local=Block.of(pre, cm) + Block.of(core, cm, local),
-        attn_remote=Block.of(core, cm, 1.0 - local) + Block.of(post, cm),
-        core=core_block,
-        ffn=Block.of(ffn, cm),
-        experts=Block.of(experts, cm, imbalance) if experts else None,
-        act_kept=layer_activation_bytes(m, layer, mb, sh, recompute),
-        act_full=layer_activation_bytes(m, layer, mb, sh, "none"),
-        parts={
+    remote = each(core, 1.0 - local) if cp > 1 else ()
+    return (
+        Block.of(pre, cm) + Block.of(core, cm, local),
+        Block.of(core, cm, 1.0 - local) + Block.of(post, cm),
+        core_block,
+        Block.of(ffn, cm),
+        Block.of(experts, cm, imbalance) if experts else None,
+        {
             "attn_local": each(pre) + each(core, local),
             "attn_remote": remote + each(post),
             "core": each(core),

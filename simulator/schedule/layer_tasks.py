@@ -38,6 +38,7 @@ def then(last: list[Dep], new: int | None) -> list[Dep]:
     return [new] if new is not None else last
 
 
+TP_NAME = {c: f"tp_{c}" for c in ("all_reduce", "all_gather", "reduce_scatter")}  # task names
 PHASE_OF = {"f": "forward", "b": "input_grad", "w": "weight_grad"}
 
 
@@ -51,28 +52,31 @@ def compute(
     deps,
     mem_alloc: float = 0.0,
     mem_free: float = 0.0,
-    **kw,
-) -> Emitter:
+    phase: str = "",
+    layer: int = -1,
+    microbatch: int = -1,
+) -> int:
     """One compute task for ``block``'s ``pass_`` ("f", "b" or "w"), or with
     ``simulation.kernel_tasks`` one task per kernel in ``parts``, chained, named after the op
     (the first takes ``mem_alloc``, the last releases ``mem_free``); returns the last task.
-    Pauses after the block, like every emitter here, so that an overlapped pass (DualPipe)
-    interleaves with the same granularity either way."""
+    A plain function (one generator per block cost more than the task): the emitters here
+    pause after each call, once per block either way, so that an overlapped pass (DualPipe)
+    interleaves with the same granularity with or without kernel tasks."""
     seconds, flops = block.in_pass(pass_)
-    if not (parts and b.plan.scenario.simulation.kernel_tasks):
+    if not (b.kernel_tasks and parts):
         t = b.task(
-            rank, "compute", name, seconds, deps,
-            flops=flops, mem_alloc=mem_alloc, mem_free=mem_free, **kw,
+            rank, "compute", name, seconds, deps, flops=flops, mem_alloc=mem_alloc,
+            mem_free=mem_free, phase=phase, layer=layer, microbatch=microbatch,
         )  # fmt: skip
-        yield
         return t
+    kw = {"phase": phase, "layer": layer, "microbatch": microbatch}
     kernels = [(op, part) for op, part in parts if part.in_pass(pass_)[0] > 0]
     if pass_ != "f":  # gradients flow through the kernels in reverse
         kernels.reverse()
     if not kernels:  # nothing runs in this pass: keep the block's (empty) task
-        t = b.task(rank, "compute", name, 0.0, deps, mem_alloc=mem_alloc, mem_free=mem_free, **kw)
-        yield
-        return t
+        return b.task(
+            rank, "compute", name, 0.0, deps, mem_alloc=mem_alloc, mem_free=mem_free, **kw
+        )
     last = list(deps)
     for i, (op, part) in enumerate(kernels):
         seconds, flops = part.in_pass(pass_)
@@ -82,7 +86,6 @@ def compute(
             mem_free=mem_free if i == len(kernels) - 1 else 0.0, **kw,
         )  # fmt: skip
         last = [t]
-    yield  # once per block, as without kernel tasks: an overlapped pass slots in between blocks
     return t
 
 
@@ -98,20 +101,31 @@ def cost_of(b: GraphBuilder, layer: int) -> LayerCost:
     return cost
 
 
-def tp_comm(b: GraphBuilder, rank: int, collective: str | None, tag: tuple, deps, **fields):
+def tp_comm(
+    b: GraphBuilder,
+    rank: int,
+    collective: str | None,
+    tag: tuple,
+    deps,
+    phase: str = "",
+    layer: int = -1,
+    microbatch: int = -1,
+) -> int | None:
     """A tensor-parallel collective of one activation; None without TP or collective."""
     if collective is None or b.plan.grid.tp == 1:
         return None
     return b.comm(
         rank=rank,
         stream="tp",
-        name=f"tp_{collective}",
+        name=TP_NAME[collective],
         collective=collective,
         group=b.group(rank, "tp"),
         size=b.plan.tp_message_bytes,
         tag=tag,
         deps=deps,
-        **fields,
+        phase=phase,
+        layer=layer,
+        microbatch=microbatch,
     )
 
 
@@ -150,23 +164,34 @@ def layer_forward(b, rank, layer, j, deps, tag, phase="forward", alloc=True) -> 
     cost = cost_of(b, layer)
     sp = b.plan.sharding.sp
     kw = {"phase": phase, "layer": layer, "microbatch": j}
-    last = then(list(deps), tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag1",), deps, **kw))
+    last = then(
+        list(deps), tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag1",), deps, phase, layer, j)
+    )
     alloc_bytes = cost.act_kept if alloc else cost.act_full - cost.act_kept
-    local = yield from compute(
+    local = compute(
         b, rank, "attention", cost.attn_local, cost.ops_of("attn_local"), "f", last,
-        mem_alloc=alloc_bytes, **kw,
+        mem_alloc=alloc_bytes, phase=phase, layer=layer, microbatch=j,
     )  # fmt: skip
+    yield
     kv = _cp_comm(b, rank, "cp_kv_all_gather", "all_gather", tag + ("kv",), last, kw)
-    remote = yield from compute(
+    remote = compute(
         b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "f", [local, kv],
-        **kw,
+        phase=phase, layer=layer, microbatch=j,
     )  # fmt: skip
-    last = then([remote], tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("a",), [remote], **kw))
-    last = then(last, tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag2",), last, **kw))
-    last = [(yield from compute(b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "f", last, **kw))]
+    yield
+    last = then(
+        [remote], tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("a",), [remote], phase, layer, j)
+    )
+    last = then(last, tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag2",), last, phase, layer, j))
+    mlp = compute(
+        b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "f", last,
+        phase=phase, layer=layer, microbatch=j,
+    )  # fmt: skip
+    yield
+    last = [mlp]
     if cost.experts is not None:
         last = [(yield from experts(b, rank, cost, "f", last, tag, kw))]
-    return then(last, tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("m",), last, **kw))
+    return then(last, tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("m",), last, phase, layer, j))
 
 
 def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, kw):
@@ -180,7 +205,8 @@ def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, 
     dispatch = b.comm(name="ep_dispatch", tag=tag + (phase, "d"), deps=deps, **common, **kw)
     last = then(list(deps), dispatch)
     parts = cost.ops_of("experts")
-    ex = yield from compute(b, rank, "experts", cost.experts, parts, phase, last, **kw)
+    ex = compute(b, rank, "experts", cost.experts, parts, phase, last, **kw)
+    yield
     out = b.comm(name="ep_combine", tag=tag + (phase, "c"), deps=[ex], **common, **kw)
     return out if out is not None else ex
 
@@ -192,11 +218,12 @@ def _recompute(b, rank, layer, j, cost: LayerCost, deps, tag) -> Emitter:
             yield from layer_forward(b, rank, layer, j, deps, tag + ("rc",), "recompute", False)
         )
     if rc == "selective":
-        t = yield from compute(
+        t = compute(
             b, rank, "attention_recompute", cost.core, cost.ops_of("core"), "f", deps,
             mem_alloc=cost.act_full - cost.act_kept, phase="recompute", layer=layer,
             microbatch=j,
         )  # fmt: skip
+        yield
         return [t]
     return list(deps)
 
@@ -226,22 +253,28 @@ def layer_backward_async(b, rank, layer, j, deps, tag, weight_grad) -> Emitter:
     deps)`` adds the "ffn" or "attention" weight-gradient task; the returned dependency is
     the second all-reduce (what the layer below needs)."""
     cost = cost_of(b, layer)
-    kw = {"phase": "input_grad", "layer": layer, "microbatch": j}
+    phase = "input_grad"
     rc = b.plan.scenario.parallelism.recompute
     transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
     last = yield from _recompute(b, rank, layer, j, cost, list(deps), tag)
-    mlp = yield from compute(b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "b", last, **kw)
-    reduce_mlp = tp_comm(b, rank, "all_reduce", tag + ("ba",), [mlp], **kw)
+    mlp = compute(
+        b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "b", last,
+        phase=phase, layer=layer, microbatch=j,
+    )  # fmt: skip
+    yield
+    reduce_mlp = tp_comm(b, rank, "all_reduce", tag + ("ba",), [mlp], phase, layer, j)
     weight_grad("ffn", [mlp])
-    remote = yield from compute(
+    remote = compute(
         b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "b",
-        [reduce_mlp], **kw,
+        [reduce_mlp], phase=phase, layer=layer, microbatch=j,
     )  # fmt: skip
-    local = yield from compute(
+    yield
+    local = compute(
         b, rank, "attention", cost.attn_local, cost.ops_of("attn_local"), "b", [remote],
-        mem_free=transient, **kw,
+        mem_free=transient, phase=phase, layer=layer, microbatch=j,
     )  # fmt: skip
-    reduce_attn = tp_comm(b, rank, "all_reduce", tag + ("bm",), [local], **kw)
+    yield
+    reduce_attn = tp_comm(b, rank, "all_reduce", tag + ("bm",), [local], phase, layer, j)
     weight_grad("attention", [local])
     return [reduce_attn]
 
@@ -250,27 +283,36 @@ def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
     """Input-gradient tasks of ``layer``, recomputing first if asked: the forward's tasks in
     reverse, each collective replaced by its backward twin."""
     cost = cost_of(b, layer)
-    kw = {"phase": "input_grad", "layer": layer, "microbatch": j}
+    phase = "input_grad"
+    kw = {"phase": phase, "layer": layer, "microbatch": j}
     rc = b.plan.scenario.parallelism.recompute
     transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
     sp = b.plan.sharding.sp
     last = yield from _recompute(b, rank, layer, j, cost, list(deps), tag)
-    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("bm",), last, **kw))
+    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("bm",), last, phase, layer, j))
     if cost.experts is not None:
         last = [(yield from experts(b, rank, cost, "b", last, tag, kw))]
-    last = [(yield from compute(b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "b", last, **kw))]
-    last = then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg2",), last, **kw))
-    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("ba",), last, **kw))
-    remote = yield from compute(
-        b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "b", last, **kw
-    )
-    kv = _cp_comm(b, rank, "cp_dkv_reduce_scatter", "reduce_scatter", tag + ("dkv",), [remote], kw)
-    local = yield from compute(
-        b, rank, "attention", cost.attn_local, cost.ops_of("attn_local"), "b", [remote],
-        mem_free=transient, **kw,
+    mlp = compute(
+        b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "b", last,
+        phase=phase, layer=layer, microbatch=j,
     )  # fmt: skip
+    yield
+    last = [mlp]
+    last = then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg2",), last, phase, layer, j))
+    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("ba",), last, phase, layer, j))
+    remote = compute(
+        b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "b", last,
+        phase=phase, layer=layer, microbatch=j,
+    )  # fmt: skip
+    yield
+    kv = _cp_comm(b, rank, "cp_dkv_reduce_scatter", "reduce_scatter", tag + ("dkv",), [remote], kw)
+    local = compute(
+        b, rank, "attention", cost.attn_local, cost.ops_of("attn_local"), "b", [remote],
+        mem_free=transient, phase=phase, layer=layer, microbatch=j,
+    )  # fmt: skip
+    yield
     last = [local] if kv is None else [local, kv]
-    return then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg1",), last, **kw))
+    return then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg1",), last, phase, layer, j))
 
 
 def accumulation(b: GraphBuilder, rank: int, layer: int | str) -> Block | None:
@@ -307,20 +349,15 @@ def layer_weight_grad(
         block = sum((getattr(cost, n) or Block() for n in names), Block())
         b.weight_blocks[(layer, part)] = block
     parts = ()
-    if b.plan.scenario.simulation.kernel_tasks:
+    if b.kernel_tasks:
         parts = tuple(p for n in names for p in cost.ops_of(n))
     add = accumulation(b, rank, layer) if part != "ffn" else None
     if add is not None:  # eager frameworks add each later micro-batch's gradient in
         block = block + add
         parts = parts + (("grad_accumulate", add),) if parts else ()
     last = part != "ffn"
-    emit = compute(
+    return compute(  # not paused: a weight gradient is slotted in whole
         b, rank, "weight_grad", block, parts, "w", deps, mem_alloc=mem_alloc if last else 0.0,
         mem_free=cost.act_kept if last else 0.0, phase="weight_grad", layer=layer,
         microbatch=j,
     )  # fmt: skip
-    try:  # not paused: a weight gradient is slotted in whole
-        while True:
-            next(emit)
-    except StopIteration as done:
-        return done.value

@@ -225,7 +225,9 @@ class FlowNetwork:
 
     def __init__(self, env: simpy.Environment, links: LinkTable, track_links: bool = False):
         self.env = env
-        self._call_in = caller(env)
+        # call_in(delay s, fn, *args): fn(*args) that much later, the clock's delayed call
+        # without an event object (Clock.call_in), for this network and its collectives
+        self.call_in = caller(env)
         self.track_links = track_links  # bytes per link, load over time (tests, reports)
         self.links = links
         self._capacity = links.capacity
@@ -531,7 +533,7 @@ class FlowNetwork:
             return  # the pending timeout already is for it
         self._generation += 1
         self._wake = top.finish
-        self._call_in(max(top.finish - now, 0.0), self._on_completion, self._generation)
+        self.call_in(max(top.finish - now, 0.0), self._on_completion, self._generation)
 
     def _on_completion(self, generation: int) -> None:
         if generation != self._generation:
@@ -630,4 +632,4 @@ class FlowNetwork:
                 "check the topology's link latencies"
             )
         # Always through an event, never re-entrantly: on_done may submit the next phase.
-        self._call_in(max(batch.end - now, 0.0), batch.on_done)
+        self.call_in(max(batch.end - now, 0.0), batch.on_done)

@@ -79,6 +79,9 @@ class CollectiveRunner:
             route_cache if route_cache is not None else {}
         )
         self._by_plan: dict[tuple, tuple[CollectivePlan, list[_Geometry]]] = {}
+        # shapes routed with copies named by ``copies_key`` (an index into this run's task
+        # graph's copy sets): meaningless to another run, so kept with this runner only
+        self._run_geometry: dict[tuple, list[_Geometry]] = {}
 
     def _map(self, node: Node, mapping: dict[int, int], first: int) -> Node:
         if isinstance(node, str):
@@ -107,8 +110,10 @@ class CollectiveRunner:
     def geometry(
         self, plan: CollectivePlan, copies: Sequence[Sequence[int]] = (), copies_key=None
     ) -> list[_Geometry]:
-        """Route ``plan`` for its group and every copy; cached by shape (and by
-        ``copies_key`` when given, which must name the set of copies uniquely)."""
+        """Route ``plan`` for its group and every copy; cached by shape. ``copies_key``, when
+        given, names the set of copies uniquely within this run (then the shape is cached for
+        this runner alone); without it the copies themselves are the key, shared by every run
+        on the network model."""
         if copies_key is not None:  # the same plan object again: skip building the key
             hit = self._by_plan.get((id(plan), copies_key))
             if hit is not None and hit[0] is plan:
@@ -121,9 +126,10 @@ class CollectiveRunner:
             copies_id,
             tuple((len(p.transfers), p.steps, p.latency_hops) for p in plan.phases),
         )
-        out = self._geometry.get(key)
+        cache = self._geometry if copies_key is None else self._run_geometry
+        out = cache.get(key)
         if out is None:
-            out = self._geometry[key] = self._route_plan(plan, copies)
+            out = cache[key] = self._route_plan(plan, copies)
         if copies_key is not None:
             self._by_plan[(id(plan), copies_key)] = (plan, out)
         return out

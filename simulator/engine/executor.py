@@ -23,7 +23,6 @@ count (NCCL runs them on two channels per peer, a few SMs). ``Executor`` itself 
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter, defaultdict
 from functools import partial
@@ -38,7 +37,6 @@ from simulator.engine.network import LinkTable
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
 
-_RUNS = itertools.count()
 _comm, _instance = attrgetter("comm"), attrgetter("instance")
 
 
@@ -109,7 +107,6 @@ class Executor:
         self._plans: dict[tuple, object] = {}
         self._launches: dict[tuple, tuple] = {}  # see _routed
         self._copy_devices: dict[int, list[list[int]]] = {}
-        self._token = next(_RUNS)
         self._bar = None
         self._finished = 0  # names this graph's copy sets in shared geometry caches
         self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
@@ -289,7 +286,7 @@ class Executor:
             planned = self._plans[plan_key] = self._plan(spec)
         plan, s = planned
         copies = self._copies(spec.copies)
-        copies_key = None if spec.copies < 0 else (self._token, spec.copies)
+        copies_key = None if spec.copies < 0 else spec.copies
         geometry = self.runner.geometry(plan, copies, copies_key)
         return s, geometry, plan.size_bytes / plan.efficiency, plan.base_latency_s
 

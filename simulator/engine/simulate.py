@@ -51,8 +51,7 @@ class NetworkModel:
     """What the engine needs of a topology, prepared once and reused across runs.
 
     ``router.path(src, dst, key)`` gives a flow's edges; ``host_of`` and ``nvls_switch`` say
-    where devices sit. Routes are cached here for every run; routed collective shapes for
-    :func:`time_collective`'s runs (a task graph's run keeps its own: :meth:`new_run`).
+    where devices sit. Routes and routed collective shapes are cached here for every run.
     """
 
     graph: nx.DiGraph
@@ -72,15 +71,11 @@ class NetworkModel:
         return Locality(self.host_of, self.nvls_switch, self.torus_shape)
 
     def new_run(
-        self, track_links: bool = False, own_geometry: bool = False
+        self, track_links: bool = False
     ) -> tuple[simpy.Environment, FlowNetwork, CollectiveRunner]:
-        """A clock, a flow network and a collective runner for one simulation.
-
-        Routes are shared by every run (a pure function of the topology). Routed collective
-        shapes are too, unless ``own_geometry``: a task graph's runner keys its copies by
-        that run (:meth:`CollectiveRunner.geometry`'s ``copies_key``), entries no later run
-        can hit, so they are kept for the run alone rather than piling up in a model that a
-        sweep reuses for hundreds of runs."""
+        """A clock, a flow network and a collective runner for one simulation; routes and
+        routed collective shapes are shared by every run (a task graph's copy sets, named by
+        its own indices, stay with its runner: :meth:`CollectiveRunner.geometry`)."""
         env = Clock()
         net = FlowNetwork(env, self.links, track_links)
         runner = CollectiveRunner(
@@ -88,7 +83,7 @@ class NetworkModel:
             self.router,
             self.host_of,
             self.nvls_switch,
-            {} if own_geometry else self.geometry_cache,
+            self.geometry_cache,
             self.route_cache,
         )
         return env, net, runner
@@ -145,7 +140,7 @@ def run_engine(
     interference: float = 0.0,
 ) -> EngineRun:
     """Simulate ``graph`` (arguments as :func:`run_taskgraph_with_memory`)."""
-    env, net, runner = model.new_run(track_links, own_geometry=True)
+    env, net, runner = model.new_run(track_links)
     with paused_gc():
         executor = Executor(env, graph, runner, device_of, model.locality, interference)
         trace = executor.run(progress=True)

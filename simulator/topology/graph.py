@@ -87,7 +87,7 @@ class Topology:
     router : picks each flow's path.
     name : human name.
     derived : views of this topology that the layers above build once and keep for every run
-        on it (the engine's network model: its link arrays and routes). A
+        on it (the engine's network model: its link arrays, routes and routed collectives). A
         built topology is not changed in place: change a copy (``dataclasses.replace`` with a
         copied graph), which starts with no derived views.
     """

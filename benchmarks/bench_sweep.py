@@ -5,9 +5,16 @@
     python benchmarks/bench_sweep.py --skip-ray       # without Ray
     python benchmarks/bench_sweep.py --big-points 4   # points simulated for the extrapolation
 
-Run it under the shared CPU lock (flock /tmp/trainsim-cpu.lock ...). Points differ only in
-``seed`` (a field the step simulation does not read), so every point has its own scenario hash
-and costs the same: the measured differences are the machinery's, not the simulator's.
+Run it under the shared CPU lock (flock /tmp/trainsim-cpu.lock ...). The 1,000-point case runs
+one of two studies (``--big-study``):
+
+- ``seed`` (default): points differ only in ``seed`` (a field the step simulation does not
+  read), so every point has its own scenario hash and costs the same, the whole build and
+  simulation: the measured differences are the machinery's, not the simulator's.
+- ``fabric``: a topology study, the leaves' oversubscription from 1:1 to 5:1 - points that
+  simulate different steps (the data-parallel rings cross the leaves' uplinks) on a task
+  graph a worker builds once (:class:`simulator.api.StepCache`: the build does not read
+  oversubscription).
 """
 
 from __future__ import annotations
@@ -39,12 +46,20 @@ training: {global_batch: 8, micro_batch: 1, seq_len: 1024}
 BIG = ROOT / "scenarios" / "examples" / "gpt3-175b-dgx-a100.yaml"
 
 
-def _spec(folder: Path, base: str | Path, points: int, offset: int = 0) -> Path:
+# Leaf uplink oversubscription of the fabric study (downlink:uplink), then 1:1 above.
+OVERSUBSCRIPTION = [1, 1.25, 1.5, 2, 2.5, 3, 4, 5]
+
+
+def _spec(folder: Path, base: str | Path, points: int, offset: int = 0, study="seed") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     if isinstance(base, str):
         (folder / "base.yaml").write_text(base)
         base = folder / "base.yaml"
     spec = folder / "spec.yaml"
+    if study == "fabric":
+        ratios = [[r, 1] for r in OVERSUBSCRIPTION[:points]]
+        spec.write_text(f"base: {base}\ngrid:\n  cluster.topology.oversubscription: {ratios}\n")
+        return spec
     seeds = list(range(offset + 1, offset + points + 1))
     spec.write_text(f"base: {base}\ngrid:\n  seed: {seeds}\n")
     return spec
@@ -111,20 +126,25 @@ def ray_overhead(points: int, repeats: int) -> None:
         )
 
 
-def big_sweep(points: int, workers: int | None) -> None:
+def big_sweep(points: int, workers: int | None, study: str = "seed") -> None:
     """Seconds per point of the 1,024-GPU scenario on the local pool; extrapolate to 1,000."""
+    if study == "fabric" and points > len(OVERSUBSCRIPTION):
+        raise SystemExit(f"--big-study fabric has {len(OVERSUBSCRIPTION)} points at most")
     with tempfile.TemporaryDirectory() as d:
-        spec_path = _spec(Path(d), BIG, points)
+        spec_path = _spec(Path(d), BIG, points, study=study)
         n = min(workers or cpu_count(), cpu_count())
         t, frame = _timed_sweep(spec_path, make_backend("local", n))
         ran = frame[frame["point"] >= 0]
         sim = ran["sim_time_s"].median()
-        # +1: the base scenario is simulated too (its seed differs from every point's)
+        # +1: the base scenario is simulated too (its seed, or its 1:1 spine level, differs
+        # from every point's)
         per_point = t / (points + 1)
+        steps = ran["step_time_s"]
         print(
-            f"1,024-GPU sweep ({BIG.name}): {points} points + base in {t:.1f} s on {n} "
+            f"1,024-GPU {study} sweep ({BIG.name}): {points} points + base in {t:.1f} s on {n} "
             f"workers = {per_point:.1f} s/point wall (median simulation {sim:.1f} s/point); "
-            f"1,000 points extrapolate to {1000 * per_point / 60:.0f} min"
+            f"1,000 points extrapolate to {1000 * per_point / 60:.0f} min; simulated steps "
+            f"{steps.min():.3f}-{steps.max():.3f} s"
         )
 
 
@@ -137,12 +157,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--skip-big", action="store_true")
+    parser.add_argument("--big-study", choices=["seed", "fabric"], default="seed")
     args = parser.parse_args()
     machinery(args.machinery_points)
     if not args.skip_ray:
         ray_overhead(args.ray_points, args.repeats)
     if not args.skip_big:
-        big_sweep(args.big_points, args.workers)
+        big_sweep(args.big_points, args.workers, args.big_study)
 
 
 if __name__ == "__main__":

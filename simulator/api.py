@@ -580,6 +580,7 @@ def run(
     compute_model: ComputeModel | None = None,
     track_links: bool = False,
     perturbations: list[Perturbation] | tuple = (),
+    steps: StepCache | None = None,
 ) -> RunResult:
     """Simulate one steady-state training step of ``scenario``: all the stages in a row.
 
@@ -588,21 +589,28 @@ def run(
     ``perturbations`` slow ranks or links (:mod:`simulator.schedule.perturb`), added to the
     scenario's own ``failures.stragglers``; then the healthy step is simulated too, for the
     slowdown. Slowing a rank simulates every rank up to 1,024 GPUs (see :func:`_placed`).
+    ``steps`` keeps built steps for later runs (:class:`StepCache`; a sweep's worker).
     """
     perturbations = [*perturbations, *scenario_perturbations(scenario)]
     topo = topo or build_topology(scenario.cluster)
     healthy = None
     if perturbations:
-        healthy = _run_once(scenario, topo, compute_model, False, []).metrics.step_time_s
+        healthy = _run_once(scenario, topo, compute_model, False, [], steps).metrics.step_time_s
         scenario, perturbations = _placed(scenario, perturbations)
-    result = _run_once(scenario, topo, compute_model, track_links, perturbations)
+    result = _run_once(scenario, topo, compute_model, track_links, perturbations, steps)
     return dataclasses.replace(result, healthy_step_time_s=healthy)
 
 
-def _run_once(scenario, topo, compute_model, track_links, perturbations) -> RunResult:
+def _run_once(scenario, topo, compute_model, track_links, perturbations, steps=None) -> RunResult:
     plan = build_plan(scenario, topo)
     repeat = scenario.simulation.repeat_steady_state and not track_links
-    step = perturb(build_step(plan, compute_model, repeat), perturbations)
+
+    def built(repeat: bool, steady: SteadyState | None = None) -> StepGraph:
+        if steps is None or compute_model is not None:
+            return build_step(plan, compute_model, repeat, steady)
+        return steps.build(plan, repeat, steady)
+
+    step = perturb(built(repeat), perturbations)
     tries = 0
     while True:
         try:
@@ -617,10 +625,54 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations) -> RunR
                 why,
                 f"trying a {longer.head}-micro-batch warm-up" if longer else "simulating all",
             )
-            step = perturb(
-                build_step(plan, compute_model, longer is not None, longer), perturbations
-            )
+            step = perturb(built(longer is not None, longer), perturbations)
     return _result(scenario, step, sim, track_links)
+
+
+class StepCache:
+    """Steps built for earlier runs, kept for the runs after that would build the same graph
+    (most recent last, at most ``size``).
+
+    A step is a pure function of the plan, the compute model and the steady state it
+    repeats; the plan reads the cluster's topology only through
+    :class:`~simulator.plan.collective_choice.NetworkFacts` (:func:`build_plan`). So runs
+    that differ only in fabric fields that leave those facts alone (oversubscription, spine
+    or leaf counts, link latencies off the first inter-host path, failures of links) build
+    the same graph: a topology study's points pay for the build once. The key is the
+    scenario without ``cluster.topology``, the GPU count, the facts and the steady state;
+    a kept step is handed out with the new run's own plan (the same but for the topology).
+    Only the default compute model is cached (a caller's model is not a key).
+    """
+
+    def __init__(self, size: int = 1):
+        self.size = size
+        self._kept: dict[tuple, StepGraph] = {}
+        self.hits = 0
+
+    @staticmethod
+    def key(plan: Plan, repeat: bool, steady: SteadyState | None) -> tuple:
+        s = plan.scenario
+        return (
+            s.model_dump_json(round_trip=True, exclude={"cluster": {"topology"}}),
+            s.cluster.num_gpus,
+            plan.network,
+            repeat,
+            steady,
+        )
+
+    def build(self, plan: Plan, repeat: bool, steady: SteadyState | None = None) -> StepGraph:
+        """:func:`build_step` of ``plan`` (default compute model), or the kept one."""
+        key = self.key(plan, repeat, steady)
+        step = self._kept.pop(key, None)
+        if step is None:
+            step = build_step(plan, None, repeat, steady)
+        else:
+            self.hits += 1
+            step = dataclasses.replace(step, plan=plan)
+        self._kept[key] = step
+        while len(self._kept) > self.size:
+            del self._kept[next(iter(self._kept))]
+        return step
 
 
 def _longer_warm_up(plan: Plan, tried: SteadyState) -> SteadyState | None:

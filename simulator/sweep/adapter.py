@@ -36,6 +36,12 @@ def topology_of(cluster: ClusterConfig) -> Topology:
     return topo
 
 
+# Steps a worker keeps for the points after: points that differ only in fabric fields the
+# build does not read (oversubscription, spines, ...) share one task graph
+# (:class:`simulator.api.StepCache`). One, as a large step holds a few hundred MB.
+_steps = api.StepCache(size=1)
+
+
 def usable_cores() -> int:
     """CPUs this process may run on (:func:`simulator.api.usable_cores`)."""
     return api.usable_cores()
@@ -56,7 +62,7 @@ def simulate(scenario: Scenario) -> tuple[dict, list[str]]:
     warnings about the study's topology (:func:`topology_warnings`)."""
     topo = topology_of(scenario.cluster)
     warnings = topology_warnings(scenario, topo)
-    return api.run(scenario, topo=topo).summary, warnings
+    return api.run(scenario, topo=topo, steps=_steps).summary, warnings
 
 
 def memory_report(scenario: Scenario):

@@ -20,7 +20,7 @@ from simulator.validation import summary_frame, validate
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 10 + 6 + 5 + 10 + 54 + 6 + 3 + 3 + 10 + 3
+    assert len(frame) == 10 + 6 + 5 + 10 + 54 + 6 + 3 + 3 + 10 + 6
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: ZB-2p's searched schedule
@@ -30,10 +30,14 @@ def test_every_row_within_tolerance():
     # 5 + the three public FSDP throughput rows, which the simulator overestimates by 16-31%
     # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory), + the
     # Llama 3 16K-GPU row (-10.2%), + NVIDIA's Llama 3.1 8B H100 recipe (+14%)
-    # + Megatron's 76B row (+10.3%)
-    assert len(failing) <= 12
-    nvidia = frame[frame["group"] == "NVIDIA H100 recipes (BF16)"]
-    assert nvidia["within"].sum() >= 2  # GPT-3 175B and Llama 3.1 70B within 10%
+    # + Megatron's 76B row (+10.3%) + NVIDIA's Nemotron-4 340B and Llama 3.1 405B recipes
+    # (throughput within 7% and 3%, but over 80 GB in our memory ledger)
+    assert len(failing) <= 14
+    nvidia = frame[frame["group"] == "NVIDIA H100 recipes (BF16)"].set_index("row")
+    # GPT-3 175B, Llama 3.1 70B and Nemotron-4 15B within 10%
+    assert nvidia["within"].sum() >= 3
+    # the two larger recipes miss on memory only: their throughput is within 10%
+    assert (nvidia["error"].abs() <= 0.10).sum() >= 5
     layer = frame[frame["group"] == "Korthikanti Table 4 (layer time)"]
     assert layer["within"].all()  # every forward and backward time within 10%
     llama = frame[frame["group"] == "Llama 3 Table 4"].set_index("row")
@@ -48,6 +52,25 @@ def test_every_row_within_tolerance():
     table2 = frame[frame["group"] == "Megatron SC21 Table 2"]
     assert table2[table2["row"].str.contains("ptd")]["within"].all()  # PTD-P within 10%
     assert summary.loc["ZeRO Table 1", "within"] == 54
+
+
+def test_a_run_that_does_not_fit_does_not_reproduce_a_published_one(monkeypatch):
+    # Every published run fitted in its GPUs' memory: a simulated run over capacity misses
+    # its row whatever its speed (throughput rows and Megatron's alike)
+    from simulator import validation
+
+    spec = {"tolerance": 0.10, "rows": [{"scenario": "a.yaml", "published": 100.0}]}
+
+    class Scenario:
+        name, num_gpus = "row", 1
+
+    def summaries(oom):
+        return lambda rows, each: [(Scenario(), {"tokens_per_s": 101.0, "oom": oom})]
+
+    monkeypatch.setattr(validation, "_scenario_summaries", summaries(False))
+    assert validation.throughput_rows(spec)[0]["within"]
+    monkeypatch.setattr(validation, "_scenario_summaries", summaries(True))
+    assert not validation.throughput_rows(spec)[0]["within"]
 
 
 def test_validate_command_json():

@@ -636,9 +636,9 @@ class StepCache:
     A step is a pure function of the plan, the compute model and the steady state it
     repeats; the plan reads the cluster's topology only through
     :class:`~simulator.plan.collective_choice.NetworkFacts` (:func:`build_plan`). So runs
-    that differ only in fabric fields that leave those facts alone (oversubscription, spine
-    or leaf counts, link latencies off the first inter-host path, failures of links) build
-    the same graph: a topology study's points pay for the build once. The key is the
+    that differ only in fabric fields that leave those facts alone (oversubscription above
+    the first inter-host hop, spine and core counts, nodes per leaf) build the same graph: a
+    topology study's points pay for the build once. The key is the
     scenario without ``cluster.topology``, the GPU count, the facts and the steady state;
     a kept step is handed out with the new run's own plan (the same but for the topology).
     Only the default compute model is cached (a caller's model is not a key).

@@ -357,6 +357,9 @@ def gantt(
                 f"--ranks: rank {r} was not simulated; this run simulated ranks "
                 f"{', '.join(map(str, simulated))}"
             )
+    end = float(trace["end_s"].max()) if len(trace) else 0.0
+    if span is not None and span[0] >= end:
+        _fail(f"--window {window}: starts after the step ends (at {end:.6g} s): nothing to draw")
     draw_gantt(
         trace,
         [path],
@@ -568,8 +571,31 @@ def costs(
 
 @app.command()
 def accelerators(format: FormatOpt = Format.json) -> None:
-    """The accelerator catalog (SI units: FLOP/s, bytes, B/s)."""
-    typer.echo(json.dumps([a.model_dump() for a in CATALOG.values()], indent=2))
+    """The accelerator catalog (SI units in json: FLOP/s, bytes, B/s; the table in TFLOP/s,
+    GB and GB/s)."""
+    entries = [a.model_dump() for a in CATALOG.values()]
+    if format is Format.json:
+        typer.echo(json.dumps(entries, indent=2))
+        return
+    import pandas as pd
+
+    rows = [
+        {
+            "name": a["name"],
+            "kind": a["kind"],
+            "architecture": a["architecture"],
+            "bf16 TFLOP/s": a["peak_flops_per_s"].get("bf16", float("nan")) / 1e12,
+            "fp8 TFLOP/s": a["peak_flops_per_s"].get("fp8", float("nan")) / 1e12,
+            "HBM GB": a["hbm_bytes"] / 1e9,
+            "HBM GB/s": a["hbm_bandwidth_Bps"] / 1e9,
+            "scale-up GB/s": a["scale_up_bandwidth_Bps"] / 1e9,
+        }
+        for a in entries
+    ]
+    frame = pd.DataFrame(rows)
+    for col in frame.columns[3:]:  # the numbers; "-": the accelerator has no such format
+        frame[col] = frame[col].map(lambda v: "-" if v != v else f"{v:,.0f}")
+    typer.echo(frame.to_string(index=False))
 
 
 def _version(value: bool) -> None:

@@ -7,6 +7,7 @@ Each raises :class:`OptionError`, whose message names the option; the CLI prints
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from simulator.units import UnitError, parse_quantity
@@ -40,19 +41,41 @@ def check_out_dir(path: Path | None, option: str = "--out") -> None:
     _writable_ancestor(path, option)
 
 
+def image_formats() -> list[str]:
+    """File extensions matplotlib can write (png, svg, pdf, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
 def check_out_file(path: Path | None, option: str) -> None:
-    """Refuse, before any work, an image path whose folder is missing or not writable."""
+    """Refuse, before any work, an image path whose folder is missing or not writable, or
+    whose extension names no picture format matplotlib writes (none: PNG)."""
     if path is None:
         return
     if path.is_dir():
         raise OptionError(
             f"{option} {path}: is a folder; give a file name such as {path / 'out.png'}"
         )
+    ext = path.suffix[1:].lower()
+    if ext and ext not in image_formats():
+        raise OptionError(
+            f"{option} {path}: cannot draw a .{ext} picture; use one of "
+            f"{', '.join('.' + f for f in image_formats())}"
+        )
     if not path.parent.exists():
         raise OptionError(f"{option} {path}: folder {path.parent} does not exist")
     _writable_ancestor(path, option)
     if path.exists() and not os.access(path, os.W_OK):
         raise OptionError(f"{option} {path}: cannot overwrite it")
+
+
+def safe_name(name: str) -> str:
+    """``name`` as one folder name (for default output folders named after a spec or
+    scenario): anything but letters, digits, ``.``, ``_`` and ``-`` becomes ``-``, and no
+    leading dots (so ``../x`` cannot leave the parent folder)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).lstrip(".-")
+    return cleaned or "unnamed"
 
 
 def parse_ranks(text: str) -> list[int]:

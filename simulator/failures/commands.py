@@ -16,6 +16,7 @@ import numpy as np
 import typer
 
 from simulator import api
+from simulator.cli_options import OptionError, check_out_dir
 from simulator.failures import adapter
 from simulator.failures.montecarlo import simulate_seeds, summarise, sweep_intervals
 from simulator.scenario import Position, ScenarioError
@@ -89,6 +90,10 @@ def goodput(
 ) -> None:
     """Effective training time over days of failures, checkpoints and restarts (Monte Carlo)."""
     overrides = set_ or []
+    try:
+        check_out_dir(out)
+    except OptionError as exc:
+        _exit_bad_input(str(exc))
     s = _load(scenario, overrides)
     try:
         intervals = parse_interval_range(sweep) if sweep else None

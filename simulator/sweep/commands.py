@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from simulator.cli_options import OptionError, check_out_dir, safe_name
 from simulator.scenario import ScenarioError
 
 log = logging.getLogger("trainsim.sweep")
@@ -50,6 +51,14 @@ ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Pro
 def _bad_input(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
+
+
+def _check_out(out: Path | None) -> None:
+    """An output folder that cannot be written fails now, not after every point ran."""
+    try:
+        check_out_dir(out)
+    except OptionError as exc:
+        _bad_input(str(exc))
 
 
 def _backend(backend: BackendName, workers: int | None, address: str | None):
@@ -96,14 +105,15 @@ def sweep(
     from simulator.sweep import plots
     from simulator.sweep.runner import run_sweep
     from simulator.sweep.spec import load_spec
-    from simulator.sweep.tables import deltas_table, format_table, points_table
+    from simulator.sweep.tables import deltas_table, format_table, json_records, points_table
 
     try:
         loaded = load_spec(spec)
     except ScenarioError as exc:
         _bad_input(str(exc))
+    out_dir = out or Path("reports") / "sweeps" / safe_name(loaded.name)
+    _check_out(out_dir)
     run_backend = _backend(backend, workers, address)
-    out_dir = out or Path("reports") / "sweeps" / loaded.name
     frame = run_sweep(loaded, out_dir, run_backend, retry_errors, progress)
     keys = loaded.keys
     deltas = deltas_table(frame, keys)
@@ -114,12 +124,13 @@ def sweep(
     _log_warnings(frame)
     log.info("wrote %s", out_dir / "results.parquet")
     if format is Format.json:
-        rows = frame.sort_values("point").to_dict("records")
+        rows = json_records(frame.sort_values("point"))
         typer.echo(
             json.dumps(
                 {"name": loaded.name, "results": str(out_dir / "results.parquet"), "rows": rows},
                 indent=2,
                 default=_jsonable,
+                allow_nan=False,
             )
         )
         return
@@ -165,6 +176,7 @@ def plan(
     from simulator.sweep.search import rejection_summary, search_plans
     from simulator.sweep.tables import format_table
 
+    _check_out(out)
     run_backend = _backend(backend, workers, address)
     try:
         result = search_plans(scenario, gpus, top, run_backend, out, progress)

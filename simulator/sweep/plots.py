@@ -89,7 +89,7 @@ def line_plot(
         sub = sub.assign(_x=sub[x].map(lambda v: pos[_text(v)])).sort_values("_x")
         label = None if g is None else f"{group} = {_text(g)}"
         _draw_group(ax, sub, metric, scale, label, labelled)
-    best = best_point(frame, metric)
+    best = best_point(frame)  # as the points table marks it
     if best is not None:
         row = pts[pts["point"] == best].iloc[0]
         ax.scatter(
@@ -163,7 +163,7 @@ def heatmap(frame: pd.DataFrame, metric: str, x: str, y: str, path: Path, title:
             text = notes.get((i, j)) or ("" if np.isnan(grid[i, j]) else fmt.format(grid[i, j]))
             colour = "red" if text == "OOM" else "black" if (i, j) in notes else "white"
             ax.text(j, i, text, ha="center", va="center", fontsize=8, color=colour)
-    best = best_point(frame, metric)
+    best = best_point(frame)  # as the points table marks it
     if best is not None:
         row = pts[pts["point"] == best].iloc[0]
         ax.add_patch(

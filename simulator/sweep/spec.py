@@ -41,7 +41,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from simulator.scenario import Scenario, ScenarioError
 from simulator.scenario.errors import Position, Problem
@@ -111,12 +118,14 @@ class SweepSpecModel(_Strict):
     samples: Samples | None = None
     plots: list[PlotSpec] = []
 
-    @model_validator(mode="after")
-    def zip_lengths_agree(self):
-        lengths = {len(v) for v in self.zip.values()}
-        if len(lengths) > 1:
-            raise ValueError(f"zip lists must have equal lengths (got {sorted(lengths)})")
-        return self
+    @field_validator("zip")
+    @classmethod
+    def zip_lengths_agree(cls, zipped: dict[str, list]) -> dict[str, list]:
+        lengths = {k: len(v) for k, v in zipped.items()}
+        if len(set(lengths.values())) > 1:
+            shown = ", ".join(f"{k}: {n}" for k, n in lengths.items())
+            raise ValueError(f"zip lists are walked together and need equal lengths ({shown})")
+        return zipped
 
 
 @dataclass(frozen=True)
@@ -247,20 +256,70 @@ def load_spec(path: str | Path) -> SweepSpec:
             positions.get((), Position(str(path))), "", "give grid, zip or samples: no points"
         )
     spec = spec_from_model(model, path, positions)
+    _check_keys_once(spec)
     _check_plots(spec)
     _check_values(spec)
     return spec
 
 
-def _check_plots(spec: SweepSpec) -> None:
-    """A plot's x, y and group must be swept keys."""
+def _check_keys_once(spec: SweepSpec) -> None:
+    """A key is set or swept in one place: in two (``grid`` and ``zip``, ``set`` and
+    ``grid``) one value would silently win."""
+    m = spec.model
+    sections = [("set", m.set), ("grid", m.grid), ("zip", m.zip)]
+    if m.samples:
+        sections.append(("samples.keys", m.samples.keys))
+    first: dict[str, str] = {}
     problems = []
+    for name, keys in sections:
+        for key in keys:
+            if key in first:
+                path = tuple(name.split(".")) + (key,)
+                where = spec.positions.get(path, Position(str(spec.path)))
+                problems.append(
+                    Problem(
+                        where,
+                        f"{name}.{key}",
+                        f"{key!r} is already in {first[key]}: give each key in one place "
+                        "(a point takes one value per key)",
+                    )
+                )
+            else:
+                first[key] = name
+    if problems:
+        raise ScenarioError(problems)
+
+
+def _metrics() -> list[str]:
+    """The numeric metrics of a results row a plot can show: the step's headline numbers
+    (``trainsim run --format json``), the straggler pair and the point's own wall time."""
+    from dataclasses import fields
+
+    from simulator.metrics import StepMetrics
+
+    numeric = [f.name for f in fields(StepMetrics) if f.type in (float, int, "float", "int")]
+    return [*numeric, "healthy_step_time_s", "straggler_slowdown", "sim_time_s"]
+
+
+def _check_plots(spec: SweepSpec) -> None:
+    """A plot's x, y and group must be swept keys, and its metric a numeric result."""
+    problems = []
+    known = _metrics()
     for i, plot in enumerate(spec.model.plots):
         for axis in ("x", "y", "group"):
             key = getattr(plot, axis)
             if key is not None and key not in spec.keys:
                 where = spec.positions.get(("plots", i, axis), Position(str(spec.path)))
                 problems.append(Problem(where, f"plots[{i}].{axis}", f"{key!r} is not swept"))
+        if plot.metric not in known:
+            where = spec.positions.get(("plots", i, "metric"), Position(str(spec.path)))
+            problems.append(
+                Problem(
+                    where,
+                    f"plots[{i}].metric",
+                    f"{plot.metric!r} is not a metric; known: {', '.join(known)}",
+                )
+            )
     if problems:
         raise ScenarioError(problems)
 
@@ -335,8 +394,9 @@ def _check_values(spec: SweepSpec) -> None:
                     problems.append(Problem(where, key, p.message))
                 elif p.position.source.startswith("--set ") and not p.field:
                     problems.append(Problem(where, key, p.message))
-    if problems:
-        raise ScenarioError(problems)
+    if problems:  # an unknown key is found once per value: say it once
+        unique = {(str(p.position), p.field, p.message): p for p in problems}
+        raise ScenarioError(list(unique.values()))
 
 
 def _field_level(data: Any) -> bool:

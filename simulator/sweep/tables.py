@@ -3,14 +3,31 @@ base scenario. Each function takes the results frame and returns a DataFrame."""
 
 from __future__ import annotations
 
+import json
+import math
+from dataclasses import fields
+
 import pandas as pd
+
+from simulator.metrics import StepMetrics
 
 HEADLINE = ["step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes", "exposed_comm_fraction"]
 
 
-def best_point(frame: pd.DataFrame, metric: str = "step_time_s") -> int | None:
+# What "best" means when no metric is named: the most model FLOP/s per GPU. Among points of
+# one model, batch and GPU count that is the fastest step; unlike the step time it does not
+# favour a point that does less work (a smaller batch), and unlike MFU it does not favour a
+# slower GPU that is better used.
+BEST_BY = "model_tflops_per_gpu"
+
+
+def best_point(frame: pd.DataFrame, metric: str | None = None) -> int | None:
     """Index (``point``) of the best simulated point that fits in memory: lowest ``metric`` for
-    times and memory, highest for MFU, HFU and throughput. None if no point ran ``ok``."""
+    times and memory, highest for MFU, HFU and throughput; by default the most model FLOP/s
+    per GPU (``BEST_BY``; the lowest step time when the frame has no such column). None if no
+    point ran ``ok``."""
+    if metric is None:
+        metric = BEST_BY if BEST_BY in frame else "step_time_s"
     ok = frame[(frame["status"] == "ok") & (frame["point"] >= 0)]
     if ok.empty or metric not in ok:
         return None
@@ -25,7 +42,8 @@ def higher_is_better(metric: str) -> bool:
 
 def points_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Swept values, status, headline metrics and reason of every point (base first), with
-    ``best`` marking the fastest point that fits."""
+    ``best`` marking the point that fits with the most model FLOP/s per GPU (:func:`best_point`:
+    the fastest, among points that do the same work on as many GPUs)."""
     cols = ["point", *keys, "status"] + [m for m in HEADLINE if m in frame] + ["reason"]
     shown = frame.sort_values("point")[[c for c in cols if c in frame]].copy()
     best = best_point(frame)
@@ -91,3 +109,27 @@ def _short(text) -> str:
         return ""
     first = text.splitlines()[0] if text else ""
     return first if len(first) <= 90 else first[:87] + "..."
+
+
+# Result columns that hold whole numbers (a frame with a missing value keeps them as floats)
+# and nested metrics (stored as JSON text: a parquet column has one type).
+_INTEGER = {"point"} | {f.name for f in fields(StepMetrics) if f.type in (int, "int")}
+_NESTED = {f.name for f in fields(StepMetrics) if str(f.type).startswith("dict")}
+
+
+def json_records(frame: pd.DataFrame) -> list[dict]:
+    """The rows as strict-JSON-ready dicts: a missing value is None (not NaN), whole-number
+    metrics are ints, nested metrics (per-rank peaks, utilisation) are dicts again."""
+    out = []
+    for row in frame.to_dict("records"):
+        clean = {}
+        for key, value in row.items():
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                value = None
+            elif key in _INTEGER and isinstance(value, float) and value.is_integer():
+                value = int(value)
+            elif key in _NESTED and isinstance(value, str):
+                value = json.loads(value)
+            clean[key] = value
+        out.append(clean)
+    return out

@@ -230,3 +230,51 @@ def test_validate_names_an_unknown_group():
     result = runner.invoke(app, ["validate", "--group", "throughput", "--group", "bogus"])
     assert result.exit_code == 2
     assert "unknown group(s) bogus" in result.stderr and "llama3" in result.stderr
+
+
+def test_gantt_window_after_the_step_exits_2(run_dir):
+    # QA: a window past the step's end drew an empty chart and exited 0
+    result = runner.invoke(app, ["gantt", str(run_dir), "--window", "5s:6s"])
+    assert result.exit_code == 2
+    assert "starts after the step ends" in _one_error_line(result)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["topology", str(FAT_TREE), "--draw", "{dir}/t.txt"],
+        ["gantt", "{run}", "--out", "{dir}/g.txt"],
+        ["compare", "{run}", "--out", "{dir}/c.txt"],
+    ],
+)
+def test_a_picture_in_a_format_matplotlib_cannot_write_exits_2(command, run_dir, tmp_path):
+    # QA: matplotlib's "Format 'txt' is not supported" traceback after the work
+    args = [a.format(dir=tmp_path, run=run_dir) for a in command]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    line = _one_error_line(result)
+    assert line.startswith(f"error: {args[-2]} {args[-1]}: cannot draw a .txt picture")
+    assert ".png" in line and ".svg" in line
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sweep", str(ROOT / "scenarios/studies/slide61-tp-pp-64-nodes.sweep.yaml")],
+        ["plan", PIPELINE],
+        ["goodput", str(ROOT / "scenarios/examples/llama3-405b-16k-failures.yaml")],
+    ],
+)
+def test_sweep_plan_and_goodput_out_into_a_file_exit_2_before_simulating(
+    command, tmp_path, monkeypatch
+):
+    # QA: FileExistsError after every point was simulated
+    _never_simulate(monkeypatch)
+    from simulator.sweep import adapter
+
+    monkeypatch.setattr(adapter, "simulate", lambda *a, **k: pytest.fail("simulated"))
+    existing = tmp_path / "file"
+    existing.write_text("x")
+    result = runner.invoke(app, [*command, "--out", str(existing)])
+    assert result.exit_code == 2
+    assert _one_error_line(result) == f"error: --out {existing}: exists and is not a folder"

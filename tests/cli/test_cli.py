@@ -91,6 +91,11 @@ def test_catalog_commands():
     assert names["llama3-405b"]["params"] == 405_853_388_800
     result = runner.invoke(app, ["accelerators"])
     assert any(a["name"] == "H200-SXM" for a in json.loads(result.stdout))
+    # QA: --format table printed the JSON; the table gives the catalog in TFLOP/s and GB
+    result = runner.invoke(app, ["accelerators", "--format", "table"])
+    assert result.exit_code == 0
+    h100 = next(line for line in result.stdout.splitlines() if line.strip().startswith("H100"))
+    assert h100.split()[:6] == ["H100-SXM", "gpu", "hopper", "989", "1,979", "80"]
 
 
 def test_topology_command(root, tmp_path):

@@ -31,11 +31,16 @@ def test_sweep_writes_results_pictures_and_deltas(write_spec, tmp_path, caplog):
     args = ["sweep", str(spec), "--workers", "1", "--out", str(out), "--no-progress"]
     result = runner.invoke(app, [*args, "--format", "json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.stdout)
+    # strict JSON: an infeasible point's missing metrics are null, not NaN
+    data = json.loads(result.stdout, parse_constant=pytest.fail)
     rows = {r["point"]: r for r in data["rows"]}
     assert len(rows) == 7  # six points and the base
     assert rows[4]["status"] == "infeasible"  # tp 3 does not split 32 heads
     assert "heads do not split over tp = 3" in rows[4]["reason"]
+    assert rows[4]["step_time_s"] is None
+    # whole numbers stay ints and nested metrics objects, as in trainsim run --format json
+    assert rows[0]["num_gpus"] == 8 and isinstance(rows[0]["num_gpus"], int)
+    assert isinstance(rows[0]["peak_memory_by_rank"], dict)
     assert (out / "results.parquet").is_file()
     assert (out / "deltas.csv").is_file()
     assert (out / "line-mfu-parallelism.tp.png").stat().st_size > 10_000

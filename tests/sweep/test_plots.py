@@ -45,3 +45,24 @@ def test_deltas_are_relative_to_the_base():
     d = deltas_table(_frame(), ["nic", "over"]).set_index("point")
     assert d.loc[0, "d_step_time_s"] == -0.5  # (1 - 2) / 2
     assert d.loc[3, "d_step_time_s"] == 1.0  # (4 - 2) / 2
+
+
+def test_the_best_point_by_default_does_the_most_work_per_gpu_not_the_least():
+    # QA: a global-batch sweep marked batch 8 best (the shortest step) though batch 64 moved
+    # 2.6x the tokens per second; the default is model FLOP/s per GPU
+    rows = [{"point": -1, "status": "ok", "step_time_s": 1.0, "model_tflops_per_gpu": 100.0}]
+    for i, (batch, step) in enumerate([(8, 0.2), (16, 0.3), (64, 0.6)]):
+        work = batch * 1e12  # model FLOPs per step, per GPU
+        rows.append(
+            {
+                "point": i,
+                "status": "ok",
+                "step_time_s": step,
+                "model_tflops_per_gpu": work / step / 1e12,
+            }
+        )
+    frame = pd.DataFrame(rows)
+    assert best_point(frame, "step_time_s") == 0  # the shortest step, when asked for
+    assert best_point(frame) == 2  # 64 / 0.6 = 107 TFLOP/s against 40 and 53
+    # without the column (older results), the shortest step
+    assert best_point(frame.drop(columns="model_tflops_per_gpu")) == 0

@@ -84,7 +84,41 @@ def test_empty_list_and_unequal_zip(write_spec):
     path = write_spec("grid:\n  parallelism.tp: []\n")
     assert _error(path).startswith(f"{path}:3:3: grid.parallelism.tp: List should have at least 1")
     path = write_spec("zip:\n  parallelism.tp: [1, 2]\n  parallelism.pp: [1]\n")
-    assert "equal lengths" in _error(path)
+    # at the zip: key (line 2), naming each list's length (it said 1:1 and gave no keys)
+    assert _error(path).startswith(f"{path}:2:1: zip: zip lists are walked together")
+    assert "(parallelism.tp: 2, parallelism.pp: 1)" in _error(path)
+
+
+@pytest.mark.parametrize(
+    "text, line, section",
+    [
+        ("grid:\n  parallelism.tp: [1]\nzip:\n  parallelism.tp: [2]\n", 5, "zip"),
+        ("set:\n  parallelism.tp: 1\ngrid:\n  parallelism.tp: [2]\n", 5, "grid"),
+        (
+            "grid:\n  parallelism.tp: [1]\n"
+            "samples:\n  count: 2\n  keys:\n    parallelism.tp: [2, 4]\n",
+            7,
+            "samples.keys",
+        ),
+    ],
+)
+def test_a_key_swept_in_two_places_is_refused(write_spec, text, line, section):
+    # QA: grid's value was silently dropped for zip's; the second place is named
+    path = write_spec(text)
+    assert _error(path).startswith(f"{path}:{line}:")
+    assert f"{section}.parallelism.tp: 'parallelism.tp' is already in" in _error(path)
+
+
+def test_a_plot_of_an_unknown_metric_is_refused_before_any_point_runs(write_spec):
+    # QA: KeyError after the whole sweep
+    path = write_spec(
+        "grid:\n  parallelism.tp: [1, 2]\n"
+        "plots:\n  - {kind: line, metric: step_tme_s, x: parallelism.tp}\n"
+    )
+    message = _error(path)
+    assert message.startswith(f"{path}:5:")
+    assert "plots[0].metric: 'step_tme_s' is not a metric; known: num_gpus" in message
+    assert "step_time_s" in message
 
 
 def test_missing_base_and_no_points(write_spec, tmp_path):
@@ -109,3 +143,9 @@ def test_bad_spec_exits_2_before_any_point_runs(write_spec, monkeypatch):
     assert f"{path}:4:3: parallelism.tpp: unknown field" in result.stderr
     assert "Traceback" not in result.output
     assert calls == []
+
+
+def test_an_unknown_key_is_reported_once_for_all_its_values(write_spec):
+    # QA: the same unknown-field line came once per swept value
+    path = write_spec("grid:\n  parallelism.tpp: [1, 2, 4]\n")
+    assert _error(path) == f"{path}:3:3: parallelism.tpp: unknown field"

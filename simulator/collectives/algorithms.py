@@ -68,21 +68,25 @@ def _rings(rings: list[list[int]], bytes_: float, steps: int) -> Phase:
 
 def ring(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
     """Ring all-reduce / reduce-scatter / all-gather over NCCL-style channels (each carries an
-    equal share of the buffer), and pipelined chains for broadcast and reduce."""
+    equal share of the buffer), and pipelined chains for broadcast and reduce: NCCL runs them
+    on the same rings, each channel a chain from (to) the root ``group[0]`` along its ring,
+    carrying its share, so that across hosts every NIC carries a share, not one NIC it all."""
     n = len(group)
     if kind == "all_reduce":
         return [_rings(ring_channels(group, loc), size / n, 2 * (n - 1))]
     if kind in ("reduce_scatter", "all_gather"):
         return [_rings(ring_channels(group, loc), size / n, n - 1)]
     if kind in ("broadcast", "reduce"):
-        chain = list(group) if kind == "broadcast" else list(reversed(group))
-        return [
-            Phase(
-                tuple(Transfer(chain[i], chain[i + 1], size) for i in range(n - 1)),
-                steps=1,
-                latency_hops=n - 1,
-            )
-        ]
+        rings = ring_channels(group, loc)
+        share = size / len(rings)
+        transfers = []
+        for r in rings:
+            k = r.index(group[0])
+            chain = r[k:] + r[:k]  # from the root along the ring
+            if kind == "reduce":
+                chain.reverse()  # towards the root
+            transfers += [Transfer(chain[i], chain[i + 1], share) for i in range(n - 1)]
+        return [Phase(tuple(transfers), steps=1, latency_hops=n - 1)]
     raise ValueError(f"ring does not implement {kind}")
 
 

@@ -278,3 +278,13 @@ def test_sweep_plan_and_goodput_out_into_a_file_exit_2_before_simulating(
     result = runner.invoke(app, [*command, "--out", str(existing)])
     assert result.exit_code == 2
     assert _one_error_line(result) == f"error: --out {existing}: exists and is not a folder"
+
+
+def test_default_output_folders_are_one_safe_name():
+    # QA: a spec named ../../../tmp/qa/escape wrote outside reports/sweeps/
+    from simulator.cli_options import safe_name
+
+    assert safe_name("../../../tmp/qa/escape") == "tmp-qa-escape"
+    assert safe_name("moe nic x oversub") == "moe-nic-x-oversub"
+    assert safe_name("llama3-405b_v1.2") == "llama3-405b_v1.2"
+    assert safe_name("..") == "unnamed"

@@ -162,9 +162,15 @@ def write_chrome_trace(
 
 
 def write_rank_traces(frame: pd.DataFrame, folder: str | Path, world_size: int) -> list[Path]:
-    """One ``rank-N.json`` per simulated rank, in the shape PyTorch's profiler writes."""
+    """One ``rank-N.json`` per simulated rank, in the shape PyTorch's profiler writes. The
+    folder's other ``rank-N.json`` files (an earlier run's) are removed: HTA reads every trace
+    in the folder as one job."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    ranks = {int(r) for r in frame["rank"].unique()}
+    for old in folder.glob("rank-*.json"):
+        if old.stem[5:].isdigit() and int(old.stem[5:]) not in ranks:
+            old.unlink()
     paths = []
     for rank, f in frame.groupby("rank"):
         streams = sorted(f["stream"].unique(), key=stream_rank)

@@ -74,6 +74,25 @@ def test_perfetto_threads_never_overlap_and_have_names(report):
     assert cross  # pipeline sends point at another rank's compute
 
 
+def test_a_run_written_over_another_leaves_no_rank_trace_of_it(tmp_path):
+    # QA: a 2-rank run written into a 4-rank run's folder kept rank-4 and rank-6, and HTA
+    # would read the two runs as one job
+    import pandas as pd
+
+    from simulator.report.perfetto import write_rank_traces
+    from simulator.trace import COLUMNS
+
+    def frame(ranks):
+        row = ("compute", "compute", "forward", "attention", 0, 0, 0.0, 1.0, 1, 0)
+        return pd.DataFrame([(r, *row) for r in ranks], columns=COLUMNS)
+
+    write_rank_traces(frame([0, 2, 4, 6]), tmp_path, 8)
+    (tmp_path / "rank-notes.json").write_text("{}")  # not a rank trace: kept
+    write_rank_traces(frame([0, 2]), tmp_path, 4)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["rank-0.json", "rank-2.json", "rank-notes.json"]
+
+
 def test_rank_files_match_hta_expectations(report):
     text = (report / "hta" / "rank-2.json").read_text()
     assert re.search(r'"rank":\s+(\d+)', text).group(1) == "2"

@@ -33,6 +33,7 @@ from simulator.plan.memory import (
     RankMemory,
     device_bytes,
     distinct_rank_kinds,
+    ledger_caveats,
     max_params_model_states,
     memory_ledger,
 )
@@ -81,6 +82,7 @@ class MemoryReport:
     active_parameter_count: int
     ranks: tuple[RankMemory, ...]
     max_params_model_states: float
+    caveats: tuple[str, ...] = ()  # where the simulated peak may exceed the ledger's
 
     @property
     def fits(self) -> bool:
@@ -93,6 +95,7 @@ class MemoryReport:
             "fits": self.fits,
             "max_params_model_states": self.max_params_model_states,
             "ranks": [r.as_dict() for r in self.ranks],
+            "caveats": list(self.caveats),
         }
 
 
@@ -104,6 +107,7 @@ def memory_report(scenario: Scenario) -> MemoryReport:
         active_parameter_count=counts.active,
         ranks=tuple(distinct_rank_kinds(memory_ledger(scenario))),
         max_params_model_states=max_params_model_states(scenario),
+        caveats=tuple(ledger_caveats(scenario)),
     )
 
 

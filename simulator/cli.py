@@ -106,6 +106,8 @@ def memory(
     """Per-GPU memory of each kind of rank: parameters, gradients, optimizer, activations."""
     s = _load(scenario, set_)
     report = api.memory_report(s)
+    for caveat in report.caveats:
+        log.warning("%s", caveat)
     if format is Format.json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
         return

@@ -176,6 +176,27 @@ def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:
     return out
 
 
+def ledger_caveats(s: Scenario | Plan) -> list[str]:
+    """Where the ledger's peak can fall short of the simulated step's, in words.
+
+    Split-backward schedules (zero-bubble) run deferred weight gradients back to back; under
+    ZeRO-2/3 each leaves an unsharded gradient until its reduce-scatter ends on the
+    data-parallel stream, in order, and when the weight passes outrun the network those
+    gradients queue (the simulated memory timeline holds them; the ledger counts one unit's
+    or two buckets). How many queue depends on the step's timing, which the ledger does not
+    know."""
+    plan = s if isinstance(s, Plan) else build_plan(s)
+    par = plan.scenario.parallelism
+    out = []
+    if plan.schedule.split_backward and par.zero >= 2 and plan.dense_shard_ranks > 1:
+        out.append(
+            f"{plan.schedule.name} defers weight gradients: under ZeRO-{par.zero} their "
+            "unsharded gradients can queue for the data-parallel reduce-scatters, which this "
+            "ledger counts once; trainsim run simulates the queue and may find a higher peak"
+        )
+    return out
+
+
 def distinct_rank_kinds(ledger: list[RankMemory], rel_tol: float = 1e-9) -> list[RankMemory]:
     """Merge runs of consecutive stages whose ledgers are equal: "stages 1-14" and so on."""
     groups: list[list[RankMemory]] = []

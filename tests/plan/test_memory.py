@@ -249,3 +249,30 @@ def test_zero3_with_split_weight_gradients_agrees_with_the_ledger(schedule):
         stage_total = ledger[run["stage_of_rank"][rank]]
         # the ledger adds each kind's own peak: an upper bound, within 3% here
         assert peak <= stage_total * (1 + 1e-9) and stage_total <= 1.03 * peak
+
+
+@pytest.mark.parametrize(
+    "schedule, zero, caveat",
+    [("zb-h1", 3, True), ("zb-h2", 2, True), ("1f1b", 3, False), ("zb-h1", 1, False)],
+)
+def test_the_ledger_says_where_a_simulated_queue_of_gradients_can_exceed_it(
+    root, schedule, zero, caveat
+):
+    # QA: ZeRO-3 with ZB-H1 simulated an 82 GB peak where the ledger said 43 GB: deferred
+    # weight gradients outran their reduce-scatters. The ledger cannot know how many queue;
+    # it says so for the schedules that defer W under ZeRO-2/3 (DP 2 here), and only for them.
+    from simulator.plan.memory import ledger_caveats
+
+    s = load_scenario(
+        root / "scenarios/examples/pipeline-zb-h1.yaml",
+        [
+            f"parallelism.pipeline.schedule={schedule}",
+            f"parallelism.zero={zero}",
+            "parallelism.tp=1",
+        ],
+    )
+    assert s.dp == 2
+    notes = ledger_caveats(s)
+    assert bool(notes) is caveat
+    if caveat:
+        assert f"{schedule} defers weight gradients" in notes[0]

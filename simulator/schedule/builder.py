@@ -155,9 +155,10 @@ class GraphBuilder:
             self.keys[key] = task
 
     # -- groups ------------------------------------------------------------------------
-    def group(self, rank: int, kind: str) -> tuple[tuple[int, ...], int]:
-        """``rank``'s group of ``kind`` (tp, cp, dp, ep, edp, pp_next, pp_prev) and the index
-        of its symmetric copies (-1 in full mode), memoised."""
+    def group(self, rank: int, kind: str | tuple) -> tuple[tuple[int, ...], int]:
+        """``rank``'s group of ``kind`` (tp, cp, dp, ep, edp, pp_next, pp_prev, or
+        ``("pp_to", stage)``: a pipeline pair to any stage) and the index of its symmetric
+        copies (-1 in full mode), memoised."""
         key = (rank, kind)
         hit = self.group_cache.get(key)
         if hit is None:
@@ -166,21 +167,23 @@ class GraphBuilder:
         return hit
 
     def pipeline_pair(self, rank: int, to_stage: int) -> tuple[tuple[int, ...], int]:
-        """(sender, receiver) for a pipeline send from ``rank`` to its replica's ``to_stage``;
-        a send to a neighbour stage carries its replicas' sends as copies."""
+        """(sender, receiver) for a pipeline send from ``rank`` to its replica's ``to_stage``,
+        carrying the same send of every other rank of the stage as copies (its TP, CP and
+        data-parallel peers send at the same time): to a neighbour stage, or any other (an
+        interleaved schedule's last stage sends its next chunk's input to the first)."""
         r = self.plan.stage_of(rank)
         if to_stage == r + 1:
             return self.group(rank, "pp_next")
         if to_stage == r - 1:
             return self.group(rank, "pp_prev")
-        return (rank, self.stage_rank(rank, to_stage)), -1
+        return self.group(rank, ("pp_to", to_stage))
 
     def stage_rank(self, rank: int, stage: int) -> int:
         """The rank of ``rank``'s pipeline replica that holds ``stage``."""
         g = self.plan.grid
         return rank + (stage - g.coord(rank, "pp")) * g.stride("pp")
 
-    def _members(self, rank: int, kind: str) -> tuple[int, ...]:
+    def _members(self, rank: int, kind: str | tuple) -> tuple[int, ...]:
         g = self.plan.grid
         if kind in ("tp", "cp"):
             return g.group(rank, kind)
@@ -195,6 +198,8 @@ class GraphBuilder:
             return (rank, self.stage_rank(rank, r + 1))
         if kind == "pp_prev":
             return (rank, self.stage_rank(rank, r - 1))
+        if isinstance(kind, tuple) and kind[0] == "pp_to":
+            return (rank, self.stage_rank(rank, kind[1]))
         raise ValueError(f"unknown group kind {kind!r}")
 
     def _copies(self, rank: int, kind: str, group: tuple[int, ...]) -> int:
@@ -217,7 +222,7 @@ class GraphBuilder:
         dims = _GRID_DIMS.get(kind)
         if dims is not None:
             return grid.other_groups(rank, dims, _STAGE_DIMS)
-        if kind in ("pp_next", "pp_prev"):
+        if kind in ("pp_next", "pp_prev") or isinstance(kind, tuple):  # a pipeline pair
             stage = grid.group(rank, *_STAGE_DIMS)
             delta = group[1] - group[0]  # the same stride for every rank of the stage
             return [(x, x + delta) for x in stage if x != rank]

@@ -117,12 +117,15 @@ def run_sweep(
     for p in resolved:
         if p.task is not None and p.scenario_hash not in results:
             todo.setdefault(p.scenario_hash, p.task)
-    infeasible = sum(p.task is None for p in resolved)
+    infeasible = sum(p.task is None for p in resolved if p.index >= 0)
+    base_infeasible = any(p.task is None for p in resolved if p.index < 0)
     log.info(
-        "%s: %d points (%d infeasible), %d already simulated, %d to simulate",
+        "%s: %d points (%d infeasible) and the base scenario%s; %d scenarios already "
+        "simulated, %d to simulate (the base included)",
         spec.name,
         len(resolved) - 1,
         infeasible,
+        " (infeasible)" if base_infeasible else "",
         len({p.scenario_hash for p in resolved if p.task}) - len(todo),
         len(todo),
     )

@@ -26,6 +26,7 @@ import pandas as pd
 
 from simulator.cli_options import safe_name
 from simulator.scenario import Scenario, ScenarioError
+from simulator.scenario.errors import Position, Problem
 from simulator.scenario.schema import FatTreeTopology, NVSwitchTopology, TorusTopology
 from simulator.sweep import adapter
 from simulator.sweep.estimate import Choice, Machine, ModelShape, estimate_step_s
@@ -53,6 +54,48 @@ def gpu_overrides(s: Scenario, gpus: int | None) -> dict[str, Any]:
     if isinstance(t, FatTreeTopology):
         return {"cluster.topology.nodes": -(-gpus // t.node.gpus), "cluster.gpus": gpus}
     return {"cluster.gpus": gpus}
+
+
+# A layout that fits any GPU count the batch allows: every GPU a data-parallel replica. The
+# search replaces the layout of every candidate (:func:`overrides_of` sets all these keys).
+PLAIN_LAYOUT: dict[str, Any] = {
+    "parallelism.dp": None,
+    "parallelism.tp": 1,
+    "parallelism.pp": 1,
+    "parallelism.cp": 1,
+    "parallelism.ep": 1,
+    "parallelism.expert_tp": None,
+    "parallelism.sequence_parallel": False,
+    "parallelism.pipeline.schedule": "1f1b",
+    "parallelism.pipeline.virtual_stages": 1,
+    "parallelism.pipeline.first_stage_layers": None,
+    "parallelism.pipeline.last_stage_layers": None,
+    "training.micro_batch": 1,
+}
+
+
+def _on_gpus(path: Path, fixed: dict[str, Any], gpus: int | None) -> Scenario:
+    """The scenario moved to ``gpus`` GPUs (``fixed``): with its own parallel layout where
+    that fits them, else with :data:`PLAIN_LAYOUT` (the layout is searched anyway). A
+    ScenarioError that names ``--gpus`` when neither fits (a batch too small for them)."""
+    error = None
+    for layout in ({}, PLAIN_LAYOUT):
+        probe = spec_from_model(
+            SweepSpecModel(
+                base=str(path.resolve()), set={**fixed, **layout}, zip={"parallelism.tp": [1]}
+            ),
+            path,
+        )
+        try:
+            return probe.scenario({})
+        except ScenarioError as exc:
+            error = error or exc
+    raise ScenarioError(
+        [
+            Problem(Position(f"--gpus {gpus}"), p.field, f"{p.message} (from {p.position})")
+            for p in error.problems
+        ]
+    ) from None
 
 
 def machine_of(s: Scenario) -> Machine:
@@ -305,11 +348,20 @@ class PlanSearch:
         b = base.iloc[0]
         if b["status"] not in ("ok", "oom"):
             return text + f"\nthe scenario's own plan: {b['status']}: {b['reason']}"
-        return text + (
+        text += (
             f"\nthe scenario's own plan: step {b['step_time_s']:.4g} s, MFU {b['mfu']:.1%}, "
             f"peak {b['peak_memory_bytes'] / 1e9:,.1f} GB"
             + (" (OOM)" if b["status"] == "oom" else "")
         )
+        ok = self.ranked[self.ranked["status"] == "ok"] if not self.ranked.empty else None
+        if b["status"] == "ok" and ok is not None and not ok.empty:
+            best = float(ok["step_time_s"].min())
+            if best > b["step_time_s"]:
+                text += (
+                    f"\nnone of the {len(self.ranked)} simulated beats it (best {best:.4g} s): "
+                    "the quick estimate ranked them ahead of it; a larger --top simulates more"
+                )
+        return text
 
     def as_dict(self) -> dict:
         return {
@@ -380,10 +432,11 @@ def search_plans(
     """Search the plans of the scenario in ``path`` (see the module doc)."""
     base = adapter.load_scenario(path)
     fixed = gpu_overrides(base, gpus)
+    # candidates are built on the base with the GPU count changed (each sets every layout key)
     probe = spec_from_model(
         SweepSpecModel(base=str(path.resolve()), set=fixed, zip={"parallelism.tp": [1]}), path
     )
-    scenario = probe.scenario({}) if fixed else base
+    scenario = _on_gpus(path, fixed, gpus) if fixed else base
     hw = machine_of(scenario)
     choices, rejected = enumerate_choices(scenario, hw)
     screened = screen(probe, {}, scenario, choices, hw, top) + rejected

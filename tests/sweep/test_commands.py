@@ -111,3 +111,34 @@ def test_estimate_of_one_gpu_is_the_flop_count():
     assert estimate_step_s(full, shape, hw) == pytest.approx(
         4 / 3 * flops / (1e15 * GEMM_EFFICIENCY)  # one more forward
     )
+
+
+def test_plan_for_fewer_gpus_than_the_scenarios_own_layout_needs(tmp_path):
+    # QA: --gpus 2 on a TP 4 scenario failed on the file's tp line; the search replaces the
+    # layout anyway, so it plans on 2 GPUs and reports the own plan as infeasible there
+    base = tmp_path / "tiny.yaml"
+    base.write_text(TINY_BASE.replace("tp: 2, pp: 2", "tp: 4, pp: 2"))
+    args = ["plan", str(base), "--gpus", "2", "--top", "1", "--workers", "1"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "p"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "candidate plans on 2 GPUs" in result.stdout
+    assert "the scenario's own plan: infeasible" in result.stdout
+    # more GPUs than one DGX node has fails naming --gpus, whatever the layout
+    result = runner.invoke(app, ["plan", str(base), "--gpus", "64", "--workers", "1"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --gpus 64: cluster.gpus: 64 GPUs requested")
+
+
+def test_plan_says_when_its_simulated_candidates_all_lose_to_the_scenarios_own_plan():
+    import pandas as pd
+
+    from simulator.sweep.search import PlanSearch
+
+    results = pd.DataFrame(
+        [{"point": -1, "status": "ok", "step_time_s": 1.0, "mfu": 0.4, "peak_memory_bytes": 1e9}]
+    )
+    slower = pd.DataFrame([{"status": "ok", "step_time_s": 1.2}])
+    text = PlanSearch("s", 8, pd.DataFrame(), slower, results).headline()
+    assert "none of the 1 simulated beats it (best 1.2 s)" in text
+    faster = pd.DataFrame([{"status": "ok", "step_time_s": 0.9}])
+    assert "beats it" not in PlanSearch("s", 8, pd.DataFrame(), faster, results).headline()

@@ -169,6 +169,15 @@ def build_scenario(
     _promote_names(data, list(overrides))
     for text in overrides:
         apply_override(data, positions, text)
+    if any("include" in text for text in overrides):
+        # an override may bring an include: of its own (--set 'cluster.topology={include:
+        # topologies/dgx-h100-superpod.yaml, nodes: 4}'): a path relative to the working
+        # folder or the project, as the scenario file's own includes may be
+        here = Path(source).parent if Path(source).is_file() else Path.cwd()
+        try:
+            data = expand_includes(data, positions, here, [Path.cwd(), PROJECT_ROOT])
+        except RecursionError:
+            raise ScenarioError.single(Position(source), "", "nested too deeply") from None
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:

@@ -221,7 +221,12 @@ def expand_includes(
     }
     if "include" not in data:
         return data
-    pos = positions.get(path + ("include",), Position(str(here)))
+    pos = positions.get(path + ("include",))
+    for up in range(len(path), -1, -1):  # else where its nearest ancestor was written
+        if pos is not None:
+            break
+        pos = positions.get(path[:up])
+    pos = pos or Position(str(here))
     target = data.pop("include")
     if not isinstance(target, str):
         raise ScenarioError.single(

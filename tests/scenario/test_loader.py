@@ -219,3 +219,20 @@ def test_user_defined_accelerator():
     err = _error(text.replace("    hbm_bytes: 96 GiB\n", ""))
     assert err.problems[0].field == "cluster.accelerator.hbm_bytes"
     assert "required" in err.problems[0].message
+
+
+def test_an_override_may_include_a_topology_file(root):
+    # QA: --set cluster.topology={include: ...} failed with a pydantic discriminator message;
+    # comparing two machine files is a natural study
+    path = root / "scenarios/examples/ddp-megatron-1.7b.yaml"
+    s = load_scenario(
+        path, ["cluster.topology={include: topologies/dgx-h100-superpod.yaml, nodes: 4}"]
+    )
+    assert s.cluster.topology.name == "DGX H100 SuperPOD"
+    assert s.cluster.topology.nodes == 4  # the override's own keys win over the file's
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(path, ["cluster.topology={include: nowhere.yaml}"])
+    assert str(exc.value) == (
+        "--set cluster.topology={include: nowhere.yaml}: cluster.topology.include: "
+        "included file 'nowhere.yaml' not found"
+    )

@@ -29,7 +29,7 @@ from collections import defaultdict
 
 from simulator.plan.grid import RankGrid
 from simulator.scenario import Scenario
-from simulator.scenario.schema import FatTreeTopology
+from simulator.scenario.schema import FatTreeTopology, TorusTopology
 from simulator.topology import Topology
 
 # Groups whose traffic is per layer (slide 42: TP belongs inside the node; EP and CP are the
@@ -225,4 +225,31 @@ def topology_warnings(scenario: Scenario, topo: Topology) -> list[str]:
         out += _fat_tree_warnings(t, topo, groups)
     if topo.meta.get("kind") != "torus":
         out += _straddle_warnings(topo, groups)
+    out += _machine_warnings(scenario)
+    return out
+
+
+def _machine_warnings(scenario: Scenario) -> list[str]:
+    """An accelerator on a machine description written for another: a topology file's NVLink
+    rate that is not the accelerator's (the file's is used), a TPU on an NVSwitch node or a
+    GPU on a TPU torus."""
+    acc, t = scenario.cluster.accelerator, scenario.cluster.topology
+    node = getattr(t, "node", None)
+    out = []
+    if isinstance(t, TorusTopology) != (acc.kind == "tpu") and t is not None:
+        machine = {"torus": "a TPU torus", "nvswitch": "an NVSwitch node"}.get(
+            t.kind, "NVSwitch nodes on a fat tree"
+        )
+        out.append(
+            f"{acc.name} ({acc.kind}) runs on {machine} (cluster.topology): the machine "
+            "description was written for another accelerator"
+        )
+    elif node is not None and node.nvlink_bandwidth is not None and acc.kind == "gpu":
+        file_GBps, acc_GBps = node.nvlink_bandwidth / 1e9, acc.scale_up_bandwidth_Bps / 1e9
+        if abs(file_GBps - acc_GBps) > 1e-6 * acc_GBps:
+            out.append(
+                f"the topology gives NVLink {file_GBps:,.0f} GB/s per GPU "
+                f"(cluster.topology.node.nvlink_bandwidth) where the {acc.name} has "
+                f"{acc_GBps:,.0f} GB/s: the topology's figure is used"
+            )
     return out

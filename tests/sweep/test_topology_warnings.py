@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from simulator.plan.topology_warnings import topology_warnings
 from simulator.scenario import load_scenario_text
 from simulator.topology import build_topology
@@ -91,3 +93,29 @@ def test_tp_beyond_the_node():
 
 def test_one_node_has_no_fabric_warnings():
     assert _warnings("{include: topologies/dgx-h100.yaml}", "{tp: 8}", batch=8) == []
+
+
+@pytest.mark.parametrize(
+    "accelerator, expected",
+    [
+        ("H100-SXM", None),
+        ("A100-SXM4-80GB", "NVLink 450 GB/s per GPU (cluster.topology.node.nvlink_bandwidth) "
+         "where the A100-SXM4-80GB has 300 GB/s"),
+        ("TPU-v5p", "TPU-v5p (tpu) runs on an NVSwitch node"),
+    ],
+)  # fmt: skip
+def test_an_accelerator_on_a_machine_written_for_another_is_said(accelerator, expected):
+    # QA: an A100 silently got the DGX H100 file's 450 GB/s NVLink, a TPU an NVSwitch node
+    from simulator.plan.topology_warnings import topology_warnings
+    from simulator.scenario import load_scenario
+    from simulator.topology import build_topology
+
+    s = load_scenario(
+        "scenarios/examples/llama3-8b-fsdp.yaml", [f"cluster.accelerator={accelerator}"]
+    )
+    found = [w for w in topology_warnings(s, build_topology(s.cluster)) if "accelerator" in w
+             or "NVLink" in w and "per GPU" in w]  # fmt: skip
+    if expected is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and expected in found[0]

@@ -181,13 +181,34 @@ def build_scenario(
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ScenarioError(_validation_problems(exc, data, positions)) from None
+        problems = _validation_problems(exc, data, positions)
+        raise ScenarioError(_with_overrides(problems, overrides)) from None
     findings = check_scenario(scenario)
     if findings:
         raise ScenarioError(
-            [Problem(_nearest(path, positions), dotted(path), msg) for path, msg in findings]
+            _with_overrides(
+                [Problem(_nearest(path, positions), dotted(path), msg) for path, msg in findings],
+                overrides,
+            )
         )
     return scenario
+
+
+def _with_overrides(problems: list[Problem], overrides) -> list[Problem]:
+    """Problems found at a place in the file while overrides were in force say so: a
+    consistency check blames the field it checks (``parallelism.pp``), which may be the
+    file's while the change that broke it came from ``--set model.layers=6``."""
+    if not overrides:
+        return problems
+    shown = ", ".join(f"--set {o}" for o in overrides[:3])
+    if len(overrides) > 3:
+        shown += f" and {len(overrides) - 3} more"
+    return [
+        p
+        if p.position.source.startswith("--set ")
+        else Problem(p.position, p.field, f"{p.message} (with {shown})")
+        for p in problems
+    ]
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:

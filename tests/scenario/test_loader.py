@@ -236,3 +236,17 @@ def test_an_override_may_include_a_topology_file(root):
         "--set cluster.topology={include: nowhere.yaml}: cluster.topology.include: "
         "included file 'nowhere.yaml' not found"
     )
+
+
+def test_a_consistency_error_caused_by_an_override_names_the_override(root):
+    # QA: --set model.layers=6 was blamed on the file's parallelism.pp line alone
+    path = root / "scenarios/examples/pipeline-1f1b.yaml"
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(path, ["model.layers=6"])
+    text = str(exc.value)
+    assert "parallelism.pp" in text and text.endswith("(with --set model.layers=6)")
+    # an error at the override itself is not annotated twice
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(path, ["parallelism.tp=two"])
+    assert str(exc.value).startswith("--set parallelism.tp=two: parallelism.tp:")
+    assert "(with" not in str(exc.value)

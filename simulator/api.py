@@ -234,7 +234,8 @@ def collective_table(
     protocol_efficiency: bool = True,
 ) -> pd.DataFrame:
     """An nccl-tests-like table: for each size, the time of ``op`` over the first ``ranks``
-    devices and its algbw and busbw (B/s), with ``groups`` - 1 identical groups (the next
+    devices, its algbw and busbw (B/s), and the algorithm and NCCL protocol it ran with (the
+    ones asked for, or NCCL's choice by size), with ``groups`` - 1 identical groups (the next
     blocks of devices) running the same collective at the same time.
 
     Raises
@@ -266,7 +267,16 @@ def collective_table(
         )
         seconds, _ = time_collective(model, plan, copies)
         algbw, busbw = bus_bandwidth(op, ranks, size, seconds)
-        rows.append({"size_bytes": size, "time_s": seconds, "algbw_Bps": algbw, "busbw_Bps": busbw})
+        rows.append(
+            {
+                "size_bytes": size,
+                "time_s": seconds,
+                "algbw_Bps": algbw,
+                "busbw_Bps": busbw,
+                "algorithm": plan.algorithm,
+                "protocol": plan.protocol,
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -252,11 +252,17 @@ def collective(
     shown["algbw_GBps"] = (shown["algbw_Bps"] / 1e9).map(lambda v: f"{v:,.2f}")
     shown["busbw_GBps"] = (shown["busbw_Bps"] / 1e9).map(lambda v: f"{v:,.2f}")
     n = ranks or topo.num_devices
+    chosen = table["algorithm"].unique()
+    how = f"algorithm {chosen[0]}" if len(chosen) == 1 else "algorithm chosen per size"
     typer.echo(
-        f"{op} over {n} ranks of {topo.name}, algorithm {algo or 'default'}"
+        f"{op} over {n} ranks of {topo.name}, {how}"
+        + ("" if algo else " (the default; --algo chooses)")
         + (f", {groups} groups at once" if groups > 1 else "")
     )
-    typer.echo(shown[["size", "time_us", "algbw_GBps", "busbw_GBps"]].to_string(index=False))
+    columns = ["size", "time_us", "algbw_GBps", "busbw_GBps", "protocol"]
+    if len(chosen) > 1:
+        columns.insert(4, "algorithm")
+    typer.echo(shown[columns].to_string(index=False))
 
 
 def _human_bytes(n: float) -> str:

@@ -160,17 +160,46 @@ def _depth(parents: dict[int, int]) -> int:
 
 def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
     """Double binary tree all-reduce: each tree reduces then broadcasts half the buffer,
-    pipelined in chunks (bytes cross each edge once, latency is paid per level)."""
+    pipelined in chunks (bytes cross each edge once, latency is paid per level).
+
+    Over hosts of ``g > 1`` members each, NCCL's shape (``graph/trees.cc``): the double
+    binary trees join the hosts, and inside each host the members form a chain under the
+    host's tree node; there is one such tree pair per channel, a channel per local GPU (as
+    the rings), each host's chain starting at another member, so every GPU's NIC carries a
+    share: ``g`` channels x 2 trees of ``S / 2g`` each."""
     if kind != "all_reduce":
         raise ValueError(f"tree does not implement {kind}")
     n = len(group)
     if n == 1:
         return []
-    trees = double_binary_trees(n)
-    depth = max(_depth(t) for t in trees)
-    up = tuple(Transfer(group[c], group[p], size / 2) for t in trees for c, p in t.items())
-    down = tuple(Transfer(group[p], group[c], size / 2) for t in trees for c, p in t.items())
+    hosts = _by_host(group, loc)
+    g = len(hosts[0]) if hosts else 0
+    if len(hosts) < 2 or g < 2 or any(len(h) != g for h in hosts):
+        trees = double_binary_trees(n)
+        depth = max(_depth(t) for t in trees)
+        up = tuple(Transfer(group[c], group[p], size / 2) for t in trees for c, p in t.items())
+        down = tuple(Transfer(group[p], group[c], size / 2) for t in trees for c, p in t.items())
+        return [Phase(up, 1, depth), Phase(down, 1, depth)]
+    trees = double_binary_trees(len(hosts))
+    depth = max(_depth(t) for t in trees) + g - 1
+    share = size / (2 * g)
+    edges: list[tuple[int, int]] = []  # (child, parent) of every channel's two trees
+    for c in range(g):
+        chains = [[h[(c + i) % g] for i in range(g)] for h in hosts]  # head first
+        for t in trees:
+            edges += [(chains[child][0], chains[parent][0]) for child, parent in t.items()]
+            edges += [(ch[i + 1], ch[i]) for ch in chains for i in range(g - 1)]
+    up = tuple(Transfer(child, parent, share) for child, parent in edges)
+    down = tuple(Transfer(parent, child, share) for child, parent in edges)
     return [Phase(up, 1, depth), Phase(down, 1, depth)]
+
+
+def _by_host(group: Sequence[int], loc: Locality) -> list[list[int]]:
+    """``group``'s members host by host, in order of first appearance."""
+    by_host: dict[int, list[int]] = {}
+    for d in group:
+        by_host.setdefault(loc.host_of.get(d, d), []).append(d)
+    return list(by_host.values())
 
 
 def nvls(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:

@@ -145,6 +145,14 @@ def test_collective_command_nccl_table(root):
     for r in rows:  # busbw = algbw x 2(n-1)/n (nccl-tests PERFORMANCE.md)
         assert r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * 2 * 7 / 8, rel=1e-12)
     assert rows[-1]["busbw_Bps"] < 450e9  # never above the NVLink line rate
+    # QA: the table said "algorithm default"; it names what ran, and NCCL's protocol by size
+    assert {r["algorithm"] for r in rows} == {"ring"}
+    assert [r["protocol"] for r in rows] == ["LL", "LL128", "Simple"]  # 1 MiB, 32 MiB, 1 GiB
+    table = runner.invoke(
+        app,
+        ["collective", "--topology", str(root / "topologies/dgx-h100.yaml"), "--sizes", "1MiB"],
+    )
+    assert "algorithm ring (the default; --algo chooses)" in table.stdout
 
 
 def test_collective_command_bad_input(root):

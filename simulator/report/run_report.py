@@ -82,7 +82,8 @@ def headline_rows(summary: dict) -> list[tuple[str, str]]:
         ),
         (
             "simulated",
-            f"{summary['simulated_ranks']} ranks of {summary['num_gpus']:,}, "
+            f"{summary['simulated_ranks']} rank{'s' if summary['simulated_ranks'] != 1 else ''}"
+            f" of {summary['num_gpus']:,}, "
             f"{summary['tasks']:,} tasks",
         ),
         (

@@ -134,7 +134,14 @@ def _fat_tree_warnings(
                 f"communication group stays under one leaf switch ({why}), and oversubscription "
                 "only thins the leaf-spine links"
             )
-    if crosses_nodes and t.levels >= 3 and len(over) > 1 and over[1] > 1 and pod_of:
+    if t.levels >= 3 and len(over) > 1 and over[1] > 1 and len(set(pod_of.values())) == 1:
+        # (at 1:1 above the pods a missing core changes nothing but a switch hop's latency)
+        out.append(
+            f"levels: 3 but all {len(pod_of)} leaves form one pod (leaves_per_pod "
+            f"{t.leaves_per_pod or 'default'}): no core level is built, so oversubscription "
+            f"{_fmt_ratio(over[1])} above the pods touches nothing"
+        )
+    elif crosses_nodes and t.levels >= 3 and len(over) > 1 and over[1] > 1 and pod_of:
         pods = {d: pod_of.get(leaf, 0) for d, leaf in leaf_of.items()}
         if not _spans(groups, pods, topo.host_of):
             out.append(

@@ -119,3 +119,20 @@ def test_an_accelerator_on_a_machine_written_for_another_is_said(accelerator, ex
         assert found == []
     else:
         assert len(found) == 1 and expected in found[0]
+
+
+def test_three_levels_with_one_pod_build_no_core_and_say_so():
+    # QA: levels: 3 on a fabric whose leaves all fit one pod silently dropped the core level
+    # and its oversubscription
+    w = _warnings(
+        "{kind: fat_tree, nodes: 4, nodes_per_leaf: 2, levels: 3, oversubscription: [1, 4]}",
+        "{tp: 8}",
+    )
+    assert _has(w, "levels: 3 but all 16 leaves form one pod (leaves_per_pod default)")  # 8 rails
+    assert _has(w, "so oversubscription 1:4 above the pods touches nothing")
+    two_pods = _warnings(
+        "{kind: fat_tree, nodes: 4, nodes_per_leaf: 1, levels: 3, leaves_per_pod: 2,"
+        " oversubscription: [1, 4]}",
+        "{tp: 8}",
+    )
+    assert not _has(two_pods, "form one pod")

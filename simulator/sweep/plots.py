@@ -77,7 +77,9 @@ def line_plot(
     title: str = "",
 ) -> Path:
     """``metric`` against ``x``, one line per value of ``group``; OOM points as red crosses at
-    their simulated value, infeasible and failed points as grey ticks on the x axis."""
+    their simulated value, infeasible and failed points as grey ticks on the x axis. Points
+    that share an x and a group (other keys vary; name one as ``group``) are drawn unjoined:
+    a line through them would zig-zag between unrelated points."""
     pts = frame[frame["point"] >= 0]
     xs = _order(pts[x])
     pos = {_text(v): i for i, v in enumerate(xs)}
@@ -88,7 +90,8 @@ def line_plot(
         sub = pts if g is None else pts[pts[group].map(_text) == _text(g)]
         sub = sub.assign(_x=sub[x].map(lambda v: pos[_text(v)])).sort_values("_x")
         label = None if g is None else f"{group} = {_text(g)}"
-        _draw_group(ax, sub, metric, scale, label, labelled)
+        joined = not sub["_x"].duplicated().any()
+        _draw_group(ax, sub, metric, scale, label, labelled, joined)
     best = best_point(frame)  # as the points table marks it
     if best is not None:
         row = pts[pts["point"] == best].iloc[0]
@@ -109,9 +112,11 @@ def line_plot(
     return path
 
 
-def _draw_group(ax, sub: pd.DataFrame, metric: str, scale: float, label, labelled: set) -> None:
-    """One group's line of ok points, its OOM crosses and its infeasible ticks (each of the
-    last two labelled once per picture)."""
+def _draw_group(
+    ax, sub: pd.DataFrame, metric: str, scale: float, label, labelled: set, joined: bool = True
+) -> None:
+    """One group's line of ok points (markers alone unless ``joined``), its OOM crosses and
+    its infeasible ticks (each of the last two labelled once per picture)."""
 
     def once(text: str) -> str | None:
         if text in labelled:
@@ -120,7 +125,10 @@ def _draw_group(ax, sub: pd.DataFrame, metric: str, scale: float, label, labelle
         return text
 
     ok = sub[sub["status"] == "ok"]
-    ax.plot(ok["_x"], ok[metric].astype(float) * scale, marker="o", label=label)
+    ax.plot(
+        ok["_x"], ok[metric].astype(float) * scale, marker="o", label=label,
+        linestyle="-" if joined else "none",
+    )  # fmt: skip
     oom = sub[sub["status"] == "oom"]
     if not oom.empty and metric in oom:
         ax.scatter(

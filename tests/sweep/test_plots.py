@@ -66,3 +66,19 @@ def test_the_best_point_by_default_does_the_most_work_per_gpu_not_the_least():
     assert best_point(frame) == 2  # 64 / 0.6 = 107 TFLOP/s against 40 and 53
     # without the column (older results), the shortest step
     assert best_point(frame.drop(columns="model_tflops_per_gpu")) == 0
+
+
+def test_a_line_over_points_that_differ_in_another_key_is_not_joined(tmp_path, monkeypatch):
+    # QA: a 2-D sweep's line plot without a group zig-zagged between unrelated points
+    joined = []
+    original = plots._draw_group
+
+    def spy(ax, sub, metric, scale, label, labelled, joined_=True):
+        joined.append(joined_)
+        return original(ax, sub, metric, scale, label, labelled, joined_)
+
+    monkeypatch.setattr(plots, "_draw_group", spy)
+    frame = _frame()
+    plots.line_plot(frame, "step_time_s", "nic", None, tmp_path / "a.png")
+    plots.line_plot(frame, "step_time_s", "nic", "over", tmp_path / "b.png")
+    assert joined == [False, True, True]  # two points per nic alone; one per nic in a group

@@ -405,8 +405,21 @@ def compare(
     table = comparison_frame([(n, s) for n, s, _ in runs])
     if format is Format.json:
         typer.echo(table.to_json(orient="records", indent=2))
-    else:
-        typer.echo(table.to_string(index=False))
+        return
+    shown = table.copy()  # the terminal's units: s, tokens/s, percentages, GB
+    for col in shown.columns:
+        if col.endswith("fraction") or col in ("mfu", "hfu"):
+            shown[col] = shown[col].map(lambda v: f"{v:.1%}")
+    if "step_time_s" in shown:
+        shown["step_time_s"] = shown["step_time_s"].map(lambda v: f"{v:.4g}")
+    if "tokens_per_s" in shown:
+        shown["tokens_per_s"] = shown["tokens_per_s"].map(lambda v: f"{v:,.0f}")
+    if "peak_memory_bytes" in shown:
+        gb = shown.pop("peak_memory_bytes") / GB
+        shown.insert(len(shown.columns) - 1, "peak_memory_GB", gb.map(lambda v: f"{v:,.1f}"))
+    if "oom" in shown:
+        shown["oom"] = shown["oom"].map({True: "OOM", False: ""})
+    typer.echo(shown.to_string(index=False))
 
 
 @app.command()

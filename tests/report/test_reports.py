@@ -142,6 +142,14 @@ def test_gantt_redraw_and_compare(report, tmp_path, root):
     rows = {r["run"]: r for r in json.loads(result.stdout)}
     assert rows["interleaved"]["bubble_fraction"] < rows[report.name]["bubble_fraction"]
     assert png.stat().st_size > 20_000
+    # the table in the terminal's units (QA: it printed raw floats and bytes)
+    result = runner.invoke(app, ["compare", str(report), str(other), "--out", str(png)])
+    line = next(x for x in result.stdout.splitlines() if x.strip().startswith("interleaved"))
+    step, tokens, mfu = line.split()[1:4]
+    assert float(step) == pytest.approx(rows["interleaved"]["step_time_s"], rel=1e-3)
+    assert tokens == f"{rows['interleaved']['tokens_per_s']:,.0f}"
+    assert mfu == f"{rows['interleaved']['mfu']:.1%}"
+    assert "peak_memory_GB" in result.stdout
 
 
 def test_default_gantt_shows_one_rank_per_stage():

@@ -126,19 +126,25 @@ def goodput(
             shown["checkpoint_interval_sweep"] = table.to_dict("records")
         typer.echo(json.dumps(shown, indent=2))
         return
-    _print_table(s.name or scenario.stem, summary, table)
+    _print_table(s.name or scenario.stem, summary, table, result.model.slowdown)
 
 
 def _hours(v: float) -> str:
     return f"{v:,.1f} h"
 
 
-def _print_table(name: str, summary: dict, table) -> None:
+def _print_table(name: str, summary: dict, table, slowdown: float = 1.0) -> None:
     d = summary
     opt = d["optimal_checkpoint_interval_s"]
     lines = [
         f"{name}: {d['seeds']} seeds of {d['days']:g} days",
-        f"  step time                  {d['step_time_s']:.3f} s",
+        f"  step time                  {d['step_time_s']:.3f} s"
+        + (
+            f" ({d['step_time_s'] * slowdown:.3f} s on average with random stragglers, "
+            f"x{slowdown:.3f}: ETTR counts it as lost time)"
+            if slowdown > 1.0
+            else ""
+        ),
         f"  interruptions              {d['interruptions_mean']:.1f} (MTTI {d['mtti_hours']:.2f} h)"
         if d["mtti_hours"]
         else "  interruptions              0",

@@ -122,3 +122,20 @@ def test_interval_range_is_log_spaced():
     assert len(parse_interval_range("5min:4h")) == 12
     with pytest.raises(ValueError):
         parse_interval_range("5min")
+
+
+def test_the_step_time_line_shows_random_stragglers_slowdown(tmp_path, root):
+    # QA: the table's step time ignored failures.stragglers.random though ETTR counted it;
+    # 32 GPUs, each slow 1% of steps at half speed: 1 + (1 - 0.99^32) x (2 - 1) = x1.275
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        SCENARIO.format(root=root) + "  stragglers: {random: {fraction: 0.01, factor: 2}}\n"
+    )
+    result = _run(path, "--days", 1, "--seeds", 2)
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if "step time" in x)
+    slowdown = 1 + (1 - 0.99**32)
+    assert f"with random stragglers, x{slowdown:.3f}" in line
+    plain = _run(path, "--days", 1, "--seeds", 2, "--set", "failures.stragglers.random=null")
+    assert plain.exit_code == 0, plain.output
+    assert "random stragglers" not in plain.stdout

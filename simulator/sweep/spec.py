@@ -54,6 +54,7 @@ from simulator.scenario import Scenario, ScenarioError
 from simulator.scenario.errors import Position, Problem
 from simulator.scenario.loader import PROJECT_ROOT, _validation_problems, build_scenario
 from simulator.scenario.yaml_source import Positions, expand_includes, read_yaml_file
+from simulator.units import UnitError, parse_quantity
 
 Values = Annotated[list[Any], Field(min_length=1)]
 
@@ -64,12 +65,29 @@ class _Strict(BaseModel):
 
 class Range(_Strict):
     """A sampled number: uniform in [low, high], or log-uniform with ``log``; rounded to an
-    integer with ``integer``."""
+    integer with ``integer``. The ends may carry units (``{low: 100 Gb/s, high: 800 Gb/s}``),
+    the same kind of unit at both ends; values are then drawn in SI units (B/s here)."""
 
     low: float
     high: float
     log: bool = False
     integer: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def ends_in_si(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not any(
+            isinstance(data.get(k), str) for k in ("low", "high")
+        ):
+            return data
+        out, kinds = dict(data), set()
+        for k in ("low", "high"):
+            if isinstance(data.get(k), str):
+                out[k], kind = _si(data[k])
+                kinds.add(kind)
+        if len(kinds) > 1:
+            raise ValueError(f"low and high are different kinds of quantity ({', '.join(sorted(kinds))})")
+        return out
 
     @model_validator(mode="after")
     def ordered(self):
@@ -78,6 +96,21 @@ class Range(_Strict):
         if self.log and self.low <= 0:
             raise ValueError("a log range needs low > 0")
         return self
+
+
+_DIMENSIONS = ("bandwidth", "bytes", "time", "flops_rate", "flops", "count")
+
+
+def _si(text: str) -> tuple[float, str]:
+    """A quantity with a unit in SI units, and the kind of unit it has."""
+    for dimension in _DIMENSIONS:
+        try:
+            return parse_quantity(text, dimension), dimension
+        except UnitError:
+            continue
+    raise ValueError(
+        f"cannot read {text!r} as a number with a unit (e.g. 400 Gb/s, 80 GB, 5 ms, 16K)"
+    )
 
 
 class Samples(_Strict):

@@ -9,6 +9,7 @@ from simulator.cli import app
 from simulator.scenario import ScenarioError
 from simulator.sweep import adapter
 from simulator.sweep.spec import Range, Samples, draw_samples, load_spec, override_text
+from tests.sweep.conftest import TINY_BASE
 
 
 def test_grid_is_the_product_in_order(write_spec):
@@ -149,3 +150,25 @@ def test_an_unknown_key_is_reported_once_for_all_its_values(write_spec):
     # QA: the same unknown-field line came once per swept value
     path = write_spec("grid:\n  parallelism.tpp: [1, 2, 4]\n")
     assert _error(path) == f"{path}:3:3: parallelism.tpp: unknown field"
+
+
+def test_sampled_ranges_may_carry_units(write_spec):
+    # QA: {low: 100 Gb/s, high: 800 Gb/s} was refused with pydantic's internals
+    spec = load_spec(
+        write_spec(
+            "samples:\n  count: 20\n  keys:\n"
+            "    cluster.topology.nic_bandwidth: {low: 100 Gb/s, high: 800 Gb/s, log: true}\n",
+            base=TINY_BASE.replace(
+                "topology: {include: topologies/dgx-h100.yaml}",
+                "topology: {kind: fat_tree, nodes: 2}",
+            ),
+        )
+    )
+    drawn = [p.values["cluster.topology.nic_bandwidth"] for p in spec.points()]
+    assert all(12.5e9 <= v <= 100e9 for v in drawn)  # B/s
+    bad = write_spec(
+        "samples:\n  count: 2\n  keys:\n    training.micro_batch: {low: 1 GB, high: 2 s}\n"
+    )
+    message = _error(bad)
+    assert message.startswith(f"{bad}:5:")
+    assert "low and high are different kinds of quantity (bytes, time)" in message

@@ -86,7 +86,8 @@ class Range(_Strict):
                 out[k], kind = _si(data[k])
                 kinds.add(kind)
         if len(kinds) > 1:
-            raise ValueError(f"low and high are different kinds of quantity ({', '.join(sorted(kinds))})")
+            shown = ", ".join(sorted(kinds))
+            raise ValueError(f"low and high are different kinds of quantity ({shown})")
         return out
 
     @model_validator(mode="after")

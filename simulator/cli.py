@@ -181,8 +181,11 @@ def topology(
     if format is Format.json:
         typer.echo(json.dumps({**info, "levels": levels.to_dict("records")}, indent=2, default=str))
         return
+    kind = info["kind"]
+    if info.get("shape"):  # the shape built (the name is the file's, whatever --set changed)
+        kind += " " + "x".join(map(str, info["shape"]))
     typer.echo(
-        f"{info['name']} ({info['kind']}): {info['devices']:,} devices on "
+        f"{info['name']} ({kind}): {info['devices']:,} devices on "
         f"{info['hosts']:,} hosts, {info['links']:,} directed links"
     )
     switches = ", ".join(f"{v:,} {k}" for k, v in info["switches"].items()) or "none"

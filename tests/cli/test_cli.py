@@ -118,6 +118,11 @@ def test_topology_command(root, tmp_path):
     assert info["devices"] == 32 and info["nics"] == 32
     assert info["bisection_Bps"] == pytest.approx(32 * 50e9 / 2)
     assert png.stat().st_size > 10_000  # a real picture
+    # QA: a torus reshaped by --set kept the file's name as its only description
+    result = runner.invoke(
+        app, ["topology", str(root / "topologies/tpu-v5p-pod.yaml"), "--set", "shape=[4,4,4]"]
+    )
+    assert result.stdout.startswith("TPU v5p 16x16x24 (torus 4x4x4): 64 devices")
 
 
 def test_collective_command_nccl_table(root):

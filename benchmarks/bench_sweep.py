@@ -11,7 +11,7 @@ one of two studies (``--big-study``):
 - ``seed`` (default): points differ only in ``seed`` (a field the step simulation does not
   read), so every point has its own scenario hash and costs the same, the whole build and
   simulation: the measured differences are the machinery's, not the simulator's.
-- ``fabric``: a topology study, the leaves' oversubscription from 1:1 to 5:1 - points that
+- ``fabric``: a topology study, the leaves' oversubscription from 1.25:1 to 6:1 - points that
   simulate different steps (the data-parallel rings cross the leaves' uplinks) on a task
   graph a worker builds once (:class:`simulator.api.StepCache`: the build does not read
   oversubscription).
@@ -46,8 +46,9 @@ training: {global_batch: 8, micro_batch: 1, seq_len: 1024}
 BIG = ROOT / "scenarios" / "examples" / "gpt3-175b-dgx-a100.yaml"
 
 
-# Leaf uplink oversubscription of the fabric study (downlink:uplink), then 1:1 above.
-OVERSUBSCRIPTION = [1, 1.25, 1.5, 2, 2.5, 3, 4, 5]
+# Leaf uplink oversubscription of the fabric study (downlink:uplink), then 1:1 above; not
+# 1:1 (the base scenario's own fabric: its point would be the base, simulated once for both).
+OVERSUBSCRIPTION = [1.25, 1.5, 2, 2.5, 3, 4, 5, 6]
 
 
 def _spec(folder: Path, base: str | Path, points: int, offset: int = 0, study="seed") -> Path:

@@ -651,12 +651,18 @@ class StepCache:
     repeats; the plan reads the cluster's topology only through
     :class:`~simulator.plan.collective_choice.NetworkFacts` (:func:`build_plan`). So runs
     that differ only in fabric fields that leave those facts alone (oversubscription above
-    the first inter-host hop, spine and core counts, nodes per leaf) build the same graph: a
-    topology study's points pay for the build once. The key is the
-    scenario without ``cluster.topology``, the GPU count, the facts and the steady state;
-    a kept step is handed out with the new run's own plan (the same but for the topology).
-    Only the default compute model is cached (a caller's model is not a key).
+    the first inter-host hop, spine and core counts; not nodes per leaf, which moves that hop)
+    build the same graph: a topology study's points pay for the build once. The key is the
+    scenario without ``cluster.topology`` and without the fields the build never reads (its
+    name and description, ``failures``: stragglers slow a built step afterwards), the GPU
+    count, the facts and the steady state; a kept step is handed out with the new run's own
+    plan (the same but for those fields). Only the default compute model is cached (a
+    caller's model is not a key).
     """
+
+    # read by no part of the step build (the scenario's name reaches the metrics through the
+    # new run's own plan)
+    UNREAD = {"cluster": {"topology"}, "name": True, "description": True, "failures": True}
 
     def __init__(self, size: int = 1):
         self.size = size
@@ -667,7 +673,7 @@ class StepCache:
     def key(plan: Plan, repeat: bool, steady: SteadyState | None) -> tuple:
         s = plan.scenario
         return (
-            s.model_dump_json(round_trip=True, exclude={"cluster": {"topology"}}),
+            s.model_dump_json(round_trip=True, exclude=StepCache.UNREAD),
             s.cluster.num_gpus,
             plan.network,
             repeat,
@@ -679,6 +685,8 @@ class StepCache:
         key = self.key(plan, repeat, steady)
         step = self._kept.pop(key, None)
         if step is None:
+            while self._kept and len(self._kept) >= self.size:  # room first: a large step
+                del self._kept[next(iter(self._kept))]  # holds hundreds of MB
             step = build_step(plan, None, repeat, steady)
         else:
             self.hits += 1

@@ -410,16 +410,20 @@ def compare(
         typer.echo(table.to_json(orient="records", indent=2))
         return
     shown = table.copy()  # the terminal's units: s, tokens/s, percentages, GB
+
+    def fmt(spec: str, scale: float = 1.0):  # "-" where an older run's summary lacks a key
+        return lambda v: "-" if v is None or v != v else f"{v / scale:{spec}}"
+
     for col in shown.columns:
         if col.endswith("fraction") or col in ("mfu", "hfu"):
-            shown[col] = shown[col].map(lambda v: f"{v:.1%}")
+            shown[col] = shown[col].map(fmt(".1%"))
     if "step_time_s" in shown:
-        shown["step_time_s"] = shown["step_time_s"].map(lambda v: f"{v:.4g}")
+        shown["step_time_s"] = shown["step_time_s"].map(fmt(".4g"))
     if "tokens_per_s" in shown:
-        shown["tokens_per_s"] = shown["tokens_per_s"].map(lambda v: f"{v:,.0f}")
+        shown["tokens_per_s"] = shown["tokens_per_s"].map(fmt(",.0f"))
     if "peak_memory_bytes" in shown:
-        gb = shown.pop("peak_memory_bytes") / GB
-        shown.insert(len(shown.columns) - 1, "peak_memory_GB", gb.map(lambda v: f"{v:,.1f}"))
+        gb = shown.pop("peak_memory_bytes").map(fmt(",.1f", GB))
+        shown.insert(len(shown.columns) - 1, "peak_memory_GB", gb)
     if "oom" in shown:
         shown["oom"] = shown["oom"].map({True: "OOM", False: ""})
     typer.echo(shown.to_string(index=False))

@@ -171,8 +171,8 @@ def build_scenario(
         apply_override(data, positions, text)
     if any("include" in text for text in overrides):
         # an override may bring an include: of its own (--set 'cluster.topology={include:
-        # topologies/dgx-h100-superpod.yaml, nodes: 4}'): a path relative to the working
-        # folder or the project, as the scenario file's own includes may be
+        # topologies/dgx-h100-superpod.yaml, nodes: 4}'): a path relative to the scenario
+        # file's folder, the working folder or the project, as the file's own includes are
         here = Path(source).parent if Path(source).is_file() else Path.cwd()
         try:
             data = expand_includes(data, positions, here, [Path.cwd(), PROJECT_ROOT])

@@ -358,7 +358,7 @@ class PlanSearch:
             best = float(ok["step_time_s"].min())
             if best > b["step_time_s"]:
                 text += (
-                    f"\nnone of the {len(self.ranked)} simulated beats it (best {best:.4g} s): "
+                    f"\nnone of the {len(ok)} simulated beats it (best {best:.4g} s): "
                     "the quick estimate ranked them ahead of it; a larger --top simulates more"
                 )
         return text

@@ -84,7 +84,8 @@ class Range(_Strict):
         for k in ("low", "high"):
             if isinstance(data.get(k), str):
                 out[k], kind = _si(data[k])
-                kinds.add(kind)
+                if kind is not None:
+                    kinds.add(kind)
         if len(kinds) > 1:
             shown = ", ".join(sorted(kinds))
             raise ValueError(f"low and high are different kinds of quantity ({shown})")
@@ -92,6 +93,8 @@ class Range(_Strict):
 
     @model_validator(mode="after")
     def ordered(self):
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            raise ValueError("low and high must be finite numbers")
         if self.high < self.low:
             raise ValueError(f"high ({self.high}) is below low ({self.low})")
         if self.log and self.low <= 0:
@@ -102,8 +105,13 @@ class Range(_Strict):
 _DIMENSIONS = ("bandwidth", "bytes", "time", "flops_rate", "flops", "count")
 
 
-def _si(text: str) -> tuple[float, str]:
-    """A quantity with a unit in SI units, and the kind of unit it has."""
+def _si(text: str) -> tuple[float, str | None]:
+    """A quantity with a unit in SI units, and the kind of unit it has (None for a bare
+    number, which YAML may hand over as text: ``1e9``)."""
+    try:
+        return float(text), None
+    except ValueError:
+        pass
     for dimension in _DIMENSIONS:
         try:
             return parse_quantity(text, dimension), dimension
@@ -325,14 +333,10 @@ def _check_keys_once(spec: SweepSpec) -> None:
 
 
 def _metrics() -> list[str]:
-    """The numeric metrics of a results row a plot can show: the step's headline numbers
-    (``trainsim run --format json``), the straggler pair and the point's own wall time."""
-    from dataclasses import fields
+    """The numeric metrics of a results row a plot can show (:data:`tables.NUMERIC`)."""
+    from simulator.sweep.tables import NUMERIC
 
-    from simulator.metrics import StepMetrics
-
-    numeric = [f.name for f in fields(StepMetrics) if f.type in (float, int, "float", "int")]
-    return [*numeric, "healthy_step_time_s", "straggler_slowdown", "sim_time_s"]
+    return NUMERIC
 
 
 def _check_plots(spec: SweepSpec) -> None:

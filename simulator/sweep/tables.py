@@ -111,20 +111,28 @@ def _short(text) -> str:
     return first if len(first) <= 90 else first[:87] + "..."
 
 
-# Result columns that hold whole numbers (a frame with a missing value keeps them as floats)
-# and nested metrics (stored as JSON text: a parquet column has one type).
+# Result columns by type, from the run's metrics (``trainsim run --format json``): whole
+# numbers (a frame with a missing value keeps them as floats), nested metrics (stored as JSON
+# text: a parquet column has one type), and every numeric one a plot can show (with the
+# straggler pair and the point's own wall time).
 _INTEGER = {"point"} | {f.name for f in fields(StepMetrics) if f.type in (int, "int")}
 _NESTED = {f.name for f in fields(StepMetrics) if str(f.type).startswith("dict")}
+NUMERIC = [f.name for f in fields(StepMetrics) if f.type in (float, int, "float", "int")] + [
+    "healthy_step_time_s",
+    "straggler_slowdown",
+    "sim_time_s",
+]
 
 
 def json_records(frame: pd.DataFrame) -> list[dict]:
-    """The rows as strict-JSON-ready dicts: a missing value is None (not NaN), whole-number
-    metrics are ints, nested metrics (per-rank peaks, utilisation) are dicts again."""
+    """The rows as strict-JSON-ready dicts: a missing or infinite value is None (not NaN),
+    whole-number metrics are ints, nested metrics (per-rank peaks, utilisation) are dicts
+    again."""
     out = []
     for row in frame.to_dict("records"):
         clean = {}
         for key, value in row.items():
-            if value is None or (isinstance(value, float) and math.isnan(value)):
+            if value is None or (isinstance(value, float) and not math.isfinite(value)):
                 value = None
             elif key in _INTEGER and isinstance(value, float) and value.is_integer():
                 value = int(value)

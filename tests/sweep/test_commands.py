@@ -137,8 +137,10 @@ def test_plan_says_when_its_simulated_candidates_all_lose_to_the_scenarios_own_p
     results = pd.DataFrame(
         [{"point": -1, "status": "ok", "step_time_s": 1.0, "mfu": 0.4, "peak_memory_bytes": 1e9}]
     )
-    slower = pd.DataFrame([{"status": "ok", "step_time_s": 1.2}])
+    slower = pd.DataFrame(
+        [{"status": "ok", "step_time_s": 1.2}, {"status": "oom", "step_time_s": 0.5}]
+    )
     text = PlanSearch("s", 8, pd.DataFrame(), slower, results).headline()
-    assert "none of the 1 simulated beats it (best 1.2 s)" in text
+    assert "none of the 1 simulated beats it (best 1.2 s)" in text  # the OOM one not counted
     faster = pd.DataFrame([{"status": "ok", "step_time_s": 0.9}])
     assert "beats it" not in PlanSearch("s", 8, pd.DataFrame(), faster, results).headline()

@@ -74,3 +74,33 @@ def test_at_most_size_steps_are_kept():
     s = _load("training.global_batch=32")  # the oldest, dropped
     cache.build(api.build_plan(s, api.build_topology(s.cluster)), True)
     assert cache.hits == 0
+
+
+def test_fields_the_build_never_reads_share_the_step(monkeypatch):
+    # its name and a failures section (stragglers slow a built step afterwards) leave the
+    # graph alone; a kept step is built once, and the slowed run is still the fresh one's
+    cache = api.StepCache(size=1)
+    first = _load("name=a")
+    slowed = _load("name=b", "failures={stragglers: {gpus: [{rank: 0, factor: 1.5}]}}")
+    a = api.run(first, steps=cache).summary
+    b = api.run(slowed, steps=cache).summary
+    assert cache.hits >= 1
+    assert b == api.run(slowed).summary
+    assert b["step_time_s"] > a["step_time_s"]
+
+
+def test_a_new_build_makes_room_before_it_starts(monkeypatch):
+    # the review: a miss built the new graph beside the kept one, twice the memory
+    cache = api.StepCache(size=1)
+    seen = []
+    real = api.build_step
+
+    def build(*args, **kwargs):
+        seen.append(len(cache._kept))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "build_step", build)
+    for batch in (32, 64):
+        s = _load(f"training.global_batch={batch}")
+        cache.build(api.build_plan(s, api.build_topology(s.cluster)), True)
+    assert seen == [0, 0] and len(cache._kept) == 1

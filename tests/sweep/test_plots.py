@@ -82,3 +82,20 @@ def test_a_line_over_points_that_differ_in_another_key_is_not_joined(tmp_path, m
     plots.line_plot(frame, "step_time_s", "nic", None, tmp_path / "a.png")
     plots.line_plot(frame, "step_time_s", "nic", "over", tmp_path / "b.png")
     assert joined == [False, True, True]  # two points per nic alone; one per nic in a group
+
+
+def test_json_records_are_strict_json():
+    import json
+
+    from simulator.sweep.tables import json_records
+
+    frame = pd.DataFrame(
+        [
+            {"point": 0.0, "num_gpus": 8.0, "step_time_s": float("inf"), "utilisation": "{}"},
+            {"point": 1.0, "num_gpus": None, "step_time_s": float("nan"), "utilisation": None},
+        ]
+    )
+    rows = json_records(frame)
+    assert rows[0] == {"point": 0, "num_gpus": 8, "step_time_s": None, "utilisation": {}}
+    assert rows[1]["step_time_s"] is None and rows[1]["num_gpus"] is None
+    json.dumps(rows, allow_nan=False)  # raises on NaN or inf

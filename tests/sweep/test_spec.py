@@ -172,3 +172,10 @@ def test_sampled_ranges_may_carry_units(write_spec):
     message = _error(bad)
     assert message.startswith(f"{bad}:5:")
     assert "low and high are different kinds of quantity (bytes, time)" in message
+
+
+def test_a_range_of_bare_numbers_written_as_text_is_unitless():
+    # the review: YAML reads 1e9 as text, which read as a bandwidth and clashed with 80 GB
+    assert Range(low="1e9", high="80 GB").low == 1e9
+    with pytest.raises(ValueError, match="finite"):
+        Range(low="1", high="inf")

@@ -29,11 +29,18 @@ class Phase:
     flow's path latency once; ``latency_hops`` overrides that count for pipelined patterns (a
     tree reduces in chunks through ``depth`` levels: its bytes cross once, its latency depth
     times).
+
+    ``ring``: the transfers form rings (or chains) that a chunk travels hop after hop, so each
+    step pays the latency of the hop it is on, not the slowest hop's: the phase's latency is
+    its count times the mean path latency of its transfers (a ring over 4 nodes of 8 GPUs pays
+    the network latency on the 8 steps of 62 that cross it, NCCL's ring latency in
+    ``tuning.cc``), where other phases pay the count times their slowest transfer's latency.
     """
 
     transfers: tuple[Transfer, ...]
     steps: int = 1
     latency_hops: int | None = None
+    ring: bool = False
 
     @property
     def latency_count(self) -> int:

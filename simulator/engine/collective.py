@@ -124,7 +124,7 @@ class CollectiveRunner:
             plan.algorithm,
             plan.group,
             copies_id,
-            tuple((len(p.transfers), p.steps, p.latency_hops) for p in plan.phases),
+            tuple((len(p.transfers), p.steps, p.latency_hops, p.ring) for p in plan.phases),
         )
         cache = self._geometry if copies_key is None else self._run_geometry
         out = cache.get(key)
@@ -149,6 +149,8 @@ class CollectiveRunner:
             class_of: list[int] = []
             numbers: dict[tuple, int] = {}
             hops, latency = self._paths(phase.transfers)
+            if phase.ring:  # a chunk pays each hop's latency in turn (Phase.ring)
+                latency = [sum(latency) / len(latency)] * len(latency)
             for j, t in enumerate(phase.transfers):
                 tail = phase.latency_count * latency[j]
                 factor = t.bytes_ * phase.steps / size

@@ -143,6 +143,28 @@ def test_tree_across_hosts_runs_a_chain_per_gpu_under_each_host_node():
     assert sorted(t.src % g for t in crossing) == sorted(2 * list(range(g)))  # every NIC
 
 
+@pytest.mark.parametrize("g", [1, 2, 8])
+def test_a_ring_across_hosts_pays_the_network_latency_on_the_hops_that_cross_it(g):
+    # QA: every one of a ring's 2(n-1) steps paid the slowest hop's (the network's) latency;
+    # a chunk travels the ring hop after hop, so the 2(n-1) steps pay the mean hop latency:
+    # of a ring's n hops, 2 cross the network between 2 hosts (NCCL's tuning.cc charges its
+    # inter-node latency on those steps alone). The bytes take the same time whatever the
+    # NIC's latency, so two latencies differ by 2(n-1)/n x 2 x the latency added per crossing.
+    from simulator.topology.fat_tree import fat_tree_topology
+
+    def ring_time(nic_latency: float) -> float:
+        topo = fat_tree_topology(nodes=2, gpus_per_node=g, nic_latency=nic_latency)
+        model = NetworkModel(topo.graph, topo.router, topo.host_of)
+        plan = plan_collective(
+            "all_reduce", topo.devices, 1e6, "ring", model.locality, protocol_efficiency=False
+        )
+        return time_collective(model, plan)[0]
+
+    n, added = 2 * g, 10e-6  # nic_latency is split over a crossing's NIC-leaf link pair
+    expected = 2 * (n - 1) / n * 2 * added
+    assert ring_time(2e-6 + added) - ring_time(2e-6) == pytest.approx(expected, rel=1e-9)
+
+
 def test_torus_dimension_rings_exact():
     from simulator.topology.torus import torus_topology
 

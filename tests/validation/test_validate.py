@@ -27,12 +27,12 @@ def test_every_row_within_tolerance():
     # against our hand-crafted ZB-H2 (1.5B model, few micro-batches), and Table 2's
     # ZeRO-3 rows (the 2021 DeepSpeed implementation's overheads are not modelled).
     assert (failing["expected_miss"] != "").all(), failing.to_string()
-    # 5 + the three public FSDP throughput rows, which the simulator overestimates by 16-31%
-    # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory), + the
-    # Llama 3 16K-GPU row (-10.2%), + NVIDIA's Llama 3.1 8B H100 recipe (+14%)
+    # 5 + the three public FSDP throughput rows, which the simulator overestimates by 16-24%
+    # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory),
+    # + NVIDIA's Llama 3.1 8B H100 recipe (+14%)
     # + Megatron's 76B row (+10.3%) + NVIDIA's Nemotron-4 340B and Llama 3.1 405B recipes
     # (throughput within 7% and 3%, but over 80 GB in our memory ledger)
-    assert len(failing) <= 14
+    assert len(failing) <= 13
     nvidia = frame[frame["group"] == "NVIDIA H100 recipes (BF16)"].set_index("row")
     ok = ["nvidia-gpt3-175b-128xh100", "nvidia-llama31-70b-64xh100", "nvidia-nemotron4-15b-16xh100"]
     assert nvidia.loc[ok, "within"].all()  # within 10%
@@ -43,9 +43,8 @@ def test_every_row_within_tolerance():
     assert layer["within"].all()  # every forward and backward time within 10%
     llama = frame[frame["group"] == "Llama 3 Table 4"].set_index("row")
     assert llama.loc["llama3-405b-16k-128k", "within"]
-    # the 16K-GPU row sits just past the 10% bar (-10.2%) since flash attention's backward
-    # runs at its published rate; within 12% it must stay
-    assert abs(llama.loc["llama3-405b-16k", "error"]) <= 0.12
+    # the 16K-GPU row sits just inside the 10% bar (-9.5%)
+    assert llama.loc["llama3-405b-16k", "within"]
     summary = summary_frame(frame).set_index("group")
     # every Table 1 row within 10% but the 76B row, 0.3 points past it (its reason in rows.yaml)
     assert summary.loc["Megatron SC21 Table 1", "worst_abs_error"] <= 0.11

@@ -6,11 +6,11 @@ rings for large messages across hosts, double binary trees where a ring's ``2(n-
 steps would dominate (many ranks, small buffers). Across hosts we compare, as NCCL does, the
 predicted time of ring and tree each with its fastest protocol (LL, LL128, Simple:
 :func:`simulator.plan.nccl_tuning.fastest_protocol`, NCCL 2.20.3's latencies and bandwidths,
-for one GPU's network bandwidth). Inside a node NVLS (Simple only) against the ring is
-decided by bytes moved: ``S (n+1)/n`` each way at NVLS's efficiency against the ring's
-``2 (n-1)/n S`` - the intra-node latencies are microseconds against the milliseconds of the
-TP buffers this decides. A scenario can force an algorithm per stream
-(``parallelism.collectives``).
+for the network bandwidth of the group's GPUs on one host: a channel per GPU and NIC).
+Inside a node NVLS (Simple only) against the ring is decided by bytes moved: ``S (n+1)/n``
+each way at NVLS's efficiency against the ring's ``2 (n-1)/n S`` - the intra-node latencies
+are microseconds against the milliseconds of the TP buffers this decides. A scenario can
+force an algorithm per stream (``parallelism.collectives``).
 """
 
 from __future__ import annotations
@@ -57,8 +57,11 @@ def choose_algorithm(
         return "nvls" if facts.nvls and kind in NVLS_KINDS and nvls_wins else None
     if kind != "all_reduce" or facts.torus:
         return None
-    ring = fastest_protocol(kind, "ring", n, hosts, size, facts.inter_Bps)[1]
-    tree = fastest_protocol(kind, "tree", n, hosts, size, facts.inter_Bps)[1]
+    # NCCL's bus bandwidth is its channels' across hosts: one per member GPU's NIC when a host
+    # holds several of the group (rings and trees alike run a channel per local GPU)
+    bus = facts.inter_Bps * (n // hosts if n % hosts == 0 else 1)
+    ring = fastest_protocol(kind, "ring", n, hosts, size, bus)[1]
+    tree = fastest_protocol(kind, "tree", n, hosts, size, bus)[1]
     return "tree" if tree < ring else None
 
 

@@ -83,3 +83,32 @@ def test_ddp_at_scale_uses_trees_and_the_scenario_can_force_rings():
     fast = api.step_metrics(api.simulate(auto, topo), auto).step_time_s
     slow = api.step_metrics(api.simulate(step, topo), step).step_time_s
     assert fast < slow
+
+
+def test_a_group_with_several_gpus_per_host_is_compared_at_their_nics_bandwidth():
+    # QA: the choice fed NCCL's model one NIC's bandwidth for 8 GPUs per host, whose rings
+    # and trees run a channel per GPU and NIC: it weighed bytes 8x too heavily against latency
+    group = tuple(range(64))  # 8 hosts x 8 GPUs
+    for size in (1e5, 1e6, 25e6, 1e8, 1e9):
+        ring = fastest_protocol("all_reduce", "ring", 64, 8, size, 8 * 50e9)[1]
+        tree = fastest_protocol("all_reduce", "tree", 64, 8, size, 8 * 50e9)[1]
+        expected = "tree" if tree < ring else None
+        assert choose_algorithm("all_reduce", group, size, HOPPER) == expected, size
+
+
+def test_weak_scaling_data_parallel_steps_never_speed_up_with_more_nodes():
+    # QA: with the choice at one NIC's bandwidth and every ring step paying the network's
+    # latency, 16 nodes of DDP ran faster than 8 at the same work per GPU. More replicas add
+    # ring steps or tree levels to the same gradient all-reduce: never less time.
+    steps = []
+    for nodes in (4, 8, 16):
+        s = api.load(
+            "scenarios/examples/ddp-megatron-1.7b.yaml",
+            [
+                "model.layers=4",
+                f"cluster.topology.nodes={nodes}",
+                f"training.global_batch={32 * nodes}",
+            ],
+        )
+        steps.append(api.run(s).summary["step_time_s"])
+    assert steps == sorted(steps), steps

@@ -299,7 +299,11 @@ def run(
     _checked(check_out_dir, out)
     s = _load(scenario, set_)
     log.info(
-        "simulating %s on %d GPUs (%s mode)", s.name or scenario.name, s.num_gpus, s.simulation.mode
+        "simulating %s on %d %ss (%s mode)",
+        s.name or scenario.name,
+        s.num_gpus,
+        s.cluster.accelerator.kind.upper(),
+        s.simulation.mode,
     )
     try:
         for warning in api.topology_warnings(s):

@@ -99,7 +99,12 @@ def goodput(
         intervals = parse_interval_range(sweep) if sweep else None
     except (ValueError, UnitError) as exc:
         _exit_bad_input(str(exc))
-    log.info("simulating one step of %s on %d GPUs", s.name or scenario.name, s.num_gpus)
+    log.info(
+        "simulating one step of %s on %d %ss",
+        s.name or scenario.name,
+        s.num_gpus,
+        s.cluster.accelerator.kind.upper(),
+    )
     try:
         inputs = adapter.step_inputs(s)
     except ValueError as exc:

@@ -81,6 +81,11 @@ def fat_tree_topology(
         if levels >= 3 and len(spines) > 1:
             cores = _cores(g, spines, per_pod * uplink, over[1], nic, switch_latency)
     elif len(leaves) > 1:
+        if rail_optimized and gpus_per_node > 1 and nodes <= nodes_per_leaf:
+            raise ValueError(
+                "a one-level fat-tree must fit under one leaf, and rail_optimized gives each of "
+                f"a node's {gpus_per_node} NICs a leaf of its own: set rail_optimized: false"
+            )
         raise ValueError("a one-level fat-tree must fit under one leaf: raise nodes_per_leaf")
     else:
         pods = dict.fromkeys(leaves, 0)

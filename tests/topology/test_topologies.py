@@ -149,3 +149,14 @@ def test_ecmp_flows_of_a_topology_file_reach_the_router():
         "topologies/llama3-24k-cluster.yaml", "H100-SXM", ["nodes=64", "ecmp_flows=0"]
     )
     assert adaptive.router.ecmp_flows == 0
+
+
+def test_a_one_level_rail_optimized_fabric_says_which_setting_to_change():
+    # QA: "raise nodes_per_leaf" for 2 nodes under a 16-node leaf; the rails are what split it
+    from simulator.topology.fat_tree import fat_tree_topology
+
+    with pytest.raises(ValueError, match="set rail_optimized: false"):
+        fat_tree_topology(nodes=2, levels=1)
+    assert fat_tree_topology(nodes=2, levels=1, rail_optimized=False).num_devices == 16
+    with pytest.raises(ValueError, match="raise nodes_per_leaf"):
+        fat_tree_topology(nodes=4, levels=1, nodes_per_leaf=2, rail_optimized=False)

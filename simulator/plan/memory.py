@@ -118,16 +118,30 @@ def _stage_activations(plan: Plan, stage: StagePlan) -> tuple[float, float]:
     return total, rebuilt
 
 
+def root_kept(plan: Plan) -> bool:
+    """Whether ZeRO-3 keeps the root unit (the embedding and the output layer) gathered from
+    a micro-batch's forward through its backward: without a pipeline, as PyTorch FSDP does
+    (FSDP2 ``fully_shard``: the root's ``reshard_after_forward`` is set to False "as a
+    heuristic since its parameters would typically be immediately all-gathered for
+    backward"). With a pipeline the ends sit on different stages, gathered per pass."""
+    return plan.scenario.parallelism.pp == 1
+
+
 def fsdp_gathered_bytes(plan: Plan, stage: StagePlan) -> tuple[float, float]:
     """ZeRO-3 buffers at the peak (B): (the units gathered at once - the computing one and
-    ``fsdp_prefetch`` ahead, at most as many as there are -, one unit's unsharded gradient
-    before its reduce-scatter)."""
+    ``fsdp_prefetch`` ahead, at most as many as there are, beside the root unit where it is
+    kept (:func:`root_kept`) -, one unit's unsharded gradient before its reduce-scatter)."""
     par = plan.scenario.parallelism
     units = [sum(plan.params_of(u)) for ch in stage.chunks for u in ch.units]
-    units += [sum(plan.params_of(k)) for k in ("emb", "head") if _holds(stage, k)]
-    units.sort(reverse=True)
-    gathered = sum(units[: 1 + par.fsdp_prefetch]) * plan.param_bytes_per_param
-    return gathered, (units[0] if units else 0.0) * plan.grad_bytes_per_param
+    ends = [sum(plan.params_of(k)) for k in ("emb", "head") if _holds(stage, k)]
+    grad = max(units + ends, default=0.0) * plan.grad_bytes_per_param
+    if root_kept(plan):
+        units.sort(reverse=True)
+        gathered = sum(ends) + sum(units[: 1 + par.fsdp_prefetch])
+    else:
+        units = sorted(units + ends, reverse=True)
+        gathered = sum(units[: 1 + par.fsdp_prefetch])
+    return gathered * plan.param_bytes_per_param, grad
 
 
 def _holds(stage: StagePlan, key: str) -> bool:

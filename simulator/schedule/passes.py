@@ -18,6 +18,7 @@ from simulator.model.activations import (
     loss_transient_bytes,
 )
 from simulator.pipelines import Overlapped
+from simulator.plan.memory import root_kept
 from simulator.plan.plan import ChunkPlan, StagePlan
 from simulator.schedule import data_parallel as dp
 from simulator.schedule.builder import Dep, GraphBuilder
@@ -265,12 +266,23 @@ def gather_updated_params(b: GraphBuilder, st: RankState) -> None:
 # -- the ends of the model ---------------------------------------------------------------
 
 
+def _end_released(b: GraphBuilder, key: str) -> float:
+    """ZeRO-3 parameters of an end unit ("emb", "head") released after its forward: none
+    where the root unit stays gathered until its backward (:func:`root_kept`)."""
+    return 0.0 if root_kept(b.plan) else dp.gathered_bytes(b, key)
+
+
+def _end_gather(b: GraphBuilder, rank: int, key: str, j: int) -> int | None:
+    """An end unit's gather for its backward: none where its forward's is still held."""
+    return None if root_kept(b.plan) else dp.fsdp_gather(b, rank, key, j, "B", ())
+
+
 def embedding_forward(b: GraphBuilder, rank: int, j: int) -> int:
     eb, _ = _blocks(b)
     gather = dp.fsdp_gather(b, rank, "emb", j, "F", ())
     return b.task(
         rank, "compute", "embedding", eb.f, [gather], phase="forward", microbatch=j,
-        flops=eb.flops_f, mem_alloc=_emb_bytes(b), mem_free=dp.gathered_bytes(b, "emb"),
+        flops=eb.flops_f, mem_alloc=_emb_bytes(b), mem_free=_end_released(b, "emb"),
     )  # fmt: skip
 
 
@@ -280,13 +292,13 @@ def loss_forward(b: GraphBuilder, rank: int, j: int, deps: list[Dep]) -> int:
     gather = dp.fsdp_gather(b, rank, "head", j, "F", ())
     return b.task(
         rank, "compute", "loss", hb.f, deps + [gather], phase="forward", microbatch=j,
-        flops=hb.flops_f, mem_alloc=_head_bytes(b), mem_free=dp.gathered_bytes(b, "head"),
+        flops=hb.flops_f, mem_alloc=_head_bytes(b), mem_free=_end_released(b, "head"),
     )  # fmt: skip
 
 
 def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
     _, hb = _blocks(b)
-    gather = dp.fsdp_gather(b, st.rank, "head", j, "B", ())
+    gather = _end_gather(b, st.rank, "head", j)
     grads = loss_transient_bytes(b.plan.scenario.model, b.plan.micro_batch, b.plan.sharding)
     add = accumulation(b, st.rank, "head")  # eager frameworks: grad += new after the first
     t = b.task(
@@ -320,9 +332,10 @@ def weight_grad(
 
 def embedding_grad(b: GraphBuilder, st: RankState, j: int, deps) -> int:
     """The embedding's gradient (a scatter-add). FSDP's pre-backward hook gathers the unit's
-    parameters even though the scatter-add does not read them."""
+    parameters even though the scatter-add does not read them (unless they are still held
+    from the forward: :func:`~simulator.plan.memory.root_kept`)."""
     eb, _ = _blocks(b)
-    gather = dp.fsdp_gather(b, st.rank, "emb", j, "B", ())
+    gather = _end_gather(b, st.rank, "emb", j)
     add = accumulation(b, st.rank, "emb")  # eager frameworks: grad += new after the first
     t = b.task(
         st.rank, "compute", "embedding", eb.w + (add.w if add else 0.0), list(deps) + [gather],

@@ -194,7 +194,8 @@ def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
             edges += [(ch[i + 1], ch[i]) for ch in chains for i in range(g - 1)]
     up = tuple(Transfer(child, parent, share) for child, parent in edges)
     down = tuple(Transfer(parent, child, share) for child, parent in edges)
-    return [Phase(up, 1, depth), Phase(down, 1, depth)]
+    # a chunk's path: g - 1 chain hops inside a host, then the tree's levels between hosts
+    return [Phase(up, 1, depth, fast_hops=g - 1), Phase(down, 1, depth, fast_hops=g - 1)]
 
 
 def _by_host(group: Sequence[int], loc: Locality) -> list[list[int]]:

@@ -35,12 +35,17 @@ class Phase:
     its count times the mean path latency of its transfers (a ring over 4 nodes of 8 GPUs pays
     the network latency on the 8 steps of 62 that cross it, NCCL's ring latency in
     ``tuning.cc``), where other phases pay the count times their slowest transfer's latency.
+
+    ``fast_hops``: of the latency count, the hops a chunk makes on the phase's fastest
+    transfers (a tree's chain inside each host, under the tree between hosts); the rest pay
+    the slowest transfer's latency.
     """
 
     transfers: tuple[Transfer, ...]
     steps: int = 1
     latency_hops: int | None = None
     ring: bool = False
+    fast_hops: int = 0
 
     @property
     def latency_count(self) -> int:

@@ -124,7 +124,10 @@ class CollectiveRunner:
             plan.algorithm,
             plan.group,
             copies_id,
-            tuple((len(p.transfers), p.steps, p.latency_hops, p.ring) for p in plan.phases),
+            tuple(
+                (len(p.transfers), p.steps, p.latency_hops, p.ring, p.fast_hops)
+                for p in plan.phases
+            ),
         )
         cache = self._geometry if copies_key is None else self._run_geometry
         out = cache.get(key)
@@ -151,8 +154,10 @@ class CollectiveRunner:
             hops, latency = self._paths(phase.transfers)
             if phase.ring:  # a chunk pays each hop's latency in turn (Phase.ring)
                 latency = [sum(latency) / len(latency)] * len(latency)
+            slow_hops = phase.latency_count - phase.fast_hops
+            fast = phase.fast_hops * min(latency) if phase.fast_hops else 0.0
             for j, t in enumerate(phase.transfers):
-                tail = phase.latency_count * latency[j]
+                tail = slow_hops * latency[j] + fast
                 factor = t.bytes_ * phase.steps / size
                 k = numbers.setdefault((hops[j], factor) if merge else (j,), len(numbers))
                 if k == len(tails):

@@ -165,6 +165,30 @@ def test_a_ring_across_hosts_pays_the_network_latency_on_the_hops_that_cross_it(
     assert ring_time(2e-6 + added) - ring_time(2e-6) == pytest.approx(expected, rel=1e-9)
 
 
+def test_a_tree_across_hosts_pays_the_network_latency_on_its_levels_between_hosts():
+    # A chunk climbs the chain inside its host (g - 1 NVLink hops), then the tree's levels
+    # between hosts (one, for 2 hosts); up and down: raising the NIC latency by L adds 2 x L
+    # (it had added 2 x 8 x L: every hop was charged the slowest), NVLink's by l (a
+    # GPU-to-GPU hop's, split over its two links) adds 2 x (g - 1) x l
+    from simulator.topology.fat_tree import fat_tree_topology
+
+    g = 8
+
+    def tree_time(nic_latency: float, nvlink_latency: float) -> float:
+        topo = fat_tree_topology(
+            nodes=2, gpus_per_node=g, nic_latency=nic_latency, nvlink_latency=nvlink_latency
+        )
+        model = NetworkModel(topo.graph, topo.router, topo.host_of)
+        plan = plan_collective(
+            "all_reduce", topo.devices, 1e6, "tree", model.locality, protocol_efficiency=False
+        )
+        return time_collective(model, plan)[0]
+
+    base = tree_time(2e-6, 0.7e-6)
+    assert tree_time(12e-6, 0.7e-6) - base == pytest.approx(2 * 10e-6, rel=1e-9)
+    assert tree_time(2e-6, 1.2e-6) - base == pytest.approx(2 * (g - 1) * 0.5e-6, rel=1e-9)
+
+
 def test_torus_dimension_rings_exact():
     from simulator.topology.torus import torus_topology
 

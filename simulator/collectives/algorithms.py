@@ -48,9 +48,14 @@ def _ring(group: Sequence[int], bytes_: float, steps: int) -> Phase:
 
 def ring_channels(group: Sequence[int], loc: Locality) -> list[list[int]]:
     """NCCL-style rings: when the group spans hosts with ``g`` members each, ``g`` rings
-    (channels) each visit every host's members rotated by one more place, so each ring
-    leaves a host from a different GPU and crosses the network on a different NIC (rail).
-    One ring otherwise."""
+    (channels), each entering a host on one member and leaving it from another, so that each
+    ring crosses the network on a different NIC (rail). As NCCL's search keeps a ring's
+    network hop on one NIC index at both ends (``NCCL_CROSS_NIC``'s default avoids crossing
+    rails), a ring leaves a host from the GPU whose local index the next host enters on: the
+    hosts are walked in alternate directions (ring ``c`` goes ``c, c + 1, ..., c - 1`` on
+    even hosts and back, ``c - 1, ..., c``, on odd ones), so on a rail-optimised fabric every
+    hop between hosts stays under its rail's leaves - all of them with an even host count,
+    all but the closing hop with an odd one. One ring otherwise."""
     by_host: dict[int, list[int]] = {}
     for d in group:
         by_host.setdefault(loc.host_of.get(d, d), []).append(d)
@@ -59,7 +64,13 @@ def ring_channels(group: Sequence[int], loc: Locality) -> list[list[int]]:
         return [list(group)]
     g = sizes.pop()
     hosts = list(by_host.values())
-    return [[h[(c + i) % g] for h in hosts for i in range(g)] for c in range(g)]
+    rings = []
+    for c in range(g):
+        forward = [(c + i) % g for i in range(g)]  # enters on c, leaves from c - 1
+        backward = [(c - 1 - i) % g for i in range(g)]  # enters on c - 1, leaves from c
+        order = [forward if k % 2 == 0 else backward for k in range(len(hosts))]
+        rings.append([h[i] for h, idx in zip(hosts, order, strict=True) for i in idx])
+    return rings
 
 
 def _rings(rings: list[list[int]], bytes_: float, steps: int) -> Phase:

@@ -189,6 +189,32 @@ def test_a_tree_across_hosts_pays_the_network_latency_on_its_levels_between_host
     assert tree_time(2e-6, 1.2e-6) - base == pytest.approx(2 * (g - 1) * 0.5e-6, rel=1e-9)
 
 
+@pytest.mark.parametrize("hosts", [2, 4, 3])
+def test_rings_cross_hosts_on_one_rail(hosts):
+    # QA: each ring left a host on one GPU's NIC and entered the next on another's, so on a
+    # rail-optimised fabric every crossing went through the spine (a 1 GiB all-reduce over
+    # 2 DGX H100 at 2:1 oversubscription took twice as long as at 1:1). NCCL keeps a ring's
+    # network hop on one NIC index at both ends; with an odd host count the closing hop of
+    # each ring must cross (one of its 3).
+    from simulator.collectives.algorithms import ring_channels
+
+    g = 8
+    loc = Locality({d: d // g for d in range(hosts * g)})
+    rings = ring_channels(list(range(hosts * g)), loc)
+    assert len(rings) == g and all(sorted(r) == list(range(hosts * g)) for r in rings)
+    crossings = [
+        (a % g, b % g)
+        for r in rings
+        for a, b in zip(r, r[1:] + r[:1], strict=True)
+        if a // g != b // g
+    ]
+    assert len(crossings) == g * hosts
+    off_rail = sum(a != b for a, b in crossings)
+    assert off_rail == (0 if hosts % 2 == 0 else g)
+    # each NIC sends and receives one ring's crossing per host pair: the rails stay balanced
+    assert sorted(a for a, _ in crossings) == sorted(list(range(g)) * hosts)
+
+
 def test_torus_dimension_rings_exact():
     from simulator.topology.torus import torus_topology
 

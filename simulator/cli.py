@@ -255,10 +255,13 @@ def collective(
     shown["algbw_GBps"] = (shown["algbw_Bps"] / 1e9).map(lambda v: f"{v:,.2f}")
     shown["busbw_GBps"] = (shown["busbw_Bps"] / 1e9).map(lambda v: f"{v:,.2f}")
     n = ranks or topo.num_devices
+    name = topo.name
+    if topo.meta.get("shape"):  # the shape built, whatever the file's name says
+        name += " (" + "x".join(map(str, topo.meta["shape"])) + ")"
     chosen = table["algorithm"].unique()
     how = f"algorithm {chosen[0]}" if len(chosen) == 1 else "algorithm chosen per size"
     typer.echo(
-        f"{op} over {n} ranks of {topo.name}, {how}"
+        f"{op} over {n} ranks of {name}, {how}"
         + ("" if algo else " (the default; --algo chooses)")
         + (f", {groups} groups at once" if groups > 1 else "")
     )

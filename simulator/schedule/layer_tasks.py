@@ -182,7 +182,9 @@ def layer_forward(b, rank, layer, j, deps, tag, phase="forward", alloc=True) -> 
     last = then(
         [remote], tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("a",), [remote], phase, layer, j)
     )
-    last = then(last, tp_comm(b, rank, TP_OPEN[sp].forward, tag + ("ag2",), last, phase, layer, j))
+    gathered = _mlp_gathers(b, cost)
+    open2 = TP_OPEN[sp].forward if gathered else None
+    last = then(last, tp_comm(b, rank, open2, tag + ("ag2",), last, phase, layer, j))
     mlp = compute(
         b, rank, "mlp", cost.ffn, cost.ops_of("ffn"), "f", last,
         phase=phase, layer=layer, microbatch=j,
@@ -191,24 +193,68 @@ def layer_forward(b, rank, layer, j, deps, tag, phase="forward", alloc=True) -> 
     last = [mlp]
     if cost.experts is not None:
         last = [(yield from experts(b, rank, cost, "f", last, tag, kw))]
-    return then(last, tp_comm(b, rank, TP_CLOSE[sp].forward, tag + ("m",), last, phase, layer, j))
+    close = TP_CLOSE[sp].forward if gathered else None
+    return then(last, tp_comm(b, rank, close, tag + ("m",), last, phase, layer, j))
+
+
+def _local_dispatch(b: GraphBuilder, cost: LayerCost) -> bool:
+    """Whether an MoE layer dispatches each rank's own sequence-parallel tokens, as
+    Megatron-core's all-to-all token dispatcher does under tensor and sequence parallelism
+    (``MoEAlltoAllTokenDispatcher``: the all-to-all over EP carries the rank's s/tp tokens,
+    then the dispatched tokens are all-gathered over TP for the TP-sharded experts, and their
+    outputs reduce-scattered back before the combine)."""
+    return cost.experts is not None and b.plan.sharding.sp and b.plan.grid.tp > 1
+
+
+def _mlp_gathers(b: GraphBuilder, cost: LayerCost) -> bool:
+    """Whether the MLP block opens with the sequence-parallel all-gather (and closes with the
+    reduce-scatter): always but in an MoE layer that dispatches local tokens and has no
+    shared experts to feed the gathered states."""
+    if not _local_dispatch(b, cost):
+        return True
+    return b.plan.scenario.model.moe.shared_experts > 0
 
 
 def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, kw):
-    """Dispatch all-to-all, the routed experts' ``phase`` pass, combine all-to-all."""
+    """Dispatch all-to-all, the routed experts' ``phase`` pass, combine all-to-all; where the
+    dispatch is of local tokens (:func:`_local_dispatch`), a TP all-gather of the dispatched
+    tokens after the dispatch and a TP reduce-scatter of the experts' outputs before the
+    combine (the backward runs the same shapes: the combine's all-to-all, the reduce-scatter's
+    all-gather twin, ..., so one sequence serves both passes)."""
     m, mb = b.plan.scenario.model, b.plan.micro_batch
     moe = m.moe
     tokens = mb.b * mb.s / b.plan.grid.cp
     size = mb.act_bytes * tokens * moe.top_k * (moe.capacity_factor or 1.0) * m.hidden
+    local = _local_dispatch(b, cost)
     grp = b.group(rank, "ep")
-    common = {"rank": rank, "stream": "ep", "collective": "all_to_all", "group": grp, "size": size}
+    common = {
+        "rank": rank,
+        "stream": "ep",
+        "collective": "all_to_all",
+        "group": grp,
+        "size": size / b.plan.grid.tp if local else size,
+    }
     dispatch = b.comm(name="ep_dispatch", tag=tag + (phase, "d"), deps=deps, **common, **kw)
     last = then(list(deps), dispatch)
+    if local:
+        tp = {"rank": rank, "stream": "tp", "group": b.group(rank, "tp"), "size": size}
+        gather = b.comm(
+            name="ep_tp_all_gather", collective="all_gather", tag=tag + (phase, "dg"),
+            deps=last, **tp, **kw,
+        )  # fmt: skip
+        last = then(last, gather)
     parts = cost.ops_of("experts")
     ex = compute(b, rank, "experts", cost.experts, parts, phase, last, **kw)
     yield
-    out = b.comm(name="ep_combine", tag=tag + (phase, "c"), deps=[ex], **common, **kw)
-    return out if out is not None else ex
+    last = [ex]
+    if local:
+        scatter = b.comm(
+            name="ep_tp_reduce_scatter", collective="reduce_scatter", tag=tag + (phase, "cs"),
+            deps=last, **tp, **kw,
+        )  # fmt: skip
+        last = then(last, scatter)
+    out = b.comm(name="ep_combine", tag=tag + (phase, "c"), deps=last, **common, **kw)
+    return out if out is not None else last[-1]
 
 
 def _recompute(b, rank, layer, j, cost: LayerCost, deps, tag) -> Emitter:
@@ -289,7 +335,9 @@ def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
     transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
     sp = b.plan.sharding.sp
     last = yield from _recompute(b, rank, layer, j, cost, list(deps), tag)
-    last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("bm",), last, phase, layer, j))
+    gathered = _mlp_gathers(b, cost)
+    close = TP_CLOSE[sp].backward if gathered else None
+    last = then(last, tp_comm(b, rank, close, tag + ("bm",), last, phase, layer, j))
     if cost.experts is not None:
         last = [(yield from experts(b, rank, cost, "b", last, tag, kw))]
     mlp = compute(
@@ -298,7 +346,8 @@ def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
     )  # fmt: skip
     yield
     last = [mlp]
-    last = then(last, tp_comm(b, rank, TP_OPEN[sp].backward, tag + ("bg2",), last, phase, layer, j))
+    open2 = TP_OPEN[sp].backward if gathered else None
+    last = then(last, tp_comm(b, rank, open2, tag + ("bg2",), last, phase, layer, j))
     last = then(last, tp_comm(b, rank, TP_CLOSE[sp].backward, tag + ("ba",), last, phase, layer, j))
     remote = compute(
         b, rank, "attention_out", cost.attn_remote, cost.ops_of("attn_remote"), "b", last,

@@ -135,3 +135,35 @@ def test_grad_norm_reads_every_local_gradient_once():
     off = s.model_copy(update={"training": s.training.model_copy(update={"grad_clip": False})})
     plain = build_step(build_plan(off), cm)
     assert not [t for t in plain.graph.tasks if t.name == "grad_norm"]
+
+
+@pytest.mark.parametrize("shared", [0, 1])
+def test_moe_with_tp_and_sp_dispatches_local_tokens_then_gathers_over_tp(shared):
+    # QA: the EP all-to-all carried every token of the TP group (tp x the bytes across nodes).
+    # Megatron-core's all-to-all dispatcher (MoEAlltoAllTokenDispatcher) all-to-alls each
+    # rank's own s/tp tokens, all-gathers the dispatched tokens over TP for the TP-sharded
+    # experts and reduce-scatters their outputs before the combine; the block's hidden-state
+    # all-gather stays only for shared experts.
+    from simulator import api
+
+    s = api.load(
+        "scenarios/examples/mixtral-8x22b.yaml",
+        ["model.layers=8", "training.global_batch=32", f"model.moe.shared_experts={shared}"],
+    )
+    par, m, t = s.parallelism, s.model, s.training
+    assert par.tp == 4 and par.sequence_parallel
+    plan = api.build_plan(s, api.build_topology(s.cluster))
+    step = api.build_step(plan, None, False)
+    layer0 = [
+        x for x in step.graph.tasks
+        if x.rank == plan.ranks[0] and x.microbatch == 0 and x.layer == 0 and x.phase == "forward"
+    ]  # fmt: skip
+    names = [x.name for x in layer0]
+    routed = 2 * t.micro_batch * t.seq_len * m.moe.top_k * m.hidden  # bf16 bytes, all tokens
+    sizes = {x.name: x.comm.size_bytes for x in layer0 if x.comm is not None}
+    assert sizes["ep_dispatch"] == sizes["ep_combine"] == pytest.approx(routed / par.tp)
+    assert sizes["ep_tp_all_gather"] == sizes["ep_tp_reduce_scatter"] == pytest.approx(routed)
+    order = ["ep_dispatch", "ep_tp_all_gather", "experts", "ep_tp_reduce_scatter", "ep_combine"]
+    assert [n for n in names if n in order] == order
+    # the attention block's all-gather and reduce-scatter, and the MLP block's for a shared expert
+    assert names.count("tp_all_gather") == names.count("tp_reduce_scatter") == 1 + (shared > 0)

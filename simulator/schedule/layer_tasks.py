@@ -199,11 +199,14 @@ def layer_forward(b, rank, layer, j, deps, tag, phase="forward", alloc=True) -> 
 
 def _local_dispatch(b: GraphBuilder, cost: LayerCost) -> bool:
     """Whether an MoE layer dispatches each rank's own sequence-parallel tokens, as
-    Megatron-core's all-to-all token dispatcher does under tensor and sequence parallelism
-    (``MoEAlltoAllTokenDispatcher``: the all-to-all over EP carries the rank's s/tp tokens,
-    then the dispatched tokens are all-gathered over TP for the TP-sharded experts, and their
-    outputs reduce-scattered back before the combine)."""
-    return cost.experts is not None and b.plan.sharding.sp and b.plan.grid.tp > 1
+    Megatron-core's all-to-all token dispatcher does under expert, tensor and sequence
+    parallelism (``MoEAlltoAllTokenDispatcher``: the all-to-all over EP carries the rank's
+    s/tp tokens, then the dispatched tokens are all-gathered over TP for the TP-sharded
+    experts, and their outputs reduce-scattered back before the combine). Without expert
+    parallelism the hidden states are all-gathered over TP and routed locally (Megatron's
+    all-gather dispatcher: s x h over TP, not the s x top-k x h the all-to-all one moves)."""
+    par = b.plan.scenario.parallelism
+    return cost.experts is not None and b.plan.sharding.sp and par.tp > 1 and par.ep > 1
 
 
 def _mlp_gathers(b: GraphBuilder, cost: LayerCost) -> bool:

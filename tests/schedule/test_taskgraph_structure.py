@@ -167,3 +167,22 @@ def test_moe_with_tp_and_sp_dispatches_local_tokens_then_gathers_over_tp(shared)
     assert [n for n in names if n in order] == order
     # the attention block's all-gather and reduce-scatter, and the MLP block's for a shared expert
     assert names.count("tp_all_gather") == names.count("tp_reduce_scatter") == 1 + (shared > 0)
+
+
+def test_moe_without_expert_parallelism_gathers_hidden_states_and_routes_locally():
+    # EP 1: Megatron's all-gather dispatcher moves s x h over TP, not the all-to-all
+    # dispatcher's s x top-k x h (the lecture's 200B-A20B exercise would have been 39% slower)
+    from simulator import api
+
+    s = api.load(
+        "scenarios/examples/mixtral-8x22b.yaml",
+        ["model.layers=8", "training.global_batch=32", "parallelism.ep=1"],
+    )
+    plan = api.build_plan(s, api.build_topology(s.cluster))
+    step = api.build_step(plan, None, False)
+    names = [
+        x.name for x in step.graph.tasks
+        if x.rank == plan.ranks[0] and x.microbatch == 0 and x.layer == 0 and x.phase == "forward"
+    ]  # fmt: skip
+    assert "ep_tp_all_gather" not in names and "ep_dispatch" not in names
+    assert names.count("tp_all_gather") == names.count("tp_reduce_scatter") == 2

@@ -89,7 +89,13 @@ ALGORITHM_EFFICIENCY = {
     "torus": 1.0,
     "nvls": 0.85,
 }
-TUNED = ("ring", "tree", "nvls")  # NCCL's algorithms among ours; others run Simple, no base
+TUNED = ("ring", "tree", "nvls")  # NCCL's algorithms among ours; others run Simple
+# NCCL's point-to-point operations (send/recv, and the all-to-all it builds from them) have no
+# entry in the tuning model but a base cost of their own: a small send/recv between two H100
+# over NVLink takes about 3 us in nccl-tests' sendrecv_perf (as quoted in NVIDIA/nccl#1487,
+# 2024); less the 0.7 us GPU-to-GPU path latency our NVLink nodes give, a base of 2.3 us per
+# operation, paid before the bytes as the tuned algorithms' baseLat is.
+P2P_BASE_US = 2.3
 
 
 def _log2i(x: int) -> int:
@@ -222,7 +228,10 @@ def choose_protocol(
 
 def base_latency_s(algorithm: str, protocol: str, nodes: int) -> float:
     """The part of NCCL's latency (s) paid once per collective, whatever its step count:
-    ``baseLat`` for rings and trees; for NVLS, its whole latency (NCCL models no steps)."""
+    ``baseLat`` for rings and trees; for NVLS, its whole latency (NCCL models no steps); for
+    point-to-point puts (``direct``: send/recv, all-to-all) :data:`P2P_BASE_US`."""
+    if algorithm == "direct":
+        return P2P_BASE_US * 1e-6
     if algorithm not in TUNED:
         return 0.0
     if algorithm == "nvls":

@@ -170,3 +170,15 @@ def test_base_latency_is_paid_once_per_collective():
     # base 6.6 us against Simple's 8.4 us; the same 7 hops.
     data = (N - 1) / N * 4096
     assert t - data / 87.7e9 == pytest.approx(t_ideal - 8.4e-6 - data / 360e9 + 6.6e-6)
+
+
+def test_point_to_point_operations_pay_nccls_p2p_base():
+    # QA: an 8 B send/recv over NVLink took 0.7 us (the wire alone); nccl-tests' sendrecv_perf
+    # gives about 3 us on H100 (NVIDIA/nccl#1487): 2.3 us of NCCL's own plus the 0.7 us path
+    from simulator import api
+    from simulator.plan.nccl_tuning import P2P_BASE_US
+
+    topo = api.topology_from_file("topologies/dgx-h100.yaml", "H100-SXM", [])
+    for op, ranks in (("send_recv", 2), ("all_to_all", 8)):
+        t = api.collective_table(topo, op, ranks, None, [8.0])["time_s"].iloc[0]
+        assert t == pytest.approx(P2P_BASE_US * 1e-6 + 0.7e-6, rel=0.01), op  # 8 B: ~0 bytes

@@ -22,7 +22,7 @@ import pandas as pd
 from simulator import metrics
 from simulator.collectives import BUSBW_FACTORS, bus_bandwidth, plan_collective
 from simulator.engine import NetworkModel, paused_gc, run_engine, time_collective
-from simulator.engine.executor import hop_bandwidth
+from simulator.engine.executor import channels_Bps, hop_bandwidth
 from simulator.engine.steady_state import expand, expand_memory, find_repeat
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
@@ -259,7 +259,10 @@ def collective_table(
     model = network_model(topo)
     group = topo.devices[:ranks]
     copies = [topo.devices[g * ranks : (g + 1) * ranks] for g in range(1, groups)]
-    bus = hop_bandwidth(model.links, model.router, tuple(group)) if protocol_efficiency else None
+    bus = None
+    if protocol_efficiency:  # NCCL's channels' total, as the executor plans it
+        hop = hop_bandwidth(model.links, model.router, tuple(group))
+        bus = channels_Bps(hop, topo.host_of, tuple(group))
     rows = []
     for size in sizes or parse_sizes("1MiB:8GiB"):
         plan = plan_collective(

@@ -57,6 +57,21 @@ def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
     return best
 
 
+def channels_Bps(hop_Bps: float, host_of: dict[int, int], devices: tuple[int, ...]) -> float:
+    """NCCL's bus bandwidth for its protocol model (Simple's ``B``: its channels' total): the
+    slowest hop's bandwidth ``hop_Bps`` times the group's members per host across hosts (a
+    channel per GPU and NIC, :func:`~simulator.collectives.algorithms.ring_channels`); the
+    hop's alone inside a host or with unequal members per host."""
+    hosts: dict[int, int] = {}
+    for d in devices:
+        h = host_of.get(d, d)
+        hosts[h] = hosts.get(h, 0) + 1
+    per_host = set(hosts.values())
+    if len(hosts) < 2 or len(per_host) != 1:
+        return hop_Bps
+    return hop_Bps * per_host.pop()
+
+
 class Executor:
     """Simulates ``graph`` on ``runner``'s network; ``device_of`` places ranks on devices.
 
@@ -245,13 +260,14 @@ class Executor:
             bus = self._hop_Bps[devices] = hop_bandwidth(
                 self.runner.links, self.runner.router, devices
             )
+        channels = channels_Bps(bus, self.runner.host_of, devices)
         plan = plan_collective(
             spec.collective,
             devices,
             spec.size_bytes,
             spec.algorithm,
             self.locality,
-            bus_Bps=bus if math.isfinite(bus) else None,
+            bus_Bps=channels if math.isfinite(channels) else None,
         )
         # point-to-point sends run on NCCL's p2p channels (2 per peer by default, so about 2
         # SMs against a collective's up to 32): they are not what Lee et al. measured, and

@@ -182,3 +182,27 @@ def test_point_to_point_operations_pay_nccls_p2p_base():
     for op, ranks in (("send_recv", 2), ("all_to_all", 8)):
         t = api.collective_table(topo, op, ranks, None, [8.0])["time_s"].iloc[0]
         assert t == pytest.approx(P2P_BASE_US * 1e-6 + 0.7e-6, rel=0.01), op  # 8 B: ~0 bytes
+
+
+def test_across_hosts_the_protocol_is_chosen_and_capped_at_nccls_channel_total():
+    # QA: a ring over 16 DGX H100 chose and rated its protocol from one NIC's bandwidth,
+    # so LL moved about 100 GB/s in total over the 8 NICs where NCCL caps LL at llMaxBw;
+    # NCCL's B is its channels' total, a channel per GPU and NIC
+    from simulator import api
+    from simulator.engine.executor import channels_Bps
+
+    host_of = {d: d // 8 for d in range(32)}
+    assert channels_Bps(50e9, host_of, tuple(range(32))) == 8 * 50e9
+    assert channels_Bps(50e9, host_of, tuple(range(8))) == 50e9  # inside one host
+    assert channels_Bps(50e9, host_of, tuple(range(12))) == 50e9  # 8 + 4: one ring
+    topo = api.topology_from_file("topologies/dgx-h100-superpod.yaml", "H100-SXM", ["nodes=16"])
+    nic = 50e9 * 4096 / 4122  # NDR line rate x InfiniBand payload efficiency
+    for size in (2**16, 2**20, 2**22):
+        row = api.collective_table(topo, "all_reduce", 128, "ring", [float(size)]).iloc[0]
+        assert row["protocol"] == choose_protocol("all_reduce", "ring", 128, 16, size, 8 * nic)
+    # 1 MiB runs LL; its bus bandwidth stays under NCCL's LL figure for 16 nodes (llMaxBw)
+    from simulator.plan.nccl_tuning import bus_bandwidth_GBps
+
+    row = api.collective_table(topo, "all_reduce", 128, "ring", [2.0**20]).iloc[0]
+    cap = bus_bandwidth_GBps("all_reduce", "ring", "LL", 128, 16, 8 * nic) * 1e9
+    assert row["protocol"] == "LL" and row["busbw_Bps"] <= cap

@@ -55,15 +55,21 @@ def ring_channels(group: Sequence[int], loc: Locality) -> list[list[int]]:
     hosts are walked in alternate directions (ring ``c`` goes ``c, c + 1, ..., c - 1`` on
     even hosts and back, ``c - 1, ..., c``, on odd ones), so on a rail-optimised fabric every
     hop between hosts stays under its rail's leaves - all of them with an even host count,
-    all but the closing hop with an odd one. One ring otherwise."""
+    all but the closing hop with an odd one. Over hosts of unequal member counts, as many
+    rings as the smallest host has members. One ring otherwise."""
     by_host: dict[int, list[int]] = {}
     for d in group:
         by_host.setdefault(loc.host_of.get(d, d), []).append(d)
     sizes = {len(v) for v in by_host.values()}
-    if len(by_host) < 2 or len(sizes) != 1 or sizes == {1}:
-        return [list(group)]
-    g = sizes.pop()
     hosts = list(by_host.values())
+    if len(by_host) < 2 or min(sizes) == 1:
+        return [list(group)]
+    if len(sizes) != 1:  # unequal hosts: as many rings as the smallest host has members,
+        # each leaving every host from another member (rails may cross)
+        return [
+            [h[(c + i) % len(h)] for h in hosts for i in range(len(h))] for c in range(min(sizes))
+        ]
+    g = sizes.pop()
     rings = []
     for c in range(g):
         forward = [(c + i) % g for i in range(g)]  # enters on c, leaves from c - 1

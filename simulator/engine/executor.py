@@ -59,17 +59,16 @@ def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
 
 def channels_Bps(hop_Bps: float, host_of: dict[int, int], devices: tuple[int, ...]) -> float:
     """NCCL's bus bandwidth for its protocol model (Simple's ``B``: its channels' total): the
-    slowest hop's bandwidth ``hop_Bps`` times the group's members per host across hosts (a
-    channel per GPU and NIC, :func:`~simulator.collectives.algorithms.ring_channels`); the
-    hop's alone inside a host or with unequal members per host."""
+    slowest hop's bandwidth ``hop_Bps`` times the group's channels across hosts (a channel per
+    GPU and NIC of the host with fewest members,
+    :func:`~simulator.collectives.algorithms.ring_channels`); the hop's inside a host."""
     hosts: dict[int, int] = {}
     for d in devices:
         h = host_of.get(d, d)
         hosts[h] = hosts.get(h, 0) + 1
-    per_host = set(hosts.values())
-    if len(hosts) < 2 or len(per_host) != 1:
+    if len(hosts) < 2:
         return hop_Bps
-    return hop_Bps * per_host.pop()
+    return hop_Bps * min(hosts.values())
 
 
 class Executor:

@@ -215,6 +215,19 @@ def test_rings_cross_hosts_on_one_rail(hosts):
     assert sorted(a for a, _ in crossings) == sorted(list(range(g)) * hosts)
 
 
+def test_hosts_of_unequal_members_run_a_ring_per_member_of_the_smallest():
+    # QA: 8 + 4 GPUs on two hosts ran one ring through one NIC (49.6 GB/s busbw where 16
+    # ranks reach 394): now 4 channels, each leaving each host from another member
+    from simulator.collectives.algorithms import ring_channels
+
+    loc = Locality({d: d // 8 for d in range(16)})
+    rings = ring_channels(list(range(12)), loc)
+    assert len(rings) == 4 and all(sorted(r) == list(range(12)) for r in rings)
+    exits = [{a for a, b in zip(r, r[1:] + r[:1], strict=True) if a // 8 != b // 8} for r in rings]
+    assert all(len(e) == 2 for e in exits)  # one exit per host per ring
+    assert len(set().union(*exits)) == 8  # 4 rings x 2 hosts: every exit on its own NIC
+
+
 def test_torus_dimension_rings_exact():
     from simulator.topology.torus import torus_topology
 

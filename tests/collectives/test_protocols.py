@@ -194,7 +194,7 @@ def test_across_hosts_the_protocol_is_chosen_and_capped_at_nccls_channel_total()
     host_of = {d: d // 8 for d in range(32)}
     assert channels_Bps(50e9, host_of, tuple(range(32))) == 8 * 50e9
     assert channels_Bps(50e9, host_of, tuple(range(8))) == 50e9  # inside one host
-    assert channels_Bps(50e9, host_of, tuple(range(12))) == 50e9  # 8 + 4: one ring
+    assert channels_Bps(50e9, host_of, tuple(range(12))) == 4 * 50e9  # 8 + 4: 4 channels
     topo = api.topology_from_file("topologies/dgx-h100-superpod.yaml", "H100-SXM", ["nodes=16"])
     nic = 50e9 * 4096 / 4122  # NDR line rate x InfiniBand payload efficiency
     for size in (2**16, 2**20, 2**22):

@@ -158,6 +158,12 @@ def _topology(path: Path, accelerator: str, overrides: list[str] | None):
         raise typer.Exit(2) from None
 
 
+def _built_shape(meta: dict) -> str:
+    """ " AxBxC": the torus shape built, beside the file's name (which --set may contradict)."""
+    shape = meta.get("shape")
+    return " " + "x".join(map(str, shape)) if shape else ""
+
+
 @app.command()
 def topology(
     file: Annotated[Path, typer.Argument(help="Topology YAML.", show_default=False)],
@@ -181,11 +187,8 @@ def topology(
     if format is Format.json:
         typer.echo(json.dumps({**info, "levels": levels.to_dict("records")}, indent=2, default=str))
         return
-    kind = info["kind"]
-    if info.get("shape"):  # the shape built (the name is the file's, whatever --set changed)
-        kind += " " + "x".join(map(str, info["shape"]))
     typer.echo(
-        f"{info['name']} ({kind}): {info['devices']:,} devices on "
+        f"{info['name']} ({info['kind']}{_built_shape(info)}): {info['devices']:,} devices on "
         f"{info['hosts']:,} hosts, {info['links']:,} directed links"
     )
     switches = ", ".join(f"{v:,} {k}" for k, v in info["switches"].items()) or "none"
@@ -255,9 +258,8 @@ def collective(
     shown["algbw_GBps"] = (shown["algbw_Bps"] / 1e9).map(lambda v: f"{v:,.2f}")
     shown["busbw_GBps"] = (shown["busbw_Bps"] / 1e9).map(lambda v: f"{v:,.2f}")
     n = ranks or topo.num_devices
-    name = topo.name
-    if topo.meta.get("shape"):  # the shape built, whatever the file's name says
-        name += " (" + "x".join(map(str, topo.meta["shape"])) + ")"
+    shape = _built_shape(topo.meta)
+    name = f"{topo.name} ({topo.meta['kind']}{shape})" if shape else topo.name
     chosen = table["algorithm"].unique()
     how = f"algorithm {chosen[0]}" if len(chosen) == 1 else "algorithm chosen per size"
     typer.echo(

@@ -34,6 +34,7 @@ from simulator.collectives import Locality, plan_collective
 from simulator.engine.clock import caller
 from simulator.engine.collective import CollectiveRunner
 from simulator.engine.network import LinkTable
+from simulator.plan.nccl_tuning import channels_per_host
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
 
@@ -59,16 +60,10 @@ def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
 
 def channels_Bps(hop_Bps: float, host_of: dict[int, int], devices: tuple[int, ...]) -> float:
     """NCCL's bus bandwidth for its protocol model (Simple's ``B``: its channels' total): the
-    slowest hop's bandwidth ``hop_Bps`` times the group's channels across hosts (a channel per
-    GPU and NIC of the host with fewest members,
-    :func:`~simulator.collectives.algorithms.ring_channels`); the hop's inside a host."""
-    hosts: dict[int, int] = {}
-    for d in devices:
-        h = host_of.get(d, d)
-        hosts[h] = hosts.get(h, 0) + 1
-    if len(hosts) < 2:
-        return hop_Bps
-    return hop_Bps * min(hosts.values())
+    slowest hop's bandwidth ``hop_Bps`` times the group's channels across hosts
+    (:func:`~simulator.plan.nccl_tuning.channels_per_host`)."""
+    hosts = Counter(host_of.get(d, d) for d in devices)
+    return hop_Bps * channels_per_host(list(hosts.values()))
 
 
 class Executor:

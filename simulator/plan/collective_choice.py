@@ -15,9 +15,14 @@ force an algorithm per stream (``parallelism.collectives``).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
-from simulator.plan.nccl_tuning import ALGORITHM_EFFICIENCY, fastest_protocol
+from simulator.plan.nccl_tuning import (
+    ALGORITHM_EFFICIENCY,
+    channels_per_host,
+    fastest_protocol,
+)
 
 NVLS_KINDS = ("all_reduce",)
 
@@ -57,9 +62,9 @@ def choose_algorithm(
         return "nvls" if facts.nvls and kind in NVLS_KINDS and nvls_wins else None
     if kind != "all_reduce" or facts.torus:
         return None
-    # NCCL's bus bandwidth is its channels' across hosts: one per member GPU's NIC when a host
-    # holds several of the group (rings and trees alike run a channel per local GPU)
-    bus = facts.inter_Bps * (n // hosts if n % hosts == 0 else 1)
+    # NCCL's bus bandwidth is its channels' across hosts, a channel per GPU and NIC
+    members = Counter(r // facts.gpus_per_host for r in group)
+    bus = facts.inter_Bps * channels_per_host(list(members.values()))
     ring = fastest_protocol(kind, "ring", n, hosts, size, bus)[1]
     tree = fastest_protocol(kind, "tree", n, hosts, size, bus)[1]
     return "tree" if tree < ring else None

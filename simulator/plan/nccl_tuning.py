@@ -226,6 +226,14 @@ def choose_protocol(
     return fastest_protocol(kind, algorithm, n, nodes, size, bus_Bps)[0]
 
 
+def channels_per_host(members_per_host: list[int]) -> int:
+    """NCCL's channels across hosts for a group with these members on each host: a channel
+    per GPU and NIC of the host with fewest members (1 inside one host), as
+    :func:`simulator.collectives.algorithms.ring_channels` builds them. Its bus bandwidth is
+    that many NICs'."""
+    return min(members_per_host) if len(members_per_host) > 1 else 1
+
+
 def base_latency_s(algorithm: str, protocol: str, nodes: int) -> float:
     """The part of NCCL's latency (s) paid once per collective, whatever its step count:
     ``baseLat`` for rings and trees; for NVLS, its whole latency (NCCL models no steps); for

@@ -14,6 +14,7 @@ import typer
 
 from simulator.cli_options import OptionError, check_out_dir, safe_name
 from simulator.scenario import ScenarioError
+from simulator.sweep import adapter
 
 log = logging.getLogger("trainsim.sweep")
 
@@ -176,6 +177,12 @@ def plan(
     from simulator.sweep.search import rejection_summary, search_plans
     from simulator.sweep.tables import format_table
 
+    if out is None:  # the scenario's name as one folder name
+        try:
+            name = adapter.load_scenario(scenario).name or scenario.stem
+        except ScenarioError as exc:
+            _bad_input(str(exc))
+        out = Path("reports") / "plans" / safe_name(name)
     _check_out(out)
     run_backend = _backend(backend, workers, address)
     try:

@@ -24,7 +24,6 @@ from typing import Any
 
 import pandas as pd
 
-from simulator.cli_options import safe_name
 from simulator.scenario import Scenario, ScenarioError
 from simulator.scenario.errors import Position, Problem
 from simulator.scenario.schema import FatTreeTopology, NVSwitchTopology, TorusTopology
@@ -443,7 +442,7 @@ def search_plans(
     frame = _candidate_rows(screened)
     chosen = [k.choice for k in screened if k.status == "fits"]
     name = base.name or path.stem
-    out_dir = out or Path("reports") / "plans" / safe_name(name)
+    out_dir = out or Path("reports") / "plans" / name
     if not chosen:
         return PlanSearch(name, hw.gpus, frame, pd.DataFrame(), pd.DataFrame())
     zipped: dict[str, list] = {}

@@ -54,6 +54,7 @@ from simulator.scenario import Scenario, ScenarioError
 from simulator.scenario.errors import Position, Problem
 from simulator.scenario.loader import PROJECT_ROOT, _validation_problems, build_scenario
 from simulator.scenario.yaml_source import Positions, expand_includes, read_yaml_file
+from simulator.sweep.tables import NUMERIC
 from simulator.units import UnitError, parse_quantity
 
 Values = Annotated[list[Any], Field(min_length=1)]
@@ -332,17 +333,10 @@ def _check_keys_once(spec: SweepSpec) -> None:
         raise ScenarioError(problems)
 
 
-def _metrics() -> list[str]:
-    """The numeric metrics of a results row a plot can show (:data:`tables.NUMERIC`)."""
-    from simulator.sweep.tables import NUMERIC
-
-    return NUMERIC
-
-
 def _check_plots(spec: SweepSpec) -> None:
     """A plot's x, y and group must be swept keys, and its metric a numeric result."""
     problems = []
-    known = _metrics()
+    known = NUMERIC  # the numeric metrics of a results row
     for i, plot in enumerate(spec.model.plots):
         for axis in ("x", "y", "group"):
             key = getattr(plot, axis)

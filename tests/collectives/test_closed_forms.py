@@ -96,21 +96,27 @@ def test_pipelined_chain(kind):
     assert _time(n, size, bw, lat, kind, "ring") == pytest.approx(expected, rel=REL)
 
 
+def _nic_bound_hosts(hosts: int, nic: float):
+    """(topology, network model) of ``hosts`` DGX-like hosts of 8 GPUs on a fat-tree where
+    only the NICs (``nic`` B/s) bound: NVLink and PCIe far faster, no latencies."""
+    from simulator.topology.fat_tree import fat_tree_topology
+
+    topo = fat_tree_topology(
+        nodes=hosts, nvlink_bandwidth=1e15, nvlink_latency=0.0, pcie_bandwidth=1e12,
+        pcie_latency=0.0, nic_bandwidth=nic, nic_latency=0.0, switch_latency=0.0,
+        nodes_per_leaf=4,
+    )  # fmt: skip
+    return topo, NetworkModel(topo.graph, topo.router, topo.host_of)
+
+
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
 def test_chains_across_hosts_run_on_every_rail(kind):
     # QA: broadcast and reduce across nodes ran one chain, through one NIC, 7.6x slower than
     # an all-gather of the same buffer. NCCL runs them on its ring channels: g chains of S/g,
     # each leaving and entering every host on a different GPU's NIC, so each NIC carries one
     # share and the time is (S/g) / NIC bandwidth (no latencies here; NVLink and PCIe faster).
-    from simulator.topology.fat_tree import fat_tree_topology
-
     hosts, g, size, nic = 4, 8, 1e9, 5e10
-    topo = fat_tree_topology(
-        nodes=hosts, nvlink_bandwidth=1e15, nvlink_latency=0.0, pcie_bandwidth=1e12,
-        pcie_latency=0.0, nic_bandwidth=nic, nic_latency=0.0, switch_latency=0.0,
-        nodes_per_leaf=4,
-    )  # fmt: skip
-    model = NetworkModel(topo.graph, topo.router, topo.host_of)
+    topo, model = _nic_bound_hosts(hosts, nic)
     plan = plan_collective(
         kind, topo.devices, size, "ring", model.locality, protocol_efficiency=False
     )
@@ -126,15 +132,8 @@ def test_tree_across_hosts_runs_a_chain_per_gpu_under_each_host_node():
     # with a chain inside each and a channel per local GPU. Two hosts: in each channel one
     # tree goes host 0 -> 1 and its mirror 1 -> 0, so every NIC carries one share of S / 2g
     # each way per phase: reduce then broadcast take S / (g x NIC) (no latencies here).
-    from simulator.topology.fat_tree import fat_tree_topology
-
     hosts, g, size, nic = 2, 8, 1e9, 5e10
-    topo = fat_tree_topology(
-        nodes=hosts, nvlink_bandwidth=1e15, nvlink_latency=0.0, pcie_bandwidth=1e12,
-        pcie_latency=0.0, nic_bandwidth=nic, nic_latency=0.0, switch_latency=0.0,
-        nodes_per_leaf=4,
-    )  # fmt: skip
-    model = NetworkModel(topo.graph, topo.router, topo.host_of)
+    topo, model = _nic_bound_hosts(hosts, nic)
     plan = plan_collective(
         "all_reduce", topo.devices, size, "tree", model.locality, protocol_efficiency=False
     )

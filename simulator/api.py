@@ -357,22 +357,30 @@ def _cost_row(cm: ComputeModel, op, phase: str, name: str) -> dict:
 
 def network_facts(topo: Topology) -> NetworkFacts:
     """What the plan's collective choice needs to know of ``topo``: devices per host, NVLS,
-    and one GPU's bandwidth and per-hop latency to another host."""
-    per_host = sum(1 for d in topo.devices if topo.host_of[d] == topo.host_of[topo.devices[0]])
-    other = next(
-        (d for d in topo.devices if topo.host_of[d] != topo.host_of[topo.devices[0]]), None
-    )
+    one GPU's bandwidth and per-hop latency to another host, and the bandwidth between two
+    GPUs of one host."""
+    first = topo.devices[0]
+    mates = [d for d in topo.devices if topo.host_of[d] == topo.host_of[first]]
+    other = next((d for d in topo.devices if topo.host_of[d] != topo.host_of[first]), None)
+
+    def capacity(path) -> float:
+        return min(
+            topo.graph.edges[e]["bandwidth"] * topo.graph.edges[e].get("efficiency", 1.0)
+            for e in path
+        )
+
     bw, lat = 50e9, 5e-6
     if other is not None:
-        edges = [topo.graph.edges[u, v] for u, v in topo.path(topo.devices[0], other)]
-        bw = min(e["bandwidth"] * e.get("efficiency", 1.0) for e in edges)
-        lat = sum(e.get("latency", 0.0) for e in edges)
+        path = topo.path(first, other)
+        bw = capacity(path)
+        lat = sum(topo.graph.edges[e].get("latency", 0.0) for e in path)
     return NetworkFacts(
-        gpus_per_host=per_host,
+        gpus_per_host=len(mates),
         nvls=bool(topo.nvls_switch),
         inter_Bps=bw,
         inter_latency_s=lat,
         torus=topo.meta.get("kind") == "torus",
+        intra_Bps=capacity(topo.path(first, mates[1])) if len(mates) > 1 else None,
     )
 
 

@@ -7,10 +7,12 @@ steps would dominate (many ranks, small buffers). Across hosts we compare, as NC
 predicted time of ring and tree each with its fastest protocol (LL, LL128, Simple:
 :func:`simulator.plan.nccl_tuning.fastest_protocol`, NCCL 2.20.3's latencies and bandwidths,
 for the network bandwidth of the group's GPUs on one host: a channel per GPU and NIC).
-Inside a node NVLS (Simple only) against the ring is decided by bytes moved: ``S (n+1)/n``
-each way at NVLS's efficiency against the ring's ``2 (n-1)/n S`` - the intra-node latencies
-are microseconds against the milliseconds of the TP buffers this decides. A scenario can
-force an algorithm per stream (``parallelism.collectives``).
+Inside a node NVLS (Simple only, 23 us of latency in NCCL's model) against the ring with its
+fastest protocol by the same model at the host's NVLink bandwidth: a ring's LL wins below
+about 512 KiB over 8 H100 (15 us against 23), NVLS above. Without that bandwidth the choice is
+by bytes moved alone (``S (n+1)/n`` each way at NVLS's efficiency against the ring's
+``2 (n-1)/n S``: NVLS from 4 ranks up). A scenario can force an algorithm per stream
+(``parallelism.collectives``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ class NetworkFacts:
 
     ``gpus_per_host``: devices per scale-up (NVLink) domain, numbered host by host;
     ``nvls``: the domain's switch reduces in-network; ``inter_Bps``/``inter_latency_s``: one
-    GPU's bandwidth and one hop's latency across hosts; ``torus``: devices form a torus.
+    GPU's bandwidth and one hop's latency across hosts; ``torus``: devices form a torus;
+    ``intra_Bps``: the slowest link's capacity between two GPUs of one host (B/s; None:
+    unknown), the bandwidth NCCL's model reads for a collective inside the host.
     """
 
     gpus_per_host: int
@@ -41,6 +45,7 @@ class NetworkFacts:
     inter_Bps: float = 50e9
     inter_latency_s: float = 5e-6
     torus: bool = False
+    intra_Bps: float | None = None
 
 
 def hosts_spanned(group: tuple[int, ...], facts: NetworkFacts) -> int:
@@ -57,9 +62,14 @@ def choose_algorithm(
     hosts = hosts_spanned(group, facts)
     n = len(group)
     if hosts == 1:
-        # NVLS moves S (n+1)/n each way at its efficiency, a ring 2 (n-1)/n S: NVLS from 4 up
-        nvls_wins = (n + 1) / ALGORITHM_EFFICIENCY["nvls"] < 2 * (n - 1)
-        return "nvls" if facts.nvls and kind in NVLS_KINDS and nvls_wins else None
+        if not (facts.nvls and kind in NVLS_KINDS):
+            return None
+        if facts.intra_Bps is None:
+            # NVLS moves S (n+1)/n each way at its efficiency, a ring 2 (n-1)/n S: from 4 up
+            return "nvls" if (n + 1) / ALGORITHM_EFFICIENCY["nvls"] < 2 * (n - 1) else None
+        nvls = fastest_protocol(kind, "nvls", n, 1, size, facts.intra_Bps)[1]
+        ring = fastest_protocol(kind, "ring", n, 1, size, facts.intra_Bps)[1]
+        return "nvls" if nvls < ring else None
     if kind != "all_reduce" or facts.torus:
         return None
     # NCCL's bus bandwidth is its channels' across hosts, a channel per GPU and NIC

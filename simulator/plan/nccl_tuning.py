@@ -124,7 +124,7 @@ def bus_bandwidth_GBps(
     kind: str, algorithm: str, protocol: str, n: int, nodes: int, bus_Bps: float
 ) -> float:
     """NCCL's bus bandwidth (GB/s) of ``protocol`` given Simple's ``bus_Bps`` (B/s) before
-    any algorithm factor; the tree's includes its 0.92."""
+    any algorithm factor; the tree's includes its 0.92, NVLS's its 0.85."""
     b = bus_Bps / 1e9
     channels = max(1, math.ceil(b / CHANNEL_GBPS))
     k = _node_index(nodes)
@@ -145,6 +145,8 @@ def bus_bandwidth_GBps(
             factor = 7 / 9 if nodes == 1 else 120 / 128
             return min(tree * factor, channels * PER_CHANNEL_TREE_LL128_GBPS[k])
         return tree
+    if algorithm == "nvls":  # busBw *= nvlsEfficiency, as the tree's 0.92 above
+        return b * ALGORITHM_EFFICIENCY["nvls"]
     return b
 
 

@@ -20,6 +20,39 @@ def test_nvls_inside_a_node_from_four_ranks():
     assert choose_algorithm("all_reduce", tuple(range(8)), 1e8, ampere) is None
 
 
+def test_inside_a_node_nvls_against_the_ring_by_nccls_predicted_times():
+    # QA: NVLS was chosen for every all-reduce of 4+ ranks, where NCCL's model gives it 23 us
+    # of latency against a ring's LL 10-15 us: small all-reduces run rings, large ones NVLS,
+    # switching where the model's two times cross (8 H100: 360 GB/s per NVLink hop)
+    facts = NetworkFacts(gpus_per_host=8, nvls=True, intra_Bps=360e9)
+    for n in (4, 8):
+        group = tuple(range(n))
+        sizes = [2.0**k for k in range(10, 31)]
+        chosen = [choose_algorithm("all_reduce", group, s, facts) for s in sizes]
+        for s, c in zip(sizes, chosen, strict=True):
+            nvls = fastest_protocol("all_reduce", "nvls", n, 1, s, 360e9)[1]
+            ring = fastest_protocol("all_reduce", "ring", n, 1, s, 360e9)[1]
+            assert c == ("nvls" if nvls < ring else None), (n, s)
+        assert chosen[0] is None and chosen[-1] == "nvls"
+    # 8 ranks: the ring's LL 15.0 us against NVLS's 23.0 us at 1 KiB; NVLS from 512 KiB
+    assert choose_algorithm("all_reduce", tuple(range(8)), 2.0**18, facts) is None
+    assert choose_algorithm("all_reduce", tuple(range(8)), 2.0**20, facts) == "nvls"
+    # two or three ranks: the ring's algorithm bandwidth (B n / 2(n-1)) beats NVLS's at any size
+    for n in (2, 3):
+        assert choose_algorithm("all_reduce", tuple(range(n)), 2.0**33, facts) is None
+
+
+def test_network_facts_read_the_hosts_nvlink_bandwidth():
+    s = load_scenario_text(DDP_16K)
+    facts = api.network_facts(api.build_topology(s.cluster))
+    # H100 NVLink: 450 GB/s per direction at the NVLink payload efficiency, 0.8 (the
+    # topology's default; NCCL's ~20 GB/s per 25 GB/s link, nccl-tests#149)
+    link = api.build_topology(s.cluster).graph.edges[0, "nvswitch0"]
+    assert link["efficiency"] == 0.8
+    assert facts.intra_Bps == pytest.approx(360e9, rel=1e-12)
+    assert facts.gpus_per_host == 8
+
+
 def test_trees_where_ring_latency_dominates():
     group = tuple(range(0, 16384, 8))  # one GPU per node, 2,048 nodes
     small, large = 25e6, 8e9

@@ -56,7 +56,10 @@ class FatTreeTopology(Frozen):
     serves every NIC of its ``nodes_per_leaf`` nodes. Three levels group ``leaves_per_pod``
     leaves into pods. ``ecmp_flows`` splits each connection into that many sub-flows, each
     hashed onto one of the equal-cost paths (Llama 3's enhanced ECMP: 16); 0 spreads traffic
-    evenly over all of them, as adaptive routing or packet spraying does.
+    evenly over all of them, as adaptive routing or packet spraying does. ``pxn`` (rail-optimised
+    fabrics): a connection between GPUs of different rails crosses NVLink to its host's GPU on
+    the destination's rail first and stays on that rail, as NCCL's PXN does from 2.12 on (on by
+    default; false models ``NCCL_PXN_DISABLE=1``).
     """
 
     kind: Literal["fat_tree"]
@@ -73,6 +76,7 @@ class FatTreeTopology(Frozen):
     oversubscription: list[Annotated[Real, Field(ge=1, le=1000)]] = [1.0]
     rail_optimized: bool = True
     ecmp_flows: Annotated[int, Field(ge=0, le=1024)] = 0
+    pxn: bool = True
 
     @field_validator("oversubscription")
     @classmethod

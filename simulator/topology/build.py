@@ -59,6 +59,7 @@ def build_topology(cluster: ClusterConfig) -> Topology:
             oversubscription=tuple(t.oversubscription),
             rail_optimized=t.rail_optimized,
             ecmp_flows=t.ecmp_flows,
+            pxn=t.pxn,
             nvls=n.nvls,
             name=t.name or "",
         )

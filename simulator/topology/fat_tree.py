@@ -17,6 +17,13 @@ Among the equal-cost spines (and cores) a connection is either spread evenly (``
 = 0: adaptive routing, packet spraying) or split into ``ecmp_flows`` sub-flows, each placed by
 a deterministic hash (static ECMP, whose collisions are real and visible).
 
+PXN (``pxn``, on by default on rail-optimised fabrics): a connection between GPUs of different
+rails on different hosts first crosses NVLink to the GPU of its own host on the destination's
+rail and leaves through that GPU's NIC, so it never crosses rails in the fabric. NCCL does this
+from 2.12 on ("PCI x NVLink", on unless ``NCCL_PXN_DISABLE=1``; NVIDIA, "Doubling all2all
+Performance with NVIDIA Collective Communication Library 2.12", 2022): an all-to-all between
+two rail-optimised hosts then stays under the rails' leaves instead of climbing to the spines.
+
 >>> topo = fat_tree_topology(nodes=4, gpus_per_node=8, nodes_per_leaf=2, nic_bandwidth=50e9)
 >>> [e[1] for e in topo.path(0, 8)]  # host 0 to host 1, same rail leaf
 ['nic0', 'leaf0.0', 'nic8', 8]
@@ -57,6 +64,7 @@ def fat_tree_topology(
     ecmp_flows: int = 0,
     nvls: bool = False,
     name: str = "",
+    pxn: bool = True,
 ) -> Topology:
     """Build a fat-tree of ``nodes`` hosts (see the module doc for the structure).
 
@@ -90,7 +98,8 @@ def fat_tree_topology(
     else:
         pods = dict.fromkeys(leaves, 0)
 
-    router = FatTreeRouter(host_of, leaf_of, pods, spines, cores, ecmp_flows)
+    rails = gpus_per_node if pxn and rail_optimized and gpus_per_node > 1 else 0
+    router = FatTreeRouter(host_of, leaf_of, pods, spines, cores, ecmp_flows, rails)
     return Topology(
         graph=g,
         devices=sorted(host_of),
@@ -192,11 +201,15 @@ class FatTreeRouter:
     """Up-down routing: NVLink inside a host, else NIC -> leaf [-> spine [-> core -> spine]].
 
     ``path`` gives one hashed path; ``spread`` gives each link's share of a connection's bytes
-    under the fabric's load balancing (see the module doc).
+    under the fabric's load balancing (see the module doc). ``rails`` > 0: PXN over hosts of
+    that many GPUs numbered host by host, GPU ``d`` on rail ``d % rails`` (0: no PXN).
     """
 
-    def __init__(self, host_of, leaf_of, pod_of_leaf, spines, cores, ecmp_flows: int = 0):
+    def __init__(
+        self, host_of, leaf_of, pod_of_leaf, spines, cores, ecmp_flows: int = 0, rails: int = 0
+    ):
         self.host_of = host_of
+        self.rails = rails
         self.leaf_of = leaf_of
         self.pod_of_leaf = pod_of_leaf
         self.spines = spines
@@ -242,8 +255,21 @@ class FatTreeRouter:
             table = self._table = SpreadTable(self, index)
         return table
 
+    def relay(self, src: Node, dst: Node) -> int | None:
+        """The GPU on ``src``'s host and ``dst``'s rail a PXN connection crosses NVLink to
+        (None: the connection leaves through ``src``'s own NIC)."""
+        r = self.rails
+        if not r or isinstance(src, str) or isinstance(dst, str) or src % r == dst % r:
+            return None
+        if self.host_of[src] == self.host_of[dst]:
+            return None
+        return src - src % r + dst % r
+
     def spread(self, src: Node, dst: Node, key: int = 0) -> list[tuple[tuple[Node, Node], float]]:
         """(link, fraction of the connection's bytes) for every link it uses."""
+        via = None if self.ecmp_flows else self.relay(src, dst)
+        if via is not None:  # (hashed ECMP: ``path`` takes the relay itself)
+            return [(e, 1.0) for e in self._nvswitch.path(src, via)] + self.spread(via, dst, key)
         if self.ecmp_flows:
             share: dict[tuple[Node, Node], float] = {}
             k = self.ecmp_flows
@@ -284,6 +310,9 @@ class FatTreeRouter:
             return []
         if isinstance(src, str) or isinstance(dst, str) or self.host_of[src] == self.host_of[dst]:
             return self._nvswitch.path(src, dst, key)
+        via = self.relay(src, dst)
+        if via is not None:
+            return self._nvswitch.path(src, via) + self.path(via, dst, key)
         a_nic, b_nic = f"nic{src}", f"nic{dst}"
         a_leaf, b_leaf = self.leaf_of[src], self.leaf_of[dst]
         up: Path = [(src, a_nic), (a_nic, a_leaf)]

@@ -9,7 +9,9 @@ builds the routes of thousands of connections with a few numpy gathers: the same
 same order, with the same shares (the same IEEE divisions), as ``spread`` one connection at a
 time, so whatever is computed from them is bit-identical. The 16,384 GPUs of a data-parallel
 job's gradient trees and their copies (90K connections) take a few milliseconds instead of a
-second.
+second. A PXN connection (between rails: :meth:`FatTreeRouter.relay
+<simulator.topology.fat_tree.FatTreeRouter.relay>`) is its relay's route with the two NVLink
+links to the relay in front.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class SpreadTable:
         host_of, leaf_of = router.host_of, router.leaf_of
         n = len(host_of)
         self.n = n
+        self.rails = router.rails
         self.host = np.fromiter(map(host_of.__getitem__, range(n)), np.int64, n)
         self.leaf_names = list(router.pod_of_leaf)
         number = {leaf: i for i, leaf in enumerate(self.leaf_names)}
@@ -121,6 +124,50 @@ class SpreadTable:
         self._learn(devices)
         return self.representative
 
+    def _outside(self, src: np.ndarray, dst: np.ndarray) -> bool:
+        """Some endpoint is not a device (an NVLS switch, or out of range)."""
+        return bool(src.size) and (
+            min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= self.n
+        )
+
+    def _relays(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(where each connection leaves its host from: the PXN relay or itself, which
+        connections have a relay; None: none has)."""
+        r = self.rails
+        if not r or not src.size:
+            return src, None
+        local = src % r
+        relayed = (local != dst % r) & (self.host[src] != self.host[dst])
+        if not relayed.any():
+            return src, None
+        return np.where(relayed, src - local + dst % r, src), relayed
+
+    def _with_relays(self, src, via, relayed, ids, lengths, shares=None):
+        """``ids`` (and ``shares``) of the routes from ``via``, each relayed connection's
+        GPU -> NVSwitch -> relay links (share 1) put in front; None if a link is missing."""
+        self._learn(src[relayed])
+        front = np.stack(
+            [self.device_links[src[relayed], 0], self.device_links[via[relayed], 1]], axis=1
+        )
+        if (front < 0).any():
+            return None
+        extra = np.where(relayed, 2, 0)
+        longer = lengths + extra
+        start = np.cumsum(longer) - longer
+        connection = np.repeat(np.arange(lengths.size), lengths)
+        old_start = np.cumsum(lengths) - lengths
+        at = np.arange(ids.size) - old_start[connection] + start[connection] + extra[connection]
+        front_at = start[relayed][:, None] + np.arange(2)
+        out = np.empty(int(longer.sum()), np.int64)
+        out[at] = ids
+        out[front_at] = front
+        if shares is None:
+            return out, None, longer
+        out_shares = np.empty(out.size, float)
+        out_shares[at] = shares
+        out_shares[front_at] = 1.0
+        return out, out_shares, longer
+
     def _kinds(self, src: np.ndarray, dst: np.ndarray):
         """(kind of each connection, source and destination leaves and pods), the devices'
         links learned; None when some endpoint is not a device."""
@@ -142,8 +189,11 @@ class SpreadTable:
         """(link ids, length per connection) of ``FatTreeRouter.path(src[i], dst[i],
         key[i])``, the single hashed path of each connection, concatenated in order; None
         when some endpoint is not a device or a key is outside [0, 2**32)."""
+        if self._outside(src, dst) or (key.size and (key.min() < 0 or key.max() >= 2**32)):
+            return None
+        origin, (src, relayed) = src, self._relays(src, dst)
         found = self._kinds(src, dst)
-        if found is None or (key.size and (key.min() < 0 or key.max() >= 2**32)):
+        if found is None:
             return None
         kind, leaf_s, leaf_d, pod_s, pod_d = found
         s, c = self.n_spines, self.n_cores
@@ -169,7 +219,10 @@ class SpreadTable:
             ],
         }
         ids = self._fill(kind, lengths, src, dst, columns)
-        return None if ids is None else (ids, lengths)
+        if ids is None or relayed is None:
+            return None if ids is None else (ids, lengths)
+        found = self._with_relays(origin, src, relayed, ids, lengths)
+        return None if found is None else (found[0], found[2])
 
     def _local_columns(self) -> dict:
         """Column makers of the routes inside a host and under one leaf (one path each)."""
@@ -197,6 +250,9 @@ class SpreadTable:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(link ids, shares, route length per connection) of the connections ``src[i]`` ->
         ``dst[i]``, routes concatenated in order; None when some endpoint is not a device."""
+        if self._outside(src, dst):
+            return None
+        origin, (src, relayed) = src, self._relays(src, dst)
         found = self._kinds(src, dst)
         if found is None:
             return None
@@ -232,4 +288,6 @@ class SpreadTable:
             sel = np.flatnonzero(kind == k)
             if sel.size:
                 shares[start[sel][:, None] + np.arange(row.size)] = row
-        return ids, shares, lengths
+        if relayed is None:
+            return ids, shares, lengths
+        return self._with_relays(origin, src, relayed, ids, lengths, shares)

@@ -32,6 +32,7 @@ SMALL = {  # every shape the builder makes: one leaf, one pod of rails, ToR pods
         oversubscription=(1.0, 3.0), rail_optimized=False,
     ),
     "rail pods": dict(nodes=10, gpus_per_node=4, nodes_per_leaf=2, levels=3, leaves_per_pod=3),
+    "rails without pxn": dict(nodes=6, gpus_per_node=4, nodes_per_leaf=2, pxn=False),
 }  # fmt: skip
 
 
@@ -106,11 +107,13 @@ def test_spread_ids_decline_hashed_ecmp_and_non_devices():
     assert spread.router.spread_ids(np.array([-1]), np.array([3]), links.index) is None
 
 
-def test_path_ids_equal_path_with_hashed_ecmp():
+@pytest.mark.parametrize("pxn, met", [(False, {2, 6, 8}), (True, {2, 6, 10})])
+def test_path_ids_equal_path_with_hashed_ecmp(pxn, met):
     # the single hashed path does not depend on ecmp_flows: arrays with sub-flows too
     topo = fat_tree_topology(
-        nodes=8, gpus_per_node=2, nodes_per_leaf=2, levels=3, leaves_per_pod=2, ecmp_flows=4
-    )
+        nodes=8, gpus_per_node=2, nodes_per_leaf=2, levels=3, leaves_per_pod=2, ecmp_flows=4,
+        pxn=pxn,
+    )  # fmt: skip
     links = LinkTable(topo.graph)
     src, dst = np.arange(16), (np.arange(16) * 5 + 3) % 16
     keys = np.arange(16) * 4 + 1
@@ -119,7 +122,9 @@ def test_path_ids_equal_path_with_hashed_ecmp():
     expected = [topo.router.path(s, d, k) for s, d, k in triples]
     assert ids.tolist() == [links.index[e] for p in expected for e in p]
     assert lengths.tolist() == [len(p) for p in expected]
-    assert {len(p) for p in expected} >= {2, 6, 8}  # hosts, pods and cores all met
+    # hosts, pods and cores all met; with PXN a pair of GPUs on different rails (d * 5 + 3
+    # flips the rail of every even d) crosses NVLink first: its 8 links through a core + 2
+    assert {len(p) for p in expected} >= met
 
 
 @settings(max_examples=200, deadline=None)
@@ -127,3 +132,44 @@ def test_path_ids_equal_path_with_hashed_ecmp():
 def test_ecmp_hash_array_is_ecmp_hash(triples):
     a, b, k = (np.array(x, dtype=np.int64) for x in zip(*triples, strict=True))
     assert ecmp_hash_array(a, b, k).tolist() == [ecmp_hash(*t) for t in triples]
+
+
+def test_pxn_crosses_nvlink_to_the_destinations_rail_and_stays_on_it():
+    # NCCL's PXN (2.12+): GPU 1 of host 0 to GPU 3 of host 1, hosts under one leaf group: over
+    # NVLink to GPU 3 of host 0, then rail 3's NIC and leaf, no spine
+    topo = fat_tree_topology(nodes=4, gpus_per_node=4, nodes_per_leaf=2)
+    assert topo.router.path(1, 7) == [
+        (1, "nvswitch0"), ("nvswitch0", 3), (3, "nic3"), ("nic3", "leaf0.3"),
+        ("leaf0.3", "nic7"), ("nic7", 7),
+    ]  # fmt: skip
+    assert topo.router.spread(1, 7) == [(e, 1.0) for e in topo.router.path(1, 7)]
+    # same rail, same host or an NVLS switch: no relay
+    assert topo.router.relay(1, 5) is None and topo.router.relay(1, 3) is None
+    assert topo.router.relay(1, "nvswitch1") is None
+    # without PXN (NCCL_PXN_DISABLE=1) the connection leaves through its own NIC, rail 1, and
+    # crosses to rail 3 through a spine
+    off = fat_tree_topology(nodes=4, gpus_per_node=4, nodes_per_leaf=2, pxn=False)
+    hops = [e[1] for e in off.router.path(1, 7)]
+    assert hops[:2] == ["nic1", "leaf0.1"] and hops[2].startswith("spine") and hops[3] == "leaf0.3"
+    # a fabric that is not rail-optimised has nothing to relay to
+    tor = fat_tree_topology(nodes=4, gpus_per_node=4, nodes_per_leaf=2, rail_optimized=False)
+    assert tor.router.relay(1, 7) is None
+
+
+def test_pxn_keeps_an_all_to_all_off_oversubscribed_uplinks():
+    # an all-to-all over 2 rail-optimised hosts of 8 GPUs under one leaf group: with PXN every
+    # byte between hosts stays on its rail's leaf, so the leaves' 4:1 uplinks do not matter;
+    # each NIC carries S/16 from each of its host's 8 GPUs either way (S/2), so at 1:1 the
+    # two agree closely (PXN adds an NVLink hop of latency, 0.7 us, and NVLink copies)
+    def time(pxn, over):
+        topo = fat_tree_topology(
+            nodes=2, gpus_per_node=8, nodes_per_leaf=2, nic_bandwidth=50e9, pxn=pxn,
+            oversubscription=(over,),
+        )  # fmt: skip
+        return api.collective_table(topo, "all_to_all", 16, None, [2.0**30])["time_s"].iloc[0]
+
+    assert time(True, 4.0) == pytest.approx(time(True, 1.0), rel=1e-12)
+    assert time(False, 4.0) > 1.5 * time(False, 1.0)
+    # at 1:1 PXN costs what it moves over NVLink at most: within 1% (the hop's latency and
+    # an 8:1 NVLink-to-NIC bandwidth ratio)
+    assert time(True, 1.0) == pytest.approx(time(False, 1.0), rel=0.01)

@@ -445,7 +445,7 @@ def validate(
         list[str] | None,
         typer.Option(
             "--group",
-            help="megatron, megatron_table2, nccl, zero_bubble, throughput, llama3, zero, "
+            help="megatron, megatron_table2, nccl, nccl_time, zero_bubble, throughput, llama3, zero, "
             "korthikanti, layer_timing, nvidia_h100 (repeatable; default all).",
         ),
     ] = None,

@@ -9,6 +9,7 @@ Rows (``scenarios/validation/published/rows.yaml`` and the tables in
   formula (Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh), full attention and recompute included)
   over the simulated step time;
 - nccl-tests bus bandwidths of single nodes and NICs;
+- nccl-tests all-reduce times from 1 MiB to 4 GiB on one A100 node and two H100 nodes;
 - the zero-bubble paper's Table 4: throughput of ZB-H1 / ZB-H2 relative to 1F1B, against the
   paper's ZB-1p / ZB-2p (rows the model cannot meet say why, in ``expected_miss``);
 - ZeRO Table 1: model-state memory per device, every cell, at the table's printed precision;
@@ -161,6 +162,29 @@ def nccl_rows(spec: dict) -> list[dict]:
                 "GB/s",
             )
         )
+    return out
+
+
+def nccl_time_rows(spec: dict) -> list[dict]:
+    """nccl-tests' out-of-place time (us) of one collective at each of a row's sizes, against
+    :func:`simulator.api.collective_table` on the row's topology (its algorithm, or NCCL's
+    choice by size as the executor makes it)."""
+    out = []
+    for r in spec["rows"]:
+        topo = api.topology_from_file(
+            PROJECT_ROOT / r["topology"], r["accelerator"], r.get("set", [])
+        )
+        sizes = [float(size) for size, _ in r["times_us"]]
+        table = api.collective_table(topo, r["op"], r["ranks"], r.get("algo"), sizes)
+        misses = r.get("expected_miss", {})
+        for (size, published), seconds in zip(r["times_us"], table["time_s"], strict=True):
+            label = f"{size / 2**20:g} MiB" if size < 2**30 else f"{size / 2**30:g} GiB"
+            row = _row(
+                "nccl-tests time", f"{r['name']}, {label}", published, seconds * 1e6,
+                spec["tolerance"], "us",
+            )  # fmt: skip
+            row["expected_miss"] = misses.get(size, "")
+            out.append(row)
     return out
 
 
@@ -376,6 +400,7 @@ GROUPS = (
     "megatron",
     "megatron_table2",
     "nccl",
+    "nccl_time",
     "zero_bubble",
     "throughput",
     "llama3",
@@ -419,6 +444,7 @@ def _validate(groups: list[str] | None, each: Each) -> pd.DataFrame:
             spec["megatron_table2"], "Megatron SC21 Table 2", each
         ),
         "nccl": lambda: nccl_rows(spec["nccl_busbw"]),
+        "nccl_time": lambda: nccl_time_rows(spec["nccl_times"]),
         "zero_bubble": lambda: zero_bubble_rows(spec["zero_bubble"], each),
         "throughput": lambda: throughput_rows(spec["public_throughput"], each=each),
         "llama3": lambda: llama3_rows(spec["llama3_table4"], each),

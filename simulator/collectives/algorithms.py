@@ -346,8 +346,8 @@ def plan_collective(
     their bandwidth caps). The plan's efficiency is the algorithm's times the protocol's share
     of Simple's bandwidth, and it carries NCCL's per-collective base latency. With
     ``protocol_efficiency`` False the plan is the ideal algorithm (efficiency 1, Simple, no
-    base latency), which the closed-form tests use. A plan on a torus runs Simple with no base
-    latency: TPUs run XLA's collectives, not NCCL's.
+    base latency or per-step floor), which the closed-form tests use. A plan on a torus runs
+    Simple with no base latency: TPUs run XLA's collectives, not NCCL's.
     """
     algorithm = algorithm or DEFAULT_ALGORITHM.get(kind, "ring")
     group = tuple(group)
@@ -386,4 +386,7 @@ def plan_collective(
         factor = nccl_tuning.protocol_factor(kind, algorithm, protocol, n, nodes, bus_Bps)
     eff = ALGORITHM_EFFICIENCY.get(algorithm, 1.0) * factor
     base = nccl_tuning.base_latency_s(algorithm, protocol, nodes)
-    return CollectivePlan(kind, algorithm, group, size_bytes, tuple(phases), eff, protocol, base)
+    step = tuple(t * 1e-6 for t in nccl_tuning.step_latency_us(kind, algorithm, protocol, nodes))
+    return CollectivePlan(
+        kind, algorithm, group, size_bytes, tuple(phases), eff, protocol, base, step
+    )

@@ -60,7 +60,9 @@ class CollectivePlan:
     (LL, LL128 or Simple) turn into payload (see :mod:`simulator.plan.nccl_tuning`); the
     engine divides bytes by it. ``base_latency_s`` (s) is NCCL's per-collective latency
     (:func:`simulator.plan.nccl_tuning.base_latency_s`), paid once before the first
-    phase, on top of the path latency every step pays.
+    phase, on top of the path latency every step pays. ``step_latency_s`` (s): NCCL's
+    per-step latency of the protocol on a hop inside a host and on one across hosts
+    (:func:`simulator.plan.nccl_tuning.step_latency_us`), the least a step pays on such a hop.
     """
 
     kind: Kind
@@ -71,6 +73,7 @@ class CollectivePlan:
     efficiency: float = 1.0
     protocol: str = "Simple"
     base_latency_s: float = 0.0
+    step_latency_s: tuple[float, float] = (0.0, 0.0)
 
     @property
     def bytes_sent(self) -> float:

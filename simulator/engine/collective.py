@@ -123,6 +123,7 @@ class CollectiveRunner:
             plan.kind,
             plan.algorithm,
             plan.group,
+            plan.step_latency_s,
             copies_id,
             tuple(
                 (len(p.transfers), p.steps, p.latency_hops, p.ring, p.fast_hops)
@@ -152,6 +153,8 @@ class CollectiveRunner:
             class_of: list[int] = []
             numbers: dict[tuple, int] = {}
             hops, latency = self._paths(phase.transfers)
+            if plan.step_latency_s != (0.0, 0.0):
+                latency = self._at_least(latency, phase.transfers, plan.step_latency_s)
             if phase.ring:  # a chunk pays each hop's latency in turn (Phase.ring)
                 latency = [sum(latency) / len(latency)] * len(latency)
             slow_hops = phase.latency_count - phase.fast_hops
@@ -180,6 +183,16 @@ class CollectiveRunner:
                 flows.append(FlowClass(links, counts, factor, tail, pattern, rating))
             out.append(_Geometry(flows))
         return out
+
+    def _at_least(self, latency: list[float], transfers, floor: tuple[float, float]):
+        """Each transfer's path latency, at least NCCL's per-step latency of its protocol on
+        its kind of hop (``floor``: inside a host, across hosts; s)."""
+        host = self.host_of.get
+        inside, across = floor
+        return [
+            max(lat, across if host(t.src, t.src) != host(t.dst, t.dst) else inside)
+            for lat, t in zip(latency, transfers, strict=True)
+        ]
 
     def _rating(self, links: np.ndarray, counts: np.ndarray, same: np.ndarray | None):
         """A class's (links, counts) for the water-filling with one link of each group of

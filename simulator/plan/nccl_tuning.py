@@ -172,6 +172,31 @@ def latency_us(kind: str, algorithm: str, protocol: str, n: int, nodes: int) -> 
     return intra + (inter if nodes > 1 else 0.0)
 
 
+def step_latency_us(kind: str, algorithm: str, protocol: str, nodes: int) -> tuple[float, float]:
+    """NCCL's per-step latency (us) of ``protocol`` on a hop inside a host and on one across
+    hosts, as :func:`latency_us` charges each step (``hwLat``: NVLink and NET rows; across
+    nodes a ring's intra-node steps pay at least the network post overhead; a ring's
+    broadcast or reduce in Simple pays the tree's chunk latency). (0, 0) for algorithms NCCL's
+    model has no steps for (NVLS: its whole latency is per collective; direct, halving-doubling,
+    hierarchical, torus).
+
+    The engine charges each step the larger of this and its hop's path latency: ``hwLat`` is
+    what a step costs on the hardware NCCL tuned it on (protocol synchronisation included: a
+    Simple step over NVLink 3.4 us against LL's 0.6); a slower hop shows through.
+    """
+    if algorithm not in ("ring", "tree"):
+        return 0.0, 0.0
+    p = _P[protocol]
+    intra = HW_LATENCY_US["nvlink"][algorithm][p]
+    inter = HW_LATENCY_US["net"][algorithm][p]
+    if algorithm == "ring" and kind in ("broadcast", "reduce") and protocol == "Simple":
+        intra = HW_LATENCY_US["nvlink"]["tree"][p]
+        inter = HW_LATENCY_US["net"]["tree"][p]
+    elif algorithm == "ring" and nodes > 1:
+        intra = max(intra, NET_OVERHEAD_US * (3 if protocol == "Simple" else 1))
+    return intra, inter
+
+
 def algorithm_bandwidth_GBps(
     kind: str, algorithm: str, protocol: str, n: int, nodes: int, bus_Bps: float
 ) -> float:

@@ -29,9 +29,11 @@ def test_oversubscription_1_to_4_gives_a_quarter():
     t_full, t_thin = _rail_rings(full, hosts), _rail_rings(thin, hosts)
     ratio = t_full / t_thin  # = busbw(thin) / busbw(full)
     # Each leaf's 8 NICs share uplinks of 8 x 50 / 4 GB/s: exactly 1/4 of the bandwidth.
-    # "At most 1/4": the latency share (0.02%) lets it sit a hair above.
-    assert ratio <= 0.25 * (1 + 1e-3)
-    assert ratio == pytest.approx(0.25, rel=1e-3)
+    # "At most 1/4": the latency share lets it sit a hair above: 14 ring steps of NCCL's
+    # Simple network step latency (14 us) and its 8.4 us base, 0.2 ms of the 150 ms at 1:1
+    # (0.14%), 0.03% of the 600 ms at 1:4
+    assert ratio <= 0.25 * (1 + 2e-3)
+    assert ratio == pytest.approx(0.25, rel=2e-3)
 
 
 def test_full_bisection_rings_run_at_nic_speed():
@@ -39,7 +41,9 @@ def test_full_bisection_rings_run_at_nic_speed():
     _, model = _model(nodes=hosts, nodes_per_leaf=1, rail_optimized=False, nic_efficiency=1.0)
     t = _rail_rings(model, hosts)
     _, busbw = bus_bandwidth("all_reduce", hosts, S, t)
-    assert busbw == pytest.approx(50e9, rel=1e-3)  # the NIC's 400 Gb/s
+    # the NIC's 400 Gb/s; NCCL's latency (14 Simple network steps of 14 us, base 8.4 us) is
+    # 0.14% of the 150 ms
+    assert busbw == pytest.approx(50e9, rel=2e-3)
 
 
 def test_non_rail_fabric_pays_extra_spine_hops():
@@ -48,8 +52,9 @@ def test_non_rail_fabric_pays_extra_spine_hops():
     _, tor = _model(nodes=hosts, nodes_per_leaf=1, rail_optimized=False)
     small = 1024.0  # latency-bound
     group = [h * 8 for h in range(hosts)]
-    t_rail = time_collective(rail, plan_collective("all_reduce", group, small, "ring"))[0]
-    t_tor = time_collective(tor, plan_collective("all_reduce", group, small, "ring"))[0]
+    # the ideal ring (no NCCL base or per-step latency, which would hide the path's)
+    plan = plan_collective("all_reduce", group, small, "ring", protocol_efficiency=False)
+    t_rail, t_tor = time_collective(rail, plan)[0], time_collective(tor, plan)[0]
     # Two more switch-to-switch links per hop (leaf-spine-leaf), 0.5 us each, 2(n-1) hops.
     assert t_tor - t_rail == pytest.approx(2 * (hosts - 1) * 2 * 0.5e-6, rel=0.05)
 

@@ -34,10 +34,11 @@ def test_collective_waits_for_the_last_member():
     g.add(Task(1, "comm", "comm", "ar", deps=(w1,), comm=spec))
     frame = run_taskgraph(_model(), g, {0: 0, 1: 1})[0].to_frame()
     ar = frame[frame["name"] == "ar"]
-    # Ring all-reduce of 2 ranks: 2(n-1)/n S/B + 2(n-1) l = 1e9/1e11 + 2e-6, from t = 3, after
-    # NCCL's base latency of ring Simple, 8.4 us (the protocol NCCL's model picks for 1 GB).
+    # Ring all-reduce of 2 ranks: 2(n-1)/n S/B + 2(n-1) l = 1e9/1e11 + 2 x 3.4 us, from t = 3,
+    # after NCCL's base latency of ring Simple, 8.4 us (the protocol NCCL's model picks for
+    # 1 GB); each step pays Simple's NVLink step latency (hwLat 3.4 us), above the 1 us path
     assert set(ar["start_s"]) == {3.0}
-    assert ar["end_s"].tolist() == pytest.approx([3.0 + 8.4e-6 + 0.01 + 2e-6] * 2, rel=1e-12)
+    assert ar["end_s"].tolist() == pytest.approx([3.0 + 8.4e-6 + 0.01 + 6.8e-6] * 2, rel=1e-12)
 
 
 def test_deadlock_is_reported():

@@ -2,8 +2,8 @@
 with its reason).
 
 Megatron SC21 Table 1, achieved TFLOP/s per GPU: 10% (the issue's bar). The simulator is
-1-10% optimistic on all ten rows (the 76B row 10.3%, an expected miss): NCCL's own overheads
-and framework time between kernels are not modelled. Bus bandwidths: 5%. Zero-bubble
+1-10% optimistic on all ten rows (the 76B row 9.6%): framework time between kernels is not
+modelled. Bus bandwidths: 5%. Zero-bubble
 throughput ratios: 5% (the issue's bar). Memory formulas: exact at the printed precision.
 """
 
@@ -20,7 +20,7 @@ from simulator.validation import summary_frame, validate
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 10 + 6 + 5 + 10 + 54 + 6 + 3 + 3 + 10 + 6
+    assert len(frame) == 10 + 6 + 5 + 10 + 10 + 54 + 6 + 3 + 3 + 10 + 6
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: ZB-2p's searched schedule
@@ -30,9 +30,9 @@ def test_every_row_within_tolerance():
     # 5 + the three public FSDP throughput rows, which the simulator overestimates by 16-24%
     # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory),
     # + NVIDIA's Llama 3.1 8B H100 recipe (+14%)
-    # + Megatron's 76B row (+10.3%) + NVIDIA's Nemotron-4 340B and Llama 3.1 405B recipes
-    # (throughput within 7% and 3%, but over 80 GB in our memory ledger)
-    assert len(failing) <= 13
+    # + NVIDIA's Nemotron-4 340B and Llama 3.1 405B recipes (throughput within 6% and 2%, but
+    # over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB on both systems
+    assert len(failing) <= 16
     nvidia = frame[frame["group"] == "NVIDIA H100 recipes (BF16)"].set_index("row")
     ok = ["nvidia-gpt3-175b-128xh100", "nvidia-llama31-70b-64xh100", "nvidia-nemotron4-15b-16xh100"]
     assert nvidia.loc[ok, "within"].all()  # within 10%
@@ -43,12 +43,12 @@ def test_every_row_within_tolerance():
     assert layer["within"].all()  # every forward and backward time within 10%
     llama = frame[frame["group"] == "Llama 3 Table 4"].set_index("row")
     assert llama.loc["llama3-405b-16k-128k", "within"]
-    # the 16K-GPU row sits just inside the 10% bar (-9.5%)
+    # the 16K-GPU row sits just inside the 10% bar (-9.9%)
     assert llama.loc["llama3-405b-16k", "within"]
     summary = summary_frame(frame).set_index("group")
-    # every Table 1 row within 10% but the 76B row, 0.3 points past it (its reason in rows.yaml)
-    assert summary.loc["Megatron SC21 Table 1", "worst_abs_error"] <= 0.11
-    assert summary.loc["Megatron SC21 Table 1", "within"] >= 9
+    # every Table 1 row within 10% (the 76B row at +9.6% since NCCL's per-step latency)
+    assert summary.loc["Megatron SC21 Table 1", "worst_abs_error"] <= 0.10
+    assert summary.loc["Megatron SC21 Table 1", "within"] == 10
     table2 = frame[frame["group"] == "Megatron SC21 Table 2"]
     assert table2[table2["row"].str.contains("ptd")]["within"].all()  # PTD-P within 10%
     assert summary.loc["ZeRO Table 1", "within"] == 54

@@ -445,8 +445,8 @@ def validate(
         list[str] | None,
         typer.Option(
             "--group",
-            help="megatron, megatron_table2, nccl, nccl_time, zero_bubble, throughput, llama3, zero, "
-            "korthikanti, layer_timing, nvidia_h100 (repeatable; default all).",
+            help="megatron, megatron_table2, nccl, nccl_time, zero_bubble, throughput, llama3, "
+            "zero, korthikanti, layer_timing, nvidia_h100 (repeatable; default all).",
         ),
     ] = None,
     workers: Annotated[

@@ -167,8 +167,8 @@ def nccl_rows(spec: dict) -> list[dict]:
 
 def nccl_time_rows(spec: dict) -> list[dict]:
     """nccl-tests' out-of-place time (us) of one collective at each of a row's sizes, against
-    :func:`simulator.api.collective_table` on the row's topology (its algorithm, or NCCL's
-    choice by size as the executor makes it)."""
+    :func:`simulator.api.collective_table` on the row's topology (the row's algorithm, a
+    ring without one; the protocol NCCL's model picks by size, as the executor does)."""
     out = []
     for r in spec["rows"]:
         topo = api.topology_from_file(

@@ -54,9 +54,10 @@ def ring_channels(group: Sequence[int], loc: Locality) -> list[list[int]]:
     rails), a ring leaves a host from the GPU whose local index the next host enters on: the
     hosts are walked in alternate directions (ring ``c`` goes ``c, c + 1, ..., c - 1`` on
     even hosts and back, ``c - 1, ..., c``, on odd ones), so on a rail-optimised fabric every
-    hop between hosts stays under its rail's leaves - all of them with an even host count,
-    all but the closing hop with an odd one. Over hosts of unequal member counts, as many
-    rings as the smallest host has members. One ring otherwise."""
+    hop between hosts stays on its rail - all of them with an even host count, all but the
+    closing hop with an odd one, which PXN (when on) relays over NVLink to the next host's
+    rail (:meth:`~simulator.topology.fat_tree.FatTreeRouter.relay`). Over hosts of unequal
+    member counts, as many rings as the smallest host has members. One ring otherwise."""
     by_host: dict[int, list[int]] = {}
     for d in group:
         by_host.setdefault(loc.host_of.get(d, d), []).append(d)

@@ -10,8 +10,9 @@ and reused for every size.
 
 A phase of more than 256 transfers (an all-to-all over 64 ranks has 4,032) becomes one flow
 class per kind of transfer - same path length (inside a host, under a leaf, through a spine,
-through a core) and same bytes - whose counts add the transfers' link use: the transfers of
-a symmetric pattern get equal max-min rates anyway, and the water-filling stays small.
+through a core), relayed over NVLink by PXN or not, and same bytes - whose counts add the
+transfers' link use: the transfers of a symmetric pattern get equal max-min rates anyway, and
+the water-filling stays small.
 
 Routers that offer it route a whole phase at once, every copy's every transfer, as arrays of
 link ids (a fat-tree's ``spread_ids`` and ``path_ids``; :mod:`simulator.topology.fat_tree_routes`)
@@ -159,10 +160,12 @@ class CollectiveRunner:
                 latency = [sum(latency) / len(latency)] * len(latency)
             slow_hops = phase.latency_count - phase.fast_hops
             fast = phase.fast_hops * min(latency) if phase.fast_hops else 0.0
+            relayed = self._relayed(phase.transfers) if merge else None
             for j, t in enumerate(phase.transfers):
                 tail = slow_hops * latency[j] + fast
                 factor = t.bytes_ * phase.steps / size
-                k = numbers.setdefault((hops[j], factor) if merge else (j,), len(numbers))
+                kind = (hops[j], relayed[j], factor) if merge else (j,)
+                k = numbers.setdefault(kind, len(numbers))
                 if k == len(tails):
                     tails.append(tail)
                     factors.append(factor)
@@ -183,6 +186,14 @@ class CollectiveRunner:
                 flows.append(FlowClass(links, counts, factor, tail, pattern, rating))
             out.append(_Geometry(flows))
         return out
+
+    def _relayed(self, transfers) -> list[bool]:
+        """Whether each transfer crosses NVLink to a PXN relay first (a relayed route under
+        one leaf is as long as a direct one through a spine: length alone does not tell)."""
+        relay = getattr(self.router, "relay", None)
+        if relay is None:
+            return [False] * len(transfers)
+        return [relay(t.src, t.dst) is not None for t in transfers]
 
     def _at_least(self, latency: list[float], transfers, floor: tuple[float, float]):
         """Each transfer's path latency, at least NCCL's per-step latency of its protocol on

@@ -81,7 +81,7 @@ def choose_algorithm(
 
 
 IMPLEMENTS = {
-    "ring": ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
+    "ring": ("all_reduce", "all_gather", "reduce_scatter"),
     "direct": ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
     "halving_doubling": ("all_reduce", "all_gather", "reduce_scatter"),
     "tree": ("all_reduce",),

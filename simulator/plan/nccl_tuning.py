@@ -176,7 +176,8 @@ def step_latency_us(kind: str, algorithm: str, protocol: str, nodes: int) -> tup
     """NCCL's per-step latency (us) of ``protocol`` on a hop inside a host and on one across
     hosts, as :func:`latency_us` charges each step (``hwLat``: NVLink and NET rows; across
     nodes a ring's intra-node steps pay at least the network post overhead; a ring's
-    broadcast or reduce in Simple pays the tree's chunk latency). (0, 0) for algorithms NCCL's
+    broadcast or reduce pays one kind of hop's on every step: NVLink's on one node, the
+    network's across nodes, the tree's chunk latency in Simple). (0, 0) for algorithms NCCL's
     model has no steps for (NVLS: its whole latency is per collective; direct, halving-doubling,
     hierarchical, torus).
 
@@ -189,10 +190,13 @@ def step_latency_us(kind: str, algorithm: str, protocol: str, nodes: int) -> tup
     p = _P[protocol]
     intra = HW_LATENCY_US["nvlink"][algorithm][p]
     inter = HW_LATENCY_US["net"][algorithm][p]
-    if algorithm == "ring" and kind in ("broadcast", "reduce") and protocol == "Simple":
-        intra = HW_LATENCY_US["nvlink"]["tree"][p]
-        inter = HW_LATENCY_US["net"]["tree"][p]
-    elif algorithm == "ring" and nodes > 1:
+    if algorithm == "ring" and kind in ("broadcast", "reduce"):
+        # every step pays one hop's latency: NVLink's on one node, the network's across nodes
+        # (Simple: the tree's chunk latency), as latency_us charges them
+        row = "tree" if protocol == "Simple" else "ring"
+        hw = HW_LATENCY_US["nvlink" if nodes == 1 else "net"][row][p]
+        return hw, hw
+    if algorithm == "ring" and nodes > 1:
         intra = max(intra, NET_OVERHEAD_US * (3 if protocol == "Simple" else 1))
     return intra, inter
 

@@ -122,12 +122,19 @@ def _fat_tree_warnings(
         )
     leaf_of, pod_of = _leaf_and_pod(topo)
     over = list(t.oversubscription)
+    # with PXN a connection between rails changes rails over NVLink, so hosts of one leaf
+    # group reach each other under the leaves whatever their GPUs' rails
+    reach: dict[int, object] = leaf_of
+    if getattr(topo.router, "rails", 0):
+        reach = {d: topo.graph.nodes[leaf].get("group", leaf) for d, leaf in leaf_of.items()}
     if crosses_nodes and leaf_of and over and over[0] > 1:
-        if not _spans(groups, leaf_of, topo.host_of):
+        if not _spans(groups, reach, topo.host_of):
             why = (
                 f"all {t.nodes} nodes sit under one leaf group (nodes_per_leaf {t.nodes_per_leaf})"
                 if t.nodes <= t.nodes_per_leaf
                 else "every group's ranks share a leaf"
+                if reach is leaf_of
+                else "every group's ranks share a leaf group, whose rails PXN joins over NVLink"
             )
             out.append(
                 f"oversubscription {_fmt_ratio(over[0])} touches no traffic: every "

@@ -23,6 +23,9 @@ rail and leaves through that GPU's NIC, so it never crosses rails in the fabric.
 from 2.12 on ("PCI x NVLink", on unless ``NCCL_PXN_DISABLE=1``; NVIDIA, "Doubling all2all
 Performance with NVIDIA Collective Communication Library 2.12", 2022): an all-to-all between
 two rail-optimised hosts then stays under the rails' leaves instead of climbing to the spines.
+NCCL relays whatever would leave through a NIC other than the one on the destination's rail,
+point-to-point and collective alike; so does the router (rings and trees rarely need it:
+their channels cross hosts on one rail, :func:`~simulator.collectives.algorithms.ring_channels`).
 
 >>> topo = fat_tree_topology(nodes=4, gpus_per_node=8, nodes_per_leaf=2, nic_bandwidth=50e9)
 >>> [e[1] for e in topo.path(0, 8)]  # host 0 to host 1, same rail leaf

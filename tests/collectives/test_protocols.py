@@ -225,6 +225,11 @@ def test_each_step_pays_at_least_nccls_step_latency_of_its_protocol():
     assert step_latency_us("all_reduce", "ring", "LL128", 2) == (1.9, 4.0)
     assert step_latency_us("all_reduce", "tree", "LL128", 2) == (1.25, 8.5)
     assert step_latency_us("all_reduce", "nvls", "Simple", 1) == (0.0, 0.0)
+    # a ring broadcast pays one kind of hop's latency on every step (review): NVLink's on one
+    # node, the network's across nodes, the tree's in Simple
+    assert step_latency_us("broadcast", "ring", "LL128", 1) == (1.9, 1.9)
+    assert step_latency_us("broadcast", "ring", "LL", 4) == (2.7, 2.7)
+    assert step_latency_us("reduce", "ring", "Simple", 4) == (28.0, 28.0)
     topo = api.topology_from_file("topologies/dgx-h100-superpod.yaml", "H100-SXM", [])
     model = api.network_model(topo)
     graph = topo.graph

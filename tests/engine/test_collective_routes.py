@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import api
+from simulator.collectives import plan_collective
 from simulator.collectives.plan import CollectivePlan, Phase, Transfer
 from simulator.engine import collective
 from simulator.engine.collective import CollectiveRunner
@@ -31,6 +32,8 @@ class _OneByOne:
         self.path = router.path
         if hasattr(router, "spread"):
             self.spread = router.spread
+        if hasattr(router, "relay"):  # which routes PXN relays: part of the route's kind
+            self.relay = router.relay
 
 
 def _runner(topo, links, router):
@@ -138,6 +141,7 @@ class _NoGroups:
 
     def __init__(self, router):
         self.path, self.spread, self.spread_ids = router.path, router.spread, router.spread_ids
+        self.relay = router.relay
 
 
 def _finish_times(topo, links, router, plans):
@@ -179,3 +183,38 @@ def test_links_crossed_together_rate_as_every_link(seed, slow):
     geometry = [runner.geometry(plan, copies) for _, plan, copies in plans]
     classes = [c for g in geometry for phase in g for c in phase.classes]
     assert any(c.rating[0].size < c.links.size for c in classes)  # links were grouped
+
+
+def test_merged_all_to_all_classes_keep_pxn_relays_apart():
+    # Review: a relayed route under one leaf (GPU -> NVSwitch -> GPU -> NIC -> leaf -> NIC ->
+    # GPU) is as long as a direct one through a spine; merged by length alone, leaf-local and
+    # spine-bound transfers of a large all-to-all shared one class and one rate, the leaf-local
+    # ones held to the spines' and their NICs busy for longer. 32 ranks over two leaf groups at
+    # 4:1 (992 transfers, merged above 256) beside an all-reduce on rail 0's NICs: every time
+    # as with one class per transfer (the old merge let the all-reduce end at 9.4 ms, not 14.3)
+    def times(merge_above):
+        collective.MERGE_ABOVE = merge_above
+        topo = fat_tree_topology(
+            nodes=4, gpus_per_node=8, nodes_per_leaf=2, nic_bandwidth=50e9,
+            oversubscription=(4.0,),
+        )  # fmt: skip
+        env = simpy.Environment()
+        runner = CollectiveRunner(
+            FlowNetwork(env, LinkTable(topo.graph)), topo.router, topo.host_of
+        )
+        ideal = dict(protocol_efficiency=False)
+        a2a = plan_collective("all_to_all", list(range(32)), 2.0**30, "direct", **ideal)
+        ar = plan_collective("all_reduce", [0, 8], 2.0**28, "ring", **ideal)
+        done = {}
+        runner.run(a2a, lambda: done.setdefault("a2a", env.now))
+        runner.run(ar, lambda: done.setdefault("ar", env.now))
+        env.run()
+        return done
+
+    old = collective.MERGE_ABOVE
+    try:
+        merged, exact = times(old), times(10**9)
+    finally:
+        collective.MERGE_ABOVE = old
+    assert merged["ar"] == pytest.approx(exact["ar"], rel=1e-9)
+    assert merged["a2a"] == pytest.approx(exact["a2a"], rel=1e-9)

@@ -84,6 +84,12 @@ def test_the_choice_follows_nccls_predicted_times_with_protocols():
 def test_forced_algorithms_apply_where_they_can():
     g8 = tuple(range(8))
     assert algorithm_for("tp", "all_reduce", g8, 1e6, HOPPER, "ring") == "ring"
+    # a ring has no all-to-all (review: forcing ep: ring passed here and failed in the plan)
+    assert algorithm_for("ep", "all_to_all", g8, 1e6, HOPPER, "ring") is None
+    from simulator.collectives import plan_collective
+
+    with pytest.raises(ValueError, match="ring does not implement all_to_all"):
+        plan_collective("all_to_all", g8, 1e6, "ring")
     assert algorithm_for("dp", "reduce_scatter", (0, 8), 1e6, HOPPER, "tree") is None
     with pytest.raises(ValueError, match="parallelism.collectives.dp: nvls"):
         algorithm_for("dp", "all_reduce", (0, 8), 1e6, HOPPER, "nvls")

@@ -43,10 +43,21 @@ def test_oversubscription_under_one_leaf_touches_no_traffic():
 def test_cross_rail_traffic_counts_as_crossing_leaves():
     # Rail-optimised leaves: GPU i of every node hangs off leaf i. With tp 8 the DP pairs are
     # (i, i + 8), one rail, one leaf. With tp 1 the DP group holds every rank, and pairs such
-    # as (0, 9) change node and rail: the router takes them up to a spine.
-    topo = "{kind: fat_tree, nodes: 2, nodes_per_leaf: 2, oversubscription: [2]}"
-    assert _has(_warnings(topo, "{tp: 8}", batch=16), "oversubscription 1:2 touches no traffic")
-    assert not _has(_warnings(topo, "{tp: 1}", batch=16), "oversubscription")
+    # as (0, 9) change node and rail: without PXN the router takes them up to a spine; with
+    # it (NCCL's default) they change rails over NVLink and stay under the leaves (review:
+    # the warning compared leaves, not leaf groups)
+    topo = "{kind: fat_tree, nodes: 2, nodes_per_leaf: 2, oversubscription: [2], pxn: %s}"
+    for pxn in ("true", "false"):
+        w = _warnings(topo % pxn, "{tp: 8}", batch=16)
+        assert _has(w, "oversubscription 1:2 touches no traffic")
+    assert _has(_warnings(topo % "true", "{tp: 1}", batch=16), "oversubscription 1:2 touches")
+    assert not _has(_warnings(topo % "false", "{tp: 1}", batch=16), "oversubscription")
+    # two leaf groups, the job on the first (16 GPUs, DP 16 over its two nodes): every group's
+    # ranks share a leaf group, which keeps them off the uplinks only with PXN
+    two = "{kind: fat_tree, nodes: 4, nodes_per_leaf: 2, oversubscription: [2], pxn: %s}"
+    w = _warnings(two % "true", "{tp: 1}", batch=16, gpus="gpus: 16,")
+    assert _has(w, "share a leaf group, whose rails PXN joins over NVLink")
+    assert not _has(_warnings(two % "false", "{tp: 1}", batch=16, gpus="gpus: 16,"), "oversub")
 
 
 def test_nic_faster_than_pcie():

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from operator import itemgetter
 
@@ -47,9 +47,12 @@ _first, _second = itemgetter(0), itemgetter(1)
 class _Geometry:
     """A routed phase: one flow class per transfer (or per merged kind of transfer), whose
     ``bytes_`` is its share of the collective's size (bytes x steps / size); the run scales
-    it by the size."""
+    it by the size. ``latency`` (s, each transfer's path) and ``class_of`` (each transfer's
+    class) give the classes' tails again under another protocol's step latency."""
 
     classes: list[FlowClass]
+    latency: list[float] = field(default_factory=list, repr=False)
+    class_of: list[int] = field(default_factory=list, repr=False)
 
 
 class CollectiveRunner:
@@ -124,7 +127,6 @@ class CollectiveRunner:
             plan.kind,
             plan.algorithm,
             plan.group,
-            plan.step_latency_s,
             copies_id,
             tuple(
                 (len(p.transfers), p.steps, p.latency_hops, p.ring, p.fast_hops)
@@ -132,14 +134,22 @@ class CollectiveRunner:
             ),
         )
         cache = self._geometry if copies_key is None else self._run_geometry
-        out = cache.get(key)
-        if out is None:
-            out = cache[key] = self._route_plan(plan, copies)
+        floor = plan.step_latency_s
+        out = cache.get((key, floor))
+        if out is None:  # routed once per shape; tails again per protocol's step latency
+            routed = cache.get(key)
+            if routed is None:
+                routed = cache[key] = self._route_plan(plan, copies)
+            out = routed
+            if floor != (0.0, 0.0):
+                out = [self._floored(g, p, floor) for g, p in zip(routed, plan.phases, strict=True)]
+            cache[(key, floor)] = out
         if copies_key is not None:
             self._by_plan[(id(plan), copies_key)] = (plan, out)
         return out
 
     def _route_plan(self, plan: CollectivePlan, copies: Sequence[Sequence[int]]) -> list[_Geometry]:
+        """Each phase routed (every copy), its classes' tails from the paths' latency alone."""
         groups = [plan.group, *[tuple(c) for c in copies]]
         mappings = None
         out = []
@@ -147,31 +157,21 @@ class CollectiveRunner:
         same = self._same_links(groups)
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE
-            # per class (one per transfer, or per merged kind): tail s and factor, and the
-            # class of each transfer; tail and size from the representative's path
-            tails: list[float] = []
+            # per class (one per transfer, or per merged kind): its factor, and the class of
+            # each transfer; the size from the representative's path
             factors: list[float] = []
             class_of: list[int] = []
             numbers: dict[tuple, int] = {}
             hops, latency = self._paths(phase.transfers)
-            if plan.step_latency_s != (0.0, 0.0):
-                latency = self._at_least(latency, phase.transfers, plan.step_latency_s)
-            if phase.ring:  # a chunk pays each hop's latency in turn (Phase.ring)
-                latency = [sum(latency) / len(latency)] * len(latency)
-            slow_hops = phase.latency_count - phase.fast_hops
-            fast = phase.fast_hops * min(latency) if phase.fast_hops else 0.0
             relayed = self._relayed(phase.transfers) if merge else None
             for j, t in enumerate(phase.transfers):
-                tail = slow_hops * latency[j] + fast
                 factor = t.bytes_ * phase.steps / size
                 kind = (hops[j], relayed[j], factor) if merge else (j,)
                 k = numbers.setdefault(kind, len(numbers))
-                if k == len(tails):
-                    tails.append(tail)
+                if k == len(factors):
                     factors.append(factor)
-                else:
-                    tails[k] = max(tails[k], tail)
                 class_of.append(k)
+            tails = _tails(latency, phase, class_of, len(factors))
             # every copy's route of each class, in (transfer, copy) order
             routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails))
             if routes is None:
@@ -184,8 +184,15 @@ class CollectiveRunner:
                 rating = self._rating(links, counts, same)
                 pattern = (next(_SHAPES), len(flows))
                 flows.append(FlowClass(links, counts, factor, tail, pattern, rating))
-            out.append(_Geometry(flows))
+            out.append(_Geometry(flows, latency, class_of))
         return out
+
+    def _floored(self, routed: _Geometry, phase, floor: tuple[float, float]) -> _Geometry:
+        """``routed`` with its classes' tails under NCCL's per-step latency ``floor``."""
+        latency = self._at_least(routed.latency, phase.transfers, floor)
+        tails = _tails(latency, phase, routed.class_of, len(routed.classes))
+        classes = [replace(c, tail_s=t) for c, t in zip(routed.classes, tails, strict=True)]
+        return _Geometry(classes, routed.latency, routed.class_of)
 
     def _relayed(self, transfers) -> list[bool]:
         """Whether each transfer crosses NVLink to a PXN relay first (a relayed route under
@@ -331,6 +338,21 @@ class CollectiveRunner:
                 network.call_in(base_latency_s, _run_phase, network, geometry, 0, scale, on_done)
         else:
             _run_phase(network, geometry, 0, scale, on_done)
+
+
+def _tails(latency: list[float], phase, class_of: list[int], n_classes: int) -> list[float]:
+    """Each class's tail (s): the latency its steps pay after its bytes, the most of its
+    transfers'. A ring's chunk pays each hop's latency in turn (the mean: Phase.ring); a
+    phase's fast hops pay its least latency, the rest each transfer's own."""
+    if phase.ring:
+        latency = [sum(latency) / len(latency)] * len(latency)
+    slow_hops = phase.latency_count - phase.fast_hops
+    fast = phase.fast_hops * min(latency) if phase.fast_hops else 0.0
+    tails: list[float | None] = [None] * n_classes
+    for lat, k in zip(latency, class_of, strict=True):
+        tail = slow_hops * lat + fast
+        tails[k] = tail if tails[k] is None else max(tails[k], tail)
+    return tails
 
 
 def _segment_sums(values: np.ndarray, lengths: np.ndarray) -> list[float]:

@@ -28,7 +28,7 @@ from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
 from simulator.model.params import count_params
 from simulator.pipelines import SteadyState, steady_state
-from simulator.plan.collective_choice import NetworkFacts
+from simulator.plan.collective_choice import NetworkFacts, choose_algorithm
 from simulator.plan.memory import (
     RankMemory,
     device_bytes,
@@ -235,8 +235,11 @@ def collective_table(
 ) -> pd.DataFrame:
     """An nccl-tests-like table: for each size, the time of ``op`` over the first ``ranks``
     devices, its algbw and busbw (B/s), and the algorithm and NCCL protocol it ran with (the
-    ones asked for, or NCCL's choice by size), with ``groups`` - 1 identical groups (the next
-    blocks of devices) running the same collective at the same time.
+    protocol NCCL's model picks by size; the algorithm asked for, the engine's default, ring or
+    direct, for None, or for ``"auto"`` the one the plan would pick for a group like it: NVLS,
+    ring or tree by NCCL's model, :func:`~simulator.plan.collective_choice.choose_algorithm`),
+    with ``groups`` - 1 identical groups (the next blocks of devices) running the same
+    collective at the same time.
 
     Raises
     ------
@@ -263,10 +266,14 @@ def collective_table(
     if protocol_efficiency:  # NCCL's channels' total, as the executor plans it
         hop = hop_bandwidth(model.links, model.router, tuple(group))
         bus = channels_Bps(hop, topo.host_of, tuple(group))
+    facts = network_facts(topo) if algorithm == "auto" else None
     rows = []
     for size in sizes or parse_sizes("1MiB:8GiB"):
+        algo = algorithm
+        if algorithm == "auto":  # the devices are numbered host by host, as ranks are
+            algo = choose_algorithm(op, tuple(group), size, facts)
         plan = plan_collective(
-            op, group, size, algorithm, model.locality, protocol_efficiency, bus_Bps=bus
+            op, group, size, algo, model.locality, protocol_efficiency, bus_Bps=bus
         )
         seconds, _ = time_collective(model, plan, copies)
         algbw, busbw = bus_bandwidth(op, ranks, size, seconds)

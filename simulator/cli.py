@@ -223,7 +223,8 @@ def collective(
         typer.Option(
             "--algo",
             help="ring, tree, direct, halving_doubling, hierarchical, "
-            "torus, nvls; default ring (direct for all_to_all).",
+            "torus, nvls, or auto (NCCL's choice by size: NVLS, ring or tree); default ring "
+            "(direct for all_to_all).",
         ),
     ] = None,
     sizes: Annotated[

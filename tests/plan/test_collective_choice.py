@@ -151,3 +151,19 @@ def test_weak_scaling_data_parallel_steps_never_speed_up_with_more_nodes():
         )
         steps.append(api.run(s).summary["step_time_s"])
     assert steps == sorted(steps), steps
+
+
+def test_collective_table_auto_runs_the_plans_choice_per_size():
+    # `trainsim collective --algo auto`: the algorithm the plan would give a group like it,
+    # size by size (8 H100: the ring's LL below ~512 KiB, NVLS above; 8 DGX nodes: NCCL's
+    # ring-or-tree comparison)
+    for path, ranks in (("topologies/dgx-h100.yaml", 8), ("topologies/dgx-h100-superpod.yaml", 64)):
+        topo = api.topology_from_file(path, "H100-SXM", [])
+        facts = api.network_facts(topo)
+        sizes = [2.0**k for k in range(12, 31, 3)]
+        table = api.collective_table(topo, "all_reduce", ranks, "auto", sizes)
+        expected = [choose_algorithm("all_reduce", tuple(range(ranks)), s, facts) for s in sizes]
+        assert table["algorithm"].tolist() == [e or "ring" for e in expected], path
+    one_node = api.topology_from_file("topologies/dgx-h100.yaml", "H100-SXM", [])
+    table = api.collective_table(one_node, "all_reduce", 8, "auto", [2.0**16, 2.0**26])
+    assert table["algorithm"].tolist() == ["ring", "nvls"]

@@ -46,6 +46,14 @@ def _ring(group: Sequence[int], bytes_: float, steps: int) -> Phase:
     return Phase(transfers, steps, ring=True)
 
 
+def _by_host(group: Sequence[int], loc: Locality) -> list[list[int]]:
+    """``group``'s members host by host, in order of first appearance."""
+    by_host: dict[int, list[int]] = {}
+    for d in group:
+        by_host.setdefault(loc.host_of.get(d, d), []).append(d)
+    return list(by_host.values())
+
+
 def ring_channels(group: Sequence[int], loc: Locality) -> list[list[int]]:
     """NCCL-style rings: when the group spans hosts with ``g`` members each, ``g`` rings
     (channels), each entering a host on one member and leaving it from another, so that each
@@ -58,12 +66,9 @@ def ring_channels(group: Sequence[int], loc: Locality) -> list[list[int]]:
     closing hop with an odd one, which PXN (when on) relays over NVLink to the next host's
     rail (:meth:`~simulator.topology.fat_tree.FatTreeRouter.relay`). Over hosts of unequal
     member counts, as many rings as the smallest host has members. One ring otherwise."""
-    by_host: dict[int, list[int]] = {}
-    for d in group:
-        by_host.setdefault(loc.host_of.get(d, d), []).append(d)
-    sizes = {len(v) for v in by_host.values()}
-    hosts = list(by_host.values())
-    if len(by_host) < 2 or min(sizes) == 1:
+    hosts = _by_host(group, loc)
+    sizes = {len(v) for v in hosts}
+    if len(hosts) < 2 or min(sizes) == 1:
         return [list(group)]
     if len(sizes) != 1:  # unequal hosts: as many rings as the smallest host has members,
         # each leaving every host from another member (rails may cross)
@@ -216,14 +221,6 @@ def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
     return [Phase(up, 1, depth, fast_hops=g - 1), Phase(down, 1, depth, fast_hops=g - 1)]
 
 
-def _by_host(group: Sequence[int], loc: Locality) -> list[list[int]]:
-    """``group``'s members host by host, in order of first appearance."""
-    by_host: dict[int, list[int]] = {}
-    for d in group:
-        by_host.setdefault(loc.host_of.get(d, d), []).append(d)
-    return list(by_host.values())
-
-
 def nvls(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
     """NVLink SHARP: the switch reduces (multimem load-reduce) and multicasts (multimem store).
 
@@ -255,10 +252,7 @@ def hierarchical(kind: Kind, group: Sequence[int], size: float, loc: Locality) -
     (one ring per local index, concurrently), intra-host ring all-gather."""
     if kind != "all_reduce":
         raise ValueError(f"hierarchical does not implement {kind}")
-    by_host: dict[int, list[int]] = {}
-    for d in group:
-        by_host.setdefault(loc.host_of[d], []).append(d)
-    locals_ = list(by_host.values())
+    locals_ = _by_host(group, loc)
     g = len(locals_[0])
     if any(len(x) != g for x in locals_):
         raise ValueError("hierarchical needs the same number of ranks on every host")

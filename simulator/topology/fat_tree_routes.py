@@ -170,9 +170,7 @@ class SpreadTable:
 
     def _kinds(self, src: np.ndarray, dst: np.ndarray):
         """(kind of each connection, source and destination leaves and pods), the devices'
-        links learned; None when some endpoint is not a device."""
-        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= self.n):
-            return None
+        links learned; every endpoint a device (:meth:`_outside` checked first)."""
         self._learn(np.concatenate([src, dst]))
         leaf_s, leaf_d = self.leaf[src], self.leaf[dst]
         pod_s, pod_d = self.pod[leaf_s], self.pod[leaf_d]
@@ -192,10 +190,7 @@ class SpreadTable:
         if self._outside(src, dst) or (key.size and (key.min() < 0 or key.max() >= 2**32)):
             return None
         origin, (src, relayed) = src, self._relays(src, dst)
-        found = self._kinds(src, dst)
-        if found is None:
-            return None
-        kind, leaf_s, leaf_d, pod_s, pod_d = found
+        kind, leaf_s, leaf_d, pod_s, pod_d = self._kinds(src, dst)
         s, c = self.n_spines, self.n_cores
         lengths = np.array([0, 2, 4, 6, 8], np.int64)[kind]
         h = ecmp_hash_array(src, dst, key)
@@ -253,10 +248,7 @@ class SpreadTable:
         if self._outside(src, dst):
             return None
         origin, (src, relayed) = src, self._relays(src, dst)
-        found = self._kinds(src, dst)
-        if found is None:
-            return None
-        kind, leaf_s, leaf_d, pod_s, pod_d = found
+        kind, leaf_s, leaf_d, pod_s, pod_d = self._kinds(src, dst)
         s, c = self.n_spines, self.n_cores
         lengths = np.array([0, 2, 4, 4 + 2 * s, 4 + 2 * s + 2 * s * c], np.int64)[kind]
         dev = self.device_links

@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from functools import partial
-from operator import attrgetter
 
 import simpy
 
@@ -37,8 +36,6 @@ from simulator.engine.network import LinkTable
 from simulator.plan.nccl_tuning import channels_per_host
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
-
-_comm, _instance = attrgetter("comm"), attrgetter("instance")
 
 
 class DeadlockError(RuntimeError):
@@ -85,34 +82,26 @@ class Executor:
     ):
         if not 0.0 <= interference < math.inf:
             raise ValueError(f"interference must be a finite fraction >= 0, not {interference!r}")
-        graph.validate()
+        compiled = graph.compiled()  # validated and indexed once per graph
         self.env = env
         self._call_in = caller(env)
         self.graph = graph
         self.runner = runner
         self.device_of = device_of
         self.locality = locality
-        self.trace = Trace()
-        self._record = self.trace.records.append
-        tasks = graph.tasks
+        self.trace = Trace(task_columns=graph.trace_columns)
+        self._record = self.trace.runs.append
         # Streams numbered in order of first appearance; per stream its tasks in order, the
-        # position of the next one to run, and whether one is running.
-        streams: dict[tuple[int, str], int] = {}
-        self.stream_of = [streams.setdefault((t.rank, t.stream), len(streams)) for t in tasks]
-        self.queue: list[list[int]] = [[] for _ in streams]
-        for i, s in enumerate(self.stream_of):
-            self.queue[s].append(i)
-        self.head = [0] * len(streams)
-        self.busy = [False] * len(streams)
-        self.waiting = [len(t.deps) for t in tasks]
-        self.dependents: list[list[int]] = [[] for _ in tasks]
-        for i, t in enumerate(tasks):
-            for d in t.deps:
-                self.dependents[d].append(i)
-        # members per collective: comm tasks per instance (C-speed count; a CommSpec is truthy)
-        self.members: dict[int, int] = Counter(map(_instance, filter(None, map(_comm, tasks))))
+        # position of the next one to run, and whether one is running. The graph's lists are
+        # shared by its runs and only read; ``waiting`` is this run's countdown.
+        self.stream_of = compiled.stream_of
+        self.queue = compiled.queue
+        self.head = [0] * len(self.queue)
+        self.busy = [False] * len(self.queue)
+        self.waiting = list(compiled.waiting)
+        self.dependents = compiled.dependents
+        self.members = compiled.members  # simulated member tasks per collective instance
         self.arrived: dict[int, list[int]] = defaultdict(list)  # members' tasks, in order
-        self.done = [False] * len(tasks)
         self._plans: dict[tuple, object] = {}
         self._launches: dict[tuple, tuple] = {}  # see _routed
         self._copy_devices: dict[int, list[list[int]]] = {}
@@ -147,8 +136,9 @@ class Executor:
         self.env.run()
         if self._bar is not None:
             self._bar.close()
-        if not all(self.done):
-            stuck = [self.graph.tasks[i].name for i, d in enumerate(self.done) if not d][:5]
+        if len(self.trace.runs) < len(self.graph.tasks):
+            ran = {run[0] for run in self.trace.runs}
+            stuck = [t.name for i, t in enumerate(self.graph.tasks) if i not in ran][:5]
             raise DeadlockError(f"tasks never ran (first: {stuck})")
         return self.trace
 
@@ -321,7 +311,6 @@ class Executor:
     def _finish(self, i: int, start: float) -> None:
         t = self.graph.tasks[i]
         now = self.env.now
-        self.done[i] = True
         if self._bar is not None:
             self._finished += 1
             if self._finished % 2000 == 0:
@@ -329,23 +318,7 @@ class Executor:
         if t.mem_free:
             self.memory.append((t.rank, now, -t.mem_free))
             self.memory_task.append(i)
-        comm = t.comm
-        # TraceRecord's fields as a plain tuple (the frame is built from them alike)
-        self._record(
-            (
-                t.rank,
-                t.stream,
-                t.kind,
-                t.phase,
-                t.name,
-                t.layer,
-                t.microbatch,
-                start,
-                now,
-                t.flops,
-                comm.size_bytes if comm else 0.0,
-            )
-        )
+        self._record((i, start, now))  # the rest of the record is the task's (Trace)
         s = self.stream_of[i]
         self.busy[s] = False
         self.head[s] += 1

@@ -138,7 +138,7 @@ class _Group:
 
     __slots__ = (
         "batch", "classes", "key", "seq", "version", "active", "alive", "n_alive",
-        "rem", "tot", "rate", "t", "finish", "tail", "vector",
+        "rem", "tot", "rate", "t", "finish", "tail", "vector", "lone",
     )  # fmt: skip
 
     def __init__(
@@ -172,6 +172,7 @@ class _Group:
             self.rate = [0.0] * n
         self.t = now
         self.finish = math.inf
+        self.lone = False  # ends on its own timer, off the heap (FlowNetwork._rate_alone)
 
     def live(self) -> list[int]:
         """Indices of the classes still in flight."""
@@ -220,6 +221,13 @@ def _overflow(rem: float, rate: float, now: float) -> ValueError:
     )
 
 
+def _latency_overflow(end: float) -> ValueError:
+    return ValueError(
+        f"simulated time overflows: a transfer's latency ends at t = {end!r} s; "
+        "check the topology's link latencies"
+    )
+
+
 class FlowNetwork:
     """Flows over a :class:`LinkTable` in ``env``; ``submit`` a batch, get a callback."""
 
@@ -250,14 +258,15 @@ class FlowNetwork:
         self._wake = math.nan  # finish time the pending timeout is for
         self._rate_cache: dict[frozenset, dict] = {}
         self._alone: dict[int, list[float]] = {}  # key -> rates of its classes, alone
-        # (id(classes), scale) -> [classes, key, sizes, longest tail, s alone or None] of a
-        # batch whose classes all move bytes
+        # (id(classes), scale) -> [classes, key, sizes, longest tail, (s alone, all classes
+        # through together) or None] of a batch whose classes all move bytes
         self._sized: dict[tuple[int, float], list] = {}
         self._pattern_keys: dict[tuple, int] = {}  # patterns of a batch -> its key
         self._described: dict[int, tuple[list, tuple]] = {}  # id(list) -> (list, _describe)
         # (key, signature) -> a group's live classes' entries: links, counts, per-class sizes
         self._entries: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._keys = itertools.count(1)  # > 0: rates reusable; < 0: a batch without patterns
+        self._lone_seen = False  # some group ran lone (see _rate_alone)
         self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
 
     # -- public -------------------------------------------------------------------------
@@ -450,6 +459,8 @@ class FlowNetwork:
 
     def _rerate(self, groups: list[_Group], now: float) -> None:
         """Bring ``groups`` (a union of components) to ``now`` and give them fresh rates."""
+        if self._lone_seen:
+            groups = self._drop_through(groups, now)
         if groups:
             heap = self._heap
             for g, rate in zip(groups, self._rates(groups), strict=True):
@@ -487,7 +498,16 @@ class FlowNetwork:
     def _rate_alone(self, g: _Group, now: float, sized: list | None) -> None:
         """:meth:`_rerate` of a component that is ``g`` alone, just submitted (every class
         in flight, none advanced): its rates remembered per key, as :meth:`_rates` does, and
-        the time its bytes take per batch and scale (``sized``, from :meth:`submit`)."""
+        the time its bytes take per batch and scale (``sized``, from :meth:`submit`).
+
+        A group that is its whole batch (``sized``) and whose classes all take equally long
+        (no class ends first, leaving the others more bandwidth) then runs *lone*: off the
+        heap, its end on a timer of its own (:meth:`_lone_end`), the batch's callback at its
+        finish plus its tail, with none of the wake and completion work of a shared group. If a
+        group that shares its links arrives before that, :meth:`_rerate` takes it back among the
+        rest (advanced, rated anew, on the heap: its timer is superseded), or, when its bytes
+        are already through, lets the timer end it (:meth:`_drop_through`). Most collectives
+        inside a node (tensor-parallel all-reduces) never meet another group."""
         if g.key > 0:
             rate = self._alone.get(g.key)
             if rate is None:
@@ -496,19 +516,65 @@ class FlowNetwork:
                 self.stats.cache_hits += 1
         else:
             rate, sized = self._rates([g])[0], None
-        left = sized[4] if sized is not None else None
-        if left is None:
-            left = min(map(truediv, g.rem, rate)) if min(rate) > 0 else math.inf
+        timing = sized[4] if sized is not None else None
+        if timing is None:
+            if min(rate) > 0:
+                times = list(map(truediv, g.rem, rate))
+                timing = (min(times), max(times) == min(times))
+            else:
+                timing = (math.inf, False)
             if sized is not None:
-                sized[4] = left  # the same rates and sizes each time
+                sized[4] = timing  # the same rates and sizes each time
+        left, together = timing
         g.rate = rate
         g.finish = now + left
         if not math.isfinite(g.finish):
             k = min(g.live(), key=lambda k: g.rate[k])
             raise _overflow(g.rem[k], g.rate[k], now)
         g.version += 1
+        if together and sized is not None:  # every class through at once: nothing to re-rate
+            end = g.finish + g.tail
+            if not math.isfinite(end):
+                raise _latency_overflow(end)
+            g.lone = self._lone_seen = True
+            self.call_in(left + g.tail, self._lone_end, g, g.version)
+            return
         heapq.heappush(self._heap, (g.finish, g.seq, g.version, g))
         self._schedule(now)
+
+    def _lone_end(self, g: _Group, version: int) -> None:
+        """A lone group's bytes and tail are through (unless it was taken back since,
+        ``version``): end its batch."""
+        if g.version != version:
+            return  # rated among others since: it ends through the heap
+        if g.active:
+            self._retire(g)
+        batch = g.batch
+        batch.pending = 0
+        g.n_alive = 0
+        batch.on_done()
+
+    def _retire(self, g: _Group) -> None:
+        """Take ``g`` out of the groups in flight."""
+        g.active = False
+        groups = self._groups_of[g.key]
+        groups.remove(g)
+        if not groups:
+            del self._groups_of[g.key]
+
+    def _drop_through(self, groups: list[_Group], now: float) -> list[_Group]:
+        """``groups`` less the lone ones whose bytes are through at ``now`` (their timers end
+        them); the lone ones still moving bytes are lone no longer."""
+        limit = now * (1 + _EPS)
+        kept = []
+        for g in groups:
+            if g.lone:
+                g.lone = False
+                if g.finish <= limit:
+                    self._retire(g)
+                    continue
+            kept.append(g)
+        return kept
 
     def _top(self) -> _Group | None:
         """The group in flight that finishes first (stale heap entries dropped)."""
@@ -627,9 +693,6 @@ class FlowNetwork:
 
     def _finish_batch(self, batch: _Batch, now: float) -> None:
         if not math.isfinite(batch.end):
-            raise ValueError(
-                f"simulated time overflows: a transfer's latency ends at t = {batch.end!r} s; "
-                "check the topology's link latencies"
-            )
+            raise _latency_overflow(batch.end)
         # Always through an event, never re-entrantly: on_done may submit the next phase.
         self.call_in(max(batch.end - now, 0.0), batch.on_done)

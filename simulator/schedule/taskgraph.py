@@ -10,8 +10,15 @@ the engine's to decide.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Literal, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from simulator.trace import COLUMNS
 
 
 class CommSpec(NamedTuple):
@@ -57,21 +64,102 @@ class Task(NamedTuple):
     mem_free: float = 0.0
 
 
+class Compiled(NamedTuple):
+    """What an engine run reads of a graph and never changes, made once per graph
+    (:meth:`TaskGraph.compiled`): runs of one graph (a sweep's points) share it.
+
+    ``stream_of``: each task's stream number (streams numbered by first appearance);
+    ``queue``: per stream its tasks in order; ``waiting``: each task's dependency count (a
+    run counts down a copy); ``dependents``: per task the tasks that depend on it;
+    ``members``: simulated member tasks per collective instance.
+    """
+
+    stream_of: list[int]
+    queue: list[list[int]]
+    waiting: list[int]
+    dependents: list[list[int]]
+    members: dict[int, int]
+
+
+_comm, _instance = attrgetter("comm"), attrgetter("instance")
+# the trace's columns a task fixes (the engine adds start_s and end_s); text ones as pandas str
+_TASK_COLUMNS = [c for c in COLUMNS if c not in ("start_s", "end_s")]
+_TEXT_COLUMNS = ("stream", "kind", "phase", "name")
+
+
 @dataclass
 class TaskGraph:
-    """Tasks of the simulated ranks. Stream order is the order of ``tasks``."""
+    """Tasks of the simulated ranks. Stream order is the order of ``tasks``.
+
+    A graph is built, then run: what a run derives from it (:meth:`compiled`,
+    :meth:`trace_columns`) is kept for the next run, so tasks must not change once it has
+    run (:meth:`add` and :meth:`add_copies` start afresh; a changed copy is a new graph, as
+    ``dataclasses.replace`` makes it)."""
 
     tasks: list[Task] = field(default_factory=list)
     copy_sets: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
+    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def add(self, task: Task) -> int:
         self.tasks.append(task)
+        self._derived.clear()
         return len(self.tasks) - 1
 
     def add_copies(self, groups: tuple[tuple[int, ...], ...]) -> int:
         """Register a set of symmetric groups; returns its index for ``CommSpec.copies``."""
         self.copy_sets.append(groups)
+        self._derived.clear()
         return len(self.copy_sets) - 1
+
+    def _kept(self, name: str, make):
+        """``make()``, kept while the task list is the same list of the same length."""
+        stamp = (id(self.tasks), len(self.tasks))
+        kept = self._derived.get(name)
+        if kept is None or kept[0] != stamp:
+            kept = self._derived[name] = (stamp, make())
+        return kept[1]
+
+    def compiled(self) -> Compiled:
+        """The graph validated (:meth:`validate`) and indexed for the engine (:class:`Compiled`)."""
+        return self._kept("compiled", self._compile)
+
+    def _compile(self) -> Compiled:
+        self.validate()
+        tasks = self.tasks
+        streams: dict[tuple[int, str], int] = {}
+        stream_of = [streams.setdefault((t.rank, t.stream), len(streams)) for t in tasks]
+        queue: list[list[int]] = [[] for _ in streams]
+        for i, s in enumerate(stream_of):
+            queue[s].append(i)
+        dependents: list[list[int]] = [[] for _ in tasks]
+        for i, t in enumerate(tasks):
+            for d in t.deps:
+                dependents[d].append(i)
+        # comm tasks per instance (C-speed count; a CommSpec is truthy)
+        members = Counter(map(_instance, filter(None, map(_comm, tasks))))
+        return Compiled(stream_of, queue, [len(t.deps) for t in tasks], dependents, members)
+
+    def trace_columns(self) -> dict[str, object]:
+        """Per task, the trace's columns it fixes (all but ``start_s`` and ``end_s``), as
+        arrays in task order: a run's trace takes them by task index
+        (:class:`~simulator.trace.Trace`)."""
+        return self._kept("columns", self._columns)
+
+    def _columns(self) -> dict[str, object]:
+        tasks = self.tasks
+        out: dict[str, object] = {}
+        for col in _TASK_COLUMNS:
+            if col == "bytes":
+                values = [c.size_bytes if c else 0.0 for c in map(_comm, tasks)]
+            else:
+                values = list(map(attrgetter(col), tasks))
+            if col in _TEXT_COLUMNS:
+                out[col] = pd.array(values, dtype="str")
+            elif col in ("flops", "bytes"):
+                out[col] = np.array(values, dtype=float)
+            else:
+                out[col] = np.array(values, dtype=np.int64)
+        return out
 
     def validate(self) -> None:
         """Raise ValueError on dangling or forward dependencies, or a comm task without spec."""

@@ -68,3 +68,38 @@ def test_collective_on_vanishing_bandwidth_is_an_error():
         g.add(Task(r, "comm", "comm", "ar", comm=spec))
     with pytest.raises(ValueError, match="overflows"):
         run_taskgraph(NetworkModel(topo.graph, topo.router, topo.host_of), g, {0: 0, 1: 1})
+
+
+def test_trace_rows_are_the_tasks_with_their_times_in_the_order_they_ended():
+    # The engine records (task, start, end) and the frame takes the rest from the task; the
+    # frame equals whole records built by hand from the tasks, row for row, dtypes included.
+    from simulator.trace import Trace, TraceRecord
+
+    g = TaskGraph()
+    spec = CommSpec("all_reduce", (0, 1), 1e9, instance=0)
+    a = g.add(Task(0, "compute", "compute", "a", 2.0, phase="forward", layer=3, flops=5e12))
+    b = g.add(Task(1, "compute", "compute", "b", 1.0, phase="forward", layer=3, microbatch=7))
+    g.add(Task(0, "comm", "comm", "ar", deps=(a,), comm=spec, phase="input_grad"))
+    g.add(Task(1, "comm", "comm", "ar", deps=(b,), comm=spec, phase="input_grad"))
+    trace = run_taskgraph(_model(), g, {0: 0, 1: 1})[0]
+    frame = trace.to_frame()
+    assert frame["name"].tolist() == ["b", "a", "ar", "ar"]  # as they ended (b at 1 s, a at 2)
+    by_hand = Trace()
+    for i, start, end in trace.runs:
+        t = g.tasks[i]
+        size = t.comm.size_bytes if t.comm else 0.0
+        fields = (t.rank, t.stream, t.kind, t.phase, t.name, t.layer, t.microbatch)
+        by_hand.add(TraceRecord(*fields, start, end, t.flops, size))
+    expected = by_hand.to_frame()
+    assert frame.equals(expected) and (frame.dtypes == expected.dtypes).all()
+
+
+def test_a_graph_is_indexed_once_and_afresh_after_a_change():
+    g = TaskGraph()
+    g.add(Task(0, "compute", "compute", "a", 1.0))
+    first = g.compiled()
+    assert g.compiled() is first  # kept for the next run
+    run_taskgraph(_model(), g, {0: 0})
+    assert g.compiled() is first
+    g.add(Task(0, "compute", "compute", "b", 1.0))
+    assert g.compiled() is not first and g.compiled().queue == [[0, 1]]

@@ -228,3 +228,62 @@ def test_batches_alone_on_their_links_take_the_general_path_s_times():
     assert fast == general
     # the first ring alone: 100 B at 100 B/s (its classes carry no latency tail)
     assert fast[0][0] == (pytest.approx(1.0, rel=1e-12), 0)
+
+
+def _untracked():
+    """As :func:`_net` without link tracking, where a batch alone on its links runs lone."""
+    topo = nvswitch_topology(4, 100.0, latency=0.0)
+    links = LinkTable(topo.graph)
+    env = simpy.Environment()
+    return env, FlowNetwork(env, links), links, topo
+
+
+def test_a_lone_batch_is_taken_back_when_a_flow_joins_its_links():
+    # As test_late_flow_shares_then_leaves, without link tracking and with patterns: A runs
+    # lone (its end on its own timer) until B arrives on 1's downlink at t = 2; the closed
+    # form is the same: B ends at 4, A at 11 (fails if the lone timer is not superseded:
+    # A would end at 10).
+    env, net, links, topo = _untracked()
+    done = {}
+    a = _cls(links, topo, 0, 1, 1000.0, pattern="a")
+    net.submit([a], lambda: done.setdefault("a", env.now))
+    assert net._groups_of and next(iter(net._groups_of.values()))[0].lone
+    env.timeout(2.0).callbacks.append(
+        lambda _e: net.submit(
+            [_cls(links, topo, 2, 1, 100.0, pattern="b")], lambda: done.setdefault("b", env.now)
+        )
+    )
+    env.run()
+    assert done["b"] == pytest.approx(4.0, rel=1e-12)
+    assert done["a"] == pytest.approx(11.0, rel=1e-12)
+
+
+def test_a_lone_batch_through_its_bytes_leaves_the_link_to_the_next_during_its_tail():
+    # A: 100 B at 100 B/s, then a 1 s tail (latency): bytes through at t = 1, callback at 2.
+    # B on the same link from t = 1 has it alone: 100 B by t = 2 (not 3, as sharing with a
+    # finished A would give).
+    env, net, links, topo = _untracked()
+    done = {}
+    ids = links.ids(topo.path(0, 1))
+    a = FlowClass(ids, np.ones(ids.size), 100.0, 1.0, "a")
+    net.submit([a], lambda: done.setdefault("a", env.now))
+    env.timeout(1.0).callbacks.append(
+        lambda _e: net.submit(
+            [_cls(links, topo, 0, 1, 100.0, pattern="b")], lambda: done.setdefault("b", env.now)
+        )
+    )
+    env.run()
+    assert done["a"] == pytest.approx(2.0, rel=1e-12)
+    assert done["b"] == pytest.approx(2.0, rel=1e-12)
+
+
+def test_a_batch_whose_classes_end_apart_is_re_rated_when_the_first_ends():
+    # Two classes 0 -> 1 of 1 B and 2 B share the link (50 B/s each): the first is through
+    # at 0.02 s, the second then has 100 B/s for its last 1 B: 0.03 s. Not lone (a lone
+    # batch would end at 0.04 s at the shared rate).
+    env, net, links, topo = _untracked()
+    done = {}
+    classes = [_cls(links, topo, 0, 1, 1.0, pattern="x"), _cls(links, topo, 0, 1, 2.0, "y")]
+    net.submit(classes, lambda: done.setdefault("ab", env.now))
+    env.run()
+    assert done["ab"] == pytest.approx(0.03, rel=1e-12)

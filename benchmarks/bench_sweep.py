@@ -3,7 +3,7 @@
 
     python benchmarks/bench_sweep.py                  # all three
     python benchmarks/bench_sweep.py --skip-ray       # without Ray
-    python benchmarks/bench_sweep.py --big-points 4   # points simulated for the extrapolation
+    python benchmarks/bench_sweep.py --big-points 4   # points of the larger of the two sweeps
 
 Run it under the shared CPU lock (flock /tmp/trainsim-cpu.lock ...). The 1,000-point case runs
 one of two studies (``--big-study``):
@@ -128,25 +128,39 @@ def ray_overhead(points: int, repeats: int) -> None:
 
 
 def big_sweep(points: int, workers: int | None, study: str = "seed") -> None:
-    """Seconds per point of the 1,024-GPU scenario on the local pool; extrapolate to 1,000."""
+    """Seconds per point of the 1,024-GPU scenario on the local pool; extrapolate to 1,000.
+
+    The sweep is run twice, with ``points // 2`` and ``points`` points (fresh stores): the
+    difference over the extra points is the marginal cost of a point, without the fixed cost
+    both runs pay once (starting the pool, importing, each worker's first build of the step);
+    1,000 points take the fixed cost plus 1,000 marginal ones. The plain average over the
+    larger run (fixed cost included) is printed beside it."""
     if study == "fabric" and points > len(OVERSUBSCRIPTION):
         raise SystemExit(f"--big-study fabric has {len(OVERSUBSCRIPTION)} points at most")
-    with tempfile.TemporaryDirectory() as d:
-        spec_path = _spec(Path(d), BIG, points, study=study)
-        n = min(workers or cpu_count(), cpu_count())
-        t, frame = _timed_sweep(spec_path, make_backend("local", n))
-        ran = frame[frame["point"] >= 0]
-        sim = ran["sim_time_s"].median()
-        # +1: the base scenario is simulated too (its seed, or its 1:1 spine level, differs
-        # from every point's)
-        per_point = t / (points + 1)
-        steps = ran["step_time_s"]
-        print(
-            f"1,024-GPU {study} sweep ({BIG.name}): {points} points + base in {t:.1f} s on {n} "
-            f"workers = {per_point:.1f} s/point wall (median simulation {sim:.1f} s/point); "
-            f"1,000 points extrapolate to {1000 * per_point / 60:.0f} min; simulated steps "
-            f"{steps.min():.3f}-{steps.max():.3f} s"
-        )
+    small = max(points // 2, 1)
+    if small == points:
+        raise SystemExit("--big-points must be 2 or more (two sweeps of different sizes)")
+    n = min(workers or cpu_count(), cpu_count())
+    timed = {}
+    for size in (small, points):
+        with tempfile.TemporaryDirectory() as d:
+            spec_path = _spec(Path(d), BIG, size, study=study)
+            timed[size] = _timed_sweep(spec_path, make_backend("local", n))
+    t, frame = timed[points]
+    marginal = (t - timed[small][0]) / (points - small)
+    fixed = t - (points + 1) * marginal  # +1: the base scenario is simulated too
+    ran = frame[frame["point"] >= 0]
+    sim = ran["sim_time_s"].median()
+    per_point = t / (points + 1)
+    steps = ran["step_time_s"]
+    print(
+        f"1,024-GPU {study} sweep ({BIG.name}) on {n} workers: {small} and {points} points "
+        f"(+ base) in {timed[small][0]:.1f} and {t:.1f} s = {marginal:.2f} s per extra point "
+        f"wall, {fixed:.1f} s fixed (median simulation {sim:.2f} s/point per worker); 1,000 "
+        f"points extrapolate to {(fixed + 1001 * marginal) / 60:.1f} min (the plain average, "
+        f"{per_point:.2f} s/point with the fixed cost, would say "
+        f"{1000 * per_point / 60:.1f} min); simulated steps {steps.min():.3f}-{steps.max():.3f} s"
+    )
 
 
 def main() -> None:

@@ -480,14 +480,23 @@ def simulate(
         track_links,
         interference=step.plan.scenario.simulation.comm_interference,
     )
-    frame = run.trace.to_frame()
     if step.steady is None:
-        return Simulation(frame, run.memory, run.stats, model)
-    rep = find_repeat(frame, step.steady, step.plan.micro_batches)
+        return Simulation(run.trace.to_frame(), run.memory, run.stats, model)
+    # the repetition found and repeated on numbers (task indices, text as codes); the rows
+    # made whole once, at the full step's length
+    coded = run.trace.coded_frame()
+    rep = find_repeat(coded, step.steady, step.plan.micro_batches)
     if isinstance(rep, str):
         raise NotRepeating(rep)
     memory = expand_memory(run.memory, run.memory_microbatch, rep)
-    return Simulation(expand(frame, rep), memory, run.stats, model)
+    full = expand(coded, rep)
+    frame = run.trace.frame_of(
+        full["task"].to_numpy(),
+        full["start_s"].to_numpy(),
+        full["end_s"].to_numpy(),
+        full["microbatch"].to_numpy(),
+    )
+    return Simulation(frame, memory, run.stats, model)
 
 
 def _degraded(topo: Topology, perturbations) -> Topology:

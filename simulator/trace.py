@@ -36,6 +36,8 @@ COLUMNS = [
     "bytes",
 ]
 
+TEXT_COLUMNS = ("stream", "kind", "phase", "name")
+
 
 class TraceRecord(NamedTuple):
     """One task's execution on one rank's stream; times in seconds, bytes in B."""
@@ -59,8 +61,8 @@ class Trace:
     (``records``), or the engine's ``runs`` over ``task_columns`` (module doc); not both.
 
     ``task_columns``: a function giving the columns other than ``start_s`` and ``end_s`` as
-    arrays indexed by task (numpy, or pandas extension arrays with ``take``), called once by
-    :meth:`to_frame`."""
+    arrays indexed by task (numpy, or pandas extension arrays with ``take``), and each text
+    column's integer codes as ``<column>_code``; called by :meth:`to_frame`."""
 
     records: list[TraceRecord | tuple] = field(default_factory=list)
     runs: list[tuple[int, float, float]] = field(default_factory=list)
@@ -72,18 +74,54 @@ class Trace:
     def to_frame(self) -> pd.DataFrame:
         if not self.runs:
             return pd.DataFrame.from_records(self.records, columns=COLUMNS)
+        task, start, end = self._run_arrays()
+        return self.frame_of(task, start, end)
+
+    def _run_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.records or self.task_columns is None:
             raise ValueError("a trace holds records or runs over task columns, not both")
         n = len(self.runs)
         runs = np.fromiter(chain.from_iterable(self.runs), float, 3 * n).reshape(n, 3)
-        task = runs[:, 0].astype(np.int64)
+        return runs[:, 0].astype(np.int64), runs[:, 1], runs[:, 2]
+
+    def frame_of(
+        self,
+        task: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        microbatch: np.ndarray | None = None,
+    ) -> pd.DataFrame:
+        """The frame of rows ``task`` (indices into the task columns) run from ``start`` to
+        ``end`` (s), with ``microbatch`` in place of the tasks' own when given (a repeated
+        steady state renumbers them)."""
         columns = self.task_columns()
         data = {}
         for col in COLUMNS:
             if col == "start_s":
-                data[col] = runs[:, 1]
+                data[col] = start
             elif col == "end_s":
-                data[col] = runs[:, 2]
+                data[col] = end
+            elif col == "microbatch" and microbatch is not None:
+                data[col] = microbatch
+            else:
+                data[col] = columns[col].take(task)
+        return pd.DataFrame(data)
+
+    def coded_frame(self) -> pd.DataFrame:
+        """The engine's runs as numbers only: ``task`` (its index), then :data:`COLUMNS` with
+        each text column as integer codes (equal codes where the text is equal): for
+        analyses that only compare them (the steady state's repetition), cheaper to sort
+        and take than text. :meth:`frame_of` turns its ``task`` back into whole rows."""
+        task, start, end = self._run_arrays()
+        columns = self.task_columns()
+        data = {"task": task}
+        for col in COLUMNS:
+            if col == "start_s":
+                data[col] = start
+            elif col == "end_s":
+                data[col] = end
+            elif col in TEXT_COLUMNS:
+                data[col] = columns[f"{col}_code"].take(task)
             else:
                 data[col] = columns[col].take(task)
         return pd.DataFrame(data)

@@ -86,6 +86,7 @@ class Executor:
         self.env = env
         self._call_in = caller(env)
         self.graph = graph
+        self._tasks = graph.tasks
         self.runner = runner
         self.device_of = device_of
         self.locality = locality
@@ -154,18 +155,13 @@ class Executor:
     def _start(self, i: int, s: int) -> None:
         """Start task ``i``, the next on idle stream ``s``, whose inputs are in."""
         self.busy[s] = True
-        task = self.graph.tasks[i]
+        task = self._tasks[i]
         now = self.env.now
         if task.mem_alloc:
             self.memory.append((task.rank, now, task.mem_alloc))
             self.memory_task.append(i)
-        if task.kind == "compute":
+        if task.kind == "compute":  # its duration checked finite and >= 0 (compiled())
             duration = task.duration_s
-            if not 0.0 <= duration < math.inf:
-                raise ValueError(
-                    f"task {task.name!r} on rank {task.rank} has duration {duration!r} s; "
-                    "a duration must be finite and non-negative"
-                )
             if self.interference == 0.0:
                 self._call_in(duration, self._finish, i, now)
                 return
@@ -309,7 +305,7 @@ class Executor:
         return cached
 
     def _finish(self, i: int, start: float) -> None:
-        t = self.graph.tasks[i]
+        t = self._tasks[i]
         now = self.env.now
         if self._bar is not None:
             self._finished += 1
@@ -320,16 +316,20 @@ class Executor:
             self.memory_task.append(i)
         self._record((i, start, now))  # the rest of the record is the task's (Trace)
         s = self.stream_of[i]
-        self.busy[s] = False
-        self.head[s] += 1
-        waiting, busy, stream_of = self.waiting, self.busy, self.stream_of
+        busy, head, queue, waiting, stream_of = (
+            self.busy, self.head, self.queue, self.waiting, self.stream_of
+        )  # fmt: skip
+        busy[s] = False
+        head[s] += 1
         for d in self.dependents[i]:
             w = waiting[d] - 1
             waiting[d] = w
-            if not w and not busy[stream_of[d]]:
-                self._try_start(stream_of[d])
+            if not w:  # ready: it starts if it is its idle stream's next (_try_start)
+                sd = stream_of[d]
+                if not busy[sd] and queue[sd][head[sd]] == d:
+                    self._start(d, sd)
         if not busy[s]:
-            queue = self.queue[s]
-            h = self.head[s]
-            if h < len(queue) and not waiting[queue[h]]:
-                self._start(queue[h], s)
+            q = queue[s]
+            h = head[s]
+            if h < len(q) and not waiting[q[h]]:
+                self._start(q[h], s)

@@ -72,7 +72,8 @@ def find_repeat(frame: pd.DataFrame, steady: SteadyState, full: int) -> Repeat |
         return "a cool-down micro-batch's task starts before the second period"
     tasks = frame.loc[mb >= 0, [*_KEY, "start_s", "end_s", "flops", "bytes"]]
     for col in _TEXT:  # as codes: equal where the text is equal, and cheaper to group and join
-        tasks[col] = pd.factorize(tasks[col])[0]
+        if tasks[col].dtype.kind not in "iu":  # not coded already (Trace.coded_frame)
+            tasks[col] = pd.factorize(tasks[col])[0]
     tasks = tasks.sort_values("start_s", kind="stable")
     twins = _twins(tasks, a, b, q)
     if isinstance(twins, str):

@@ -10,6 +10,7 @@ the engine's to decide.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -18,7 +19,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import pandas as pd
 
-from simulator.trace import COLUMNS
+from simulator.trace import COLUMNS, TEXT_COLUMNS
 
 
 class CommSpec(NamedTuple):
@@ -84,7 +85,6 @@ class Compiled(NamedTuple):
 _comm, _instance = attrgetter("comm"), attrgetter("instance")
 # the trace's columns a task fixes (the engine adds start_s and end_s); text ones as pandas str
 _TASK_COLUMNS = [c for c in COLUMNS if c not in ("start_s", "end_s")]
-_TEXT_COLUMNS = ("stream", "kind", "phase", "name")
 
 
 @dataclass
@@ -141,8 +141,8 @@ class TaskGraph:
 
     def trace_columns(self) -> dict[str, object]:
         """Per task, the trace's columns it fixes (all but ``start_s`` and ``end_s``), as
-        arrays in task order: a run's trace takes them by task index
-        (:class:`~simulator.trace.Trace`)."""
+        arrays in task order, and the text ones' integer codes (``<column>_code``): a run's
+        trace takes them by task index (:class:`~simulator.trace.Trace`)."""
         return self._kept("columns", self._columns)
 
     def _columns(self) -> dict[str, object]:
@@ -153,8 +153,9 @@ class TaskGraph:
                 values = [c.size_bytes if c else 0.0 for c in map(_comm, tasks)]
             else:
                 values = list(map(attrgetter(col), tasks))
-            if col in _TEXT_COLUMNS:
+            if col in TEXT_COLUMNS:
                 out[col] = pd.array(values, dtype="str")
+                out[f"{col}_code"] = pd.factorize(out[col])[0]
             elif col in ("flops", "bytes"):
                 out[col] = np.array(values, dtype=float)
             else:
@@ -162,9 +163,15 @@ class TaskGraph:
         return out
 
     def validate(self) -> None:
-        """Raise ValueError on dangling or forward dependencies, or a comm task without spec."""
+        """Raise ValueError on dangling or forward dependencies, a comm task without spec, or
+        a compute task whose duration is not finite and non-negative."""
         n = len(self.tasks)
         for i, t in enumerate(self.tasks):
+            if t.kind == "compute" and not 0.0 <= t.duration_s < math.inf:
+                raise ValueError(
+                    f"task {t.name!r} on rank {t.rank} has duration {t.duration_s!r} s; "
+                    "a duration must be finite and non-negative"
+                )
             for d in t.deps:
                 if not 0 <= d < n or d == i:
                     raise ValueError(f"task {i} ({t.name}) depends on missing task {d}")

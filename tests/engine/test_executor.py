@@ -103,3 +103,21 @@ def test_a_graph_is_indexed_once_and_afresh_after_a_change():
     assert g.compiled() is first
     g.add(Task(0, "compute", "compute", "b", 1.0))
     assert g.compiled() is not first and g.compiled().queue == [[0, 1]]
+
+
+def test_a_coded_frame_names_the_same_rows_as_the_frame():
+    # Text as codes (equal codes exactly where the text is equal); frame_of turns the coded
+    # frame's task indices back into the frame, row for row.
+    g = TaskGraph()
+    for k, name in enumerate(["a", "b", "a", "c", "b"]):
+        g.add(Task(k % 2, "compute", "compute", name, 1.0 + k, phase=f"p{k % 3}"))
+    trace = run_taskgraph(_model(), g, {0: 0, 1: 1})[0]
+    frame, coded = trace.to_frame(), trace.coded_frame()
+    for col in ("stream", "kind", "phase", "name"):
+        text, code = frame[col].to_numpy(), coded[col].to_numpy()
+        assert coded[col].dtype.kind == "i"
+        assert ((text[:, None] == text[None, :]) == (code[:, None] == code[None, :])).all()
+    again = trace.frame_of(
+        coded["task"].to_numpy(), coded["start_s"].to_numpy(), coded["end_s"].to_numpy()
+    )
+    assert again.equals(frame)

@@ -20,6 +20,7 @@ Definitions (per simulated rank, then averaged over ranks; T = step time):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from itertools import chain
 
 import numpy as np
 import pandas as pd
@@ -126,8 +127,10 @@ def memory_timeline(
     optimizer) from time 0, then every allocation and release. Columns: rank, time_s, bytes,
     static_bytes."""
     start = pd.DataFrame({"rank": list(static), "time_s": 0.0, "delta": 0.0})
-    moves = pd.DataFrame(events, columns=["rank", "time_s", "delta"]).astype(
-        {"rank": int, "time_s": float, "delta": float}
+    n = len(events)  # (rank, time, delta) tuples as one array: ranks are exact as floats
+    flat = np.fromiter(chain.from_iterable(events), float, 3 * n).reshape(n, 3)
+    moves = pd.DataFrame(
+        {"rank": flat[:, 0].astype(np.int64), "time_s": flat[:, 1], "delta": flat[:, 2]}
     )
     ev = pd.concat([start, moves], ignore_index=True)
     # At equal times, releases before allocations: a buffer freed as the next is taken.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from functools import partial
 
 import simpy
@@ -104,7 +105,8 @@ class Executor:
         self.members = compiled.members  # simulated member tasks per collective instance
         self.arrived: dict[int, list[int]] = defaultdict(list)  # members' tasks, in order
         self._plans: dict[tuple, object] = {}
-        self._launches: dict[tuple, tuple] = {}  # see _routed
+        self._shape_of = compiled.shape_of
+        self._launches: list[tuple | None] = [None] * compiled.shapes  # per shape: _routed
         self._copy_devices: dict[int, list[list[int]]] = {}
         self._bar = None
         self._finished = 0  # names this graph's copy sets in shared geometry caches
@@ -173,7 +175,7 @@ class Executor:
             return
         spec = task.comm
         if self.members[spec.instance] == 1:  # a collective of one simulated member
-            self._launch(spec, [i])
+            self._launch(spec, (i,))
             return
         arrived = self.arrived[spec.instance]
         arrived.append(i)
@@ -257,13 +259,13 @@ class Executor:
             s = self._slowdown(bus)
         return plan, s
 
-    def _launch(self, spec, members: list[int]) -> None:
+    def _launch(self, spec, members: Sequence[int]) -> None:
         """Start the collective ``spec`` of tasks ``members`` (all arrived)."""
         start = self.env.now
-        key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm, spec.copies)
-        launch = self._launches.get(key)
+        shape = self._shape_of[members[0]]
+        launch = self._launches[shape]
         if launch is None:
-            launch = self._launches[key] = self._routed(spec)
+            launch = self._launches[shape] = self._routed(spec)
         s, geometry, scale, base_latency_s = launch
         if s:
             tasks = self.graph.tasks
@@ -286,7 +288,7 @@ class Executor:
         geometry = self.runner.geometry(plan, copies, copies_key)
         return s, geometry, plan.size_bytes / plan.efficiency, plan.base_latency_s
 
-    def _ended(self, members: list[int], s: float, start: float) -> None:
+    def _ended(self, members: Sequence[int], s: float, start: float) -> None:
         """The collective of tasks ``members``, launched at ``start`` (s), has ended."""
         if s:
             tasks = self.graph.tasks

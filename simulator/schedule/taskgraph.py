@@ -72,7 +72,9 @@ class Compiled(NamedTuple):
     ``stream_of``: each task's stream number (streams numbered by first appearance);
     ``queue``: per stream its tasks in order; ``waiting``: each task's dependency count (a
     run counts down a copy); ``dependents``: per task the tasks that depend on it;
-    ``members``: simulated member tasks per collective instance.
+    ``members``: simulated member tasks per collective instance; ``shape_of``: per comm
+    task the number of its collective's shape (the same call, group, size, algorithm and
+    copies: routed alike), -1 for a compute task; ``shapes``: how many there are.
     """
 
     stream_of: list[int]
@@ -80,6 +82,8 @@ class Compiled(NamedTuple):
     waiting: list[int]
     dependents: list[list[int]]
     members: dict[int, int]
+    shape_of: list[int]
+    shapes: int
 
 
 _comm, _instance = attrgetter("comm"), attrgetter("instance")
@@ -137,7 +141,17 @@ class TaskGraph:
                 dependents[d].append(i)
         # comm tasks per instance (C-speed count; a CommSpec is truthy)
         members = Counter(map(_instance, filter(None, map(_comm, tasks))))
-        return Compiled(stream_of, queue, [len(t.deps) for t in tasks], dependents, members)
+        numbers: dict[tuple, int] = {}
+        shape_of = [
+            -1
+            if c is None
+            else numbers.setdefault(
+                (c.collective, c.group, c.size_bytes, c.algorithm, c.copies), len(numbers)
+            )
+            for c in map(_comm, tasks)
+        ]
+        waiting = [len(t.deps) for t in tasks]
+        return Compiled(stream_of, queue, waiting, dependents, members, shape_of, len(numbers))
 
     def trace_columns(self) -> dict[str, object]:
         """Per task, the trace's columns it fixes (all but ``start_s`` and ``end_s``), as

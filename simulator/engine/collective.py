@@ -333,7 +333,7 @@ class CollectiveRunner:
         network = self.network
         if base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
             if len(geometry) == 1:  # one phase: submit it then (as _run_phase would)
-                network.call_in(base_latency_s, network.submit, geometry[0].classes, on_done, scale)
+                network.submit_later(base_latency_s, geometry[0].classes, on_done, scale)
             else:
                 network.call_in(base_latency_s, _run_phase, network, geometry, 0, scale, on_done)
         else:

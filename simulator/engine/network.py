@@ -138,7 +138,7 @@ class _Group:
 
     __slots__ = (
         "batch", "classes", "key", "seq", "version", "active", "alive", "n_alive",
-        "rem", "tot", "rate", "t", "finish", "tail", "vector", "lone",
+        "rem", "tot", "rate", "t", "finish", "tail", "vector", "lone", "later",
     )  # fmt: skip
 
     def __init__(
@@ -173,6 +173,7 @@ class _Group:
         self.t = now
         self.finish = math.inf
         self.lone = False  # ends on its own timer, off the heap (FlowNetwork._rate_alone)
+        self.later = None  # (classes, on_done, scale) while a lone group waits to start
 
     def live(self) -> list[int]:
         """Indices of the classes still in flight."""
@@ -542,6 +543,45 @@ class FlowNetwork:
         heapq.heappush(self._heap, (g.finish, g.seq, g.version, g))
         self._schedule(now)
 
+    def submit_later(
+        self, delay: float, classes: list[FlowClass], on_done: Callable[[], None], scale: float
+    ) -> None:
+        """:meth:`submit` ``delay`` s from now (a collective's base latency first).
+
+        A batch that ran lone before (:meth:`_rate_alone`: it is its whole batch, its classes
+        end together) and whose links nothing else is on or has been since is made lone now,
+        starting ``delay`` s ahead, its end on one timer: one event where a plain delayed
+        submit takes two. Should a group that shares its links arrive before it starts,
+        :meth:`_drop_through` withdraws it and submits it at its start after all, as the
+        plain delayed submit would have."""
+        sized = self._sized.get((id(classes), scale))
+        timing = sized[4] if sized is not None and sized[0] is classes else None
+        key = sized[1] if timing is not None else 0
+        if (
+            timing is None
+            or not timing[1]
+            or key <= 0
+            or key in self._groups_of
+            or len(self._neighbours.get(key, ())) != 1
+            or self.track_links
+        ):
+            self.call_in(delay, self.submit, classes, on_done, scale)
+            return
+        start = self.env.now + delay
+        left = timing[0]
+        self._seq += 1
+        g = _Group(
+            _Batch(on_done, len(classes), start), classes, sized[2], self._seq, key, start, sized[3]
+        )
+        self._groups_of[key] = [g]
+        g.rate = self._alone[key]
+        self.stats.cache_hits += 1
+        g.finish = start + left
+        g.version += 1
+        g.lone = self._lone_seen = True
+        g.later = (classes, on_done, scale)
+        self.call_in(delay + left + g.tail, self._lone_end, g, g.version)
+
     def _lone_end(self, g: _Group, version: int) -> None:
         """A lone group's bytes and tail are through (unless it was taken back since,
         ``version``): end its batch."""
@@ -564,12 +604,20 @@ class FlowNetwork:
 
     def _drop_through(self, groups: list[_Group], now: float) -> list[_Group]:
         """``groups`` less the lone ones whose bytes are through at ``now`` (their timers end
-        them); the lone ones still moving bytes are lone no longer."""
+        them) or that have not started (:meth:`submit_later`: submitted at their start
+        instead); the lone ones still moving bytes are lone no longer."""
         limit = now * (1 + _EPS)
         kept = []
         for g in groups:
             if g.lone:
                 g.lone = False
+                if g.later is not None and g.t > now:  # not started yet: start it as planned
+                    self._retire(g)
+                    g.version += 1  # its timer is void
+                    classes, on_done, scale = g.later
+                    self.call_in(g.t - now, self.submit, classes, on_done, scale)
+                    continue
+                g.later = None
                 if g.finish <= limit:
                     self._retire(g)
                     continue

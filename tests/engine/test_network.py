@@ -287,3 +287,44 @@ def test_a_batch_whose_classes_end_apart_is_re_rated_when_the_first_ends():
     net.submit(classes, lambda: done.setdefault("ab", env.now))
     env.run()
     assert done["ab"] == pytest.approx(0.03, rel=1e-12)
+
+
+def test_a_delayed_lone_batch_waits_its_delay_and_yields_to_a_flow_that_comes_first():
+    # X (100 B, 100 B/s link) ran once, lone; at t = 2 it is submitted again after a 1 s
+    # delay (made lone at once, starting at 3). Y joins the link at 2.5: alone until 3 (50 B),
+    # then 50 B/s each: Y's last 50 B end at 4; X has 50 B through by 4 and its last 50 B
+    # alone end at 4.5. Were X counted on the link from 2.5, Y would end at 4.5 and X at 5.
+    env, net, links, topo = _untracked()
+    done = {}
+    x = [_cls(links, topo, 0, 1, 100.0, pattern="x")]
+    net.submit(x, lambda: done.setdefault("x0", env.now))
+    env.timeout(2.0).callbacks.append(
+        lambda _e: net.submit_later(1.0, x, lambda: done.setdefault("x", env.now), 1.0)
+    )
+    env.timeout(2.5).callbacks.append(
+        lambda _e: net.submit(
+            [_cls(links, topo, 2, 1, 100.0, pattern="y")], lambda: done.setdefault("y", env.now)
+        )
+    )
+    env.run()
+    assert done["x0"] == pytest.approx(1.0, rel=1e-12)
+    assert done["y"] == pytest.approx(4.0, rel=1e-12)
+    assert done["x"] == pytest.approx(4.5, rel=1e-12)
+
+
+def test_a_delayed_lone_batch_alone_ends_after_its_delay_bytes_and_tail():
+    env, net, links, topo = _untracked()
+    done = {}
+    ids = links.ids(topo.path(0, 1))
+    x = [FlowClass(ids, np.ones(ids.size), 100.0, 0.25, "x")]  # 1 s of bytes, 0.25 s tail
+    net.submit(x, lambda: done.setdefault("x0", env.now))
+    env.timeout(2.0).callbacks.append(
+        lambda _e: net.submit_later(0.5, x, lambda: done.setdefault("x", env.now), 2.0)
+    )  # twice the bytes: not the batch that ran lone (its own size), so a plain delayed submit
+    env.timeout(10.0).callbacks.append(
+        lambda _e: net.submit_later(0.5, x, lambda: done.setdefault("x2", env.now), 1.0)
+    )
+    env.run()
+    assert done["x0"] == pytest.approx(1.25, rel=1e-12)
+    assert done["x"] == pytest.approx(2.0 + 0.5 + 2.0 + 0.25, rel=1e-12)
+    assert done["x2"] == pytest.approx(10.0 + 0.5 + 1.0 + 0.25, rel=1e-12)

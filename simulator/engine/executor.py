@@ -134,6 +134,8 @@ class Executor:
                 disable=None,
                 leave=False,
             )
+            if self._bar.disable:  # not a terminal (TQDM_DISABLE, a pool worker): no counting
+                self._bar = None
         for s in range(len(self.queue)):
             self._try_start(s)
         self.env.run()

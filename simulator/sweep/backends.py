@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from simulator.sweep import adapter
@@ -43,11 +43,10 @@ def run_local(tasks: list[Task], workers: int | None = None) -> Iterator[dict]:
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     quiet = adapter.quiet_pool_worker
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=quiet) as pool:
-        pending = {pool.submit(simulate_task, t) for t in tasks}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                yield future.result()
+        # as_completed waits on every future once (wait() in a loop re-registers each
+        # pending one per result: quadratic in the points, and the parent shares the cores)
+        for future in as_completed([pool.submit(simulate_task, t) for t in tasks]):
+            yield future.result()
 
 
 def run_ray(

@@ -633,12 +633,18 @@ def run(
     ``steps`` keeps built steps for later runs (:class:`StepCache`; a sweep's worker).
     """
     perturbations = [*perturbations, *scenario_perturbations(scenario)]
+    own = topo is None
     topo = topo or build_topology(scenario.cluster)
-    healthy = None
-    if perturbations:
-        healthy = _run_once(scenario, topo, compute_model, False, [], steps).metrics.step_time_s
-        scenario, perturbations = _placed(scenario, perturbations)
-    result = _run_once(scenario, topo, compute_model, track_links, perturbations, steps)
+    try:
+        healthy = None
+        if perturbations:
+            healthy = _run_once(scenario, topo, compute_model, False, [], steps)
+            healthy = healthy.metrics.step_time_s
+            scenario, perturbations = _placed(scenario, perturbations)
+        result = _run_once(scenario, topo, compute_model, track_links, perturbations, steps)
+    finally:
+        if own:  # built here, used by nothing after: freed now (Topology.release)
+            topo.release()
     return dataclasses.replace(result, healthy_step_time_s=healthy)
 
 

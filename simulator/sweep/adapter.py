@@ -32,7 +32,7 @@ def topology_of(cluster: ClusterConfig) -> Topology:
         topo = build_topology(cluster)
     _kept[key] = topo
     while len(_kept) > KEPT_TOPOLOGIES:
-        _kept.popitem(last=False)
+        _kept.popitem(last=False)[1].release()  # its graph's cycles, freed now
     return topo
 
 

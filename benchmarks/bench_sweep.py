@@ -137,10 +137,12 @@ def big_sweep(points: int, workers: int | None, study: str = "seed") -> None:
     larger run (fixed cost included) is printed beside it."""
     if study == "fabric" and points > len(OVERSUBSCRIPTION):
         raise SystemExit(f"--big-study fabric has {len(OVERSUBSCRIPTION)} points at most")
-    small = max(points // 2, 1)
-    if small == points:
-        raise SystemExit("--big-points must be 2 or more (two sweeps of different sizes)")
     n = min(workers or cpu_count(), cpu_count())
+    # both sweeps at least one point per worker more than a round, or the smaller one's
+    # points all run at once and the difference says nothing of a point's cost (review)
+    small = max(points // 2, n + 1)
+    if small >= points:
+        raise SystemExit(f"--big-points must be at least {2 * (n + 1)} on {n} workers")
     timed = {}
     for size in (small, points):
         with tempfile.TemporaryDirectory() as d:

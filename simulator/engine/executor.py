@@ -264,7 +264,7 @@ class Executor:
     def _launch(self, spec, members: Sequence[int]) -> None:
         """Start the collective ``spec`` of tasks ``members`` (all arrived)."""
         start = self.env.now
-        shape = self._shape_of[members[0]]
+        shape = self._shape_of[members[-1]]  # the task whose spec this is
         launch = self._launches[shape]
         if launch is None:
             launch = self._launches[shape] = self._routed(spec)

@@ -15,7 +15,10 @@ water-filled in plain Python, large ones with numpy (:mod:`simulator.engine.maxm
 
 Each group's next finish time sits in a heap (stale entries are skipped); the event loop keeps
 one pending call for the earliest (:meth:`~simulator.engine.clock.Clock.call_in`), guarded by a
-generation number so that an earlier finish supersedes it; no process per flow.
+generation number so that an earlier finish supersedes it; no process per flow. A batch alone
+on its links whose classes all end together (a tensor-parallel all-reduce inside a node) runs
+*lone* instead: off the heap, its end on a timer of its own, until a flow joins its links
+(:meth:`FlowNetwork._rate_alone`, :meth:`FlowNetwork.submit_later`).
 """
 
 from __future__ import annotations
@@ -460,8 +463,10 @@ class FlowNetwork:
 
     def _rerate(self, groups: list[_Group], now: float) -> None:
         """Bring ``groups`` (a union of components) to ``now`` and give them fresh rates; a
-        group whose rates stay the same keeps its state and finish (a quarter of them in a
-        GPT-3 175B step: a flow that ends frees its bottleneck's sharers, not the rest)."""
+        group on the heap whose rates stay the same keeps its state and finish (a quarter of
+        them in a GPT-3 175B step: a flow that ends frees its bottleneck's sharers, not the
+        rest). A group off the heap (just submitted, or lone until now) has an infinite
+        ``finish`` and is always rated and pushed."""
         if self._lone_seen:
             groups = self._drop_through(groups, now)
         if groups:
@@ -470,7 +475,7 @@ class FlowNetwork:
                 if g.finish != math.inf and (
                     rate is g.rate or (np.array_equal(rate, g.rate) if g.vector else rate == g.rate)
                 ):
-                    continue  # the same rates: the same finish, its heap entry still holds
+                    continue  # the same rates: the same finish, its heap entry holds
                 g.advance(now)
                 g.rate = rate
                 if g.n_alive != len(rate):
@@ -627,6 +632,7 @@ class FlowNetwork:
                 if g.finish <= limit:
                     self._retire(g)
                     continue
+                g.finish = math.inf  # off the heap: _rerate must rate it and push it there
             kept.append(g)
         return kept
 

@@ -117,11 +117,10 @@ class TaskGraph:
 
     def _kept(self, name: str, make):
         """``make()``, kept while the task list is the same list of the same length."""
-        stamp = (id(self.tasks), len(self.tasks))
         kept = self._derived.get(name)
-        if kept is None or kept[0] != stamp:
-            kept = self._derived[name] = (stamp, make())
-        return kept[1]
+        if kept is None or kept[0] is not self.tasks or kept[1] != len(self.tasks):
+            kept = self._derived[name] = (self.tasks, len(self.tasks), make())
+        return kept[2]
 
     def compiled(self) -> Compiled:
         """The graph validated (:meth:`validate`) and indexed for the engine (:class:`Compiled`)."""

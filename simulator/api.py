@@ -471,7 +471,8 @@ def simulate(
         )
     if step.steady is not None and track_links:
         raise NotRepeating("link loads over time are not repeated: simulate the full step")
-    model = network_model(_degraded(topo, perturbations))
+    degraded = _degraded(topo, perturbations)
+    model = network_model(degraded)
     device_of = {r: topo.devices[r] for r in range(step.plan.grid.size)}
     run = run_engine(
         model,
@@ -480,6 +481,8 @@ def simulate(
         track_links,
         interference=step.plan.scenario.simulation.comm_interference,
     )
+    if degraded is not topo:  # a copy for this run alone (the link table stays with the model)
+        degraded.release()
     if step.steady is None:
         return Simulation(run.trace.to_frame(), run.memory, run.stats, model)
     # the repetition found and repeated on numbers (task indices, text as codes); the rows

@@ -117,7 +117,6 @@ class Executor:
         # task -> [work left (s at full speed), as of time (s), rate, token, start time (s)].
         self.interference = interference
         self.comm_active: dict[int, dict[float, int]] = defaultdict(dict)  # rank -> {s: count}
-        self._speed: dict[int, float] = {}  # rank -> its compute rate now (absent: 1.0)
         self.computing: dict[int, dict[int, list]] = defaultdict(dict)
         self._ref_Bps: float | None = None  # a scale-up (NVLink) hop's bandwidth, found once
 
@@ -170,7 +169,8 @@ class Executor:
                 self._call_in(duration, self._finish, i, now)
                 return
             rank = task.rank
-            rate = self._speed.get(rank, 1.0)
+            active = self.comm_active.get(rank)  # the rank's compute speed now
+            rate = 1.0 / (1.0 + max(active)) if active else 1.0
             state = [duration, now, rate, 0, now]
             self.computing[rank][i] = state
             self._call_in(duration / rate, self._due, i, rank, state, 0)
@@ -214,7 +214,9 @@ class Executor:
 
     def _comm_count(self, rank: int, s: float, delta: int) -> None:
         """Add (``delta`` 1) or remove (-1) a collective of slowdown ``s`` in flight on
-        ``rank``; when the rank's compute speed changes, re-time its running compute."""
+        ``rank``; when that changes the rank's compute speed (1 / (1 + the largest slowdown
+        in flight), read afresh by each compute task as it starts), re-time its running
+        compute."""
         active = self.comm_active[rank]
         left = active.get(s, 0) + delta
         if left:
@@ -223,13 +225,15 @@ class Executor:
                 return  # the same slowdowns in flight: the same speed
         else:
             del active[s]
-        before = self._speed.get(rank, 1.0)
-        rate = self._speed[rank] = 1.0 / (1.0 + max(active)) if active else 1.0
-        if rate == before:
-            return
+        running = self.computing.get(rank)
+        if not running:
+            return  # nothing running to re-time (mostly: compute waits on the collective)
+        rate = 1.0 / (1.0 + max(active)) if active else 1.0
         now = self.env.now
         call_in, due = self._call_in, self._due
-        for i, state in self.computing[rank].items():
+        for i, state in running.items():
+            if state[2] == rate:
+                continue  # started at this speed (all of a rank's running share one)
             state[0] = max(state[0] - (now - state[1]) * state[2], 0.0)
             token = state[3] + 1
             state[1], state[2], state[3] = now, rate, token

@@ -109,7 +109,7 @@ class Executor:
         self._launches: list[tuple | None] = [None] * compiled.shapes  # per shape: _routed
         self._copy_devices: dict[int, list[list[int]]] = {}
         self._bar = None
-        self._finished = 0  # names this graph's copy sets in shared geometry caches
+        self._finished = 0  # tasks finished, for the progress bar
         self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
         self.memory_task: list[int] = []  # the task of each memory event
         self._hop_Bps: dict[tuple[int, ...], float] = {}
@@ -119,6 +119,8 @@ class Executor:
         self.comm_active: dict[int, dict[float, int]] = defaultdict(dict)  # rank -> {s: count}
         self.computing: dict[int, dict[int, list]] = defaultdict(dict)
         self._ref_Bps: float | None = None  # a scale-up (NVLink) hop's bandwidth, found once
+        # the timers' targets bound once (a bound method is made anew at each attribute read)
+        self._finish_at, self._due_at = self._finish, self._due
 
     def run(self, progress: bool = False) -> Trace:
         """Run to the end. ``progress`` shows a bar of finished tasks on stderr (when it is a
@@ -165,15 +167,15 @@ class Executor:
             self.memory_task.append(i)
         if task.kind == "compute":  # its duration checked finite and >= 0 (compiled())
             duration = task.duration_s
-            if self.interference == 0.0:
-                self._call_in(duration, self._finish, i, now)
+            if not self.interference:
+                self._call_in(duration, self._finish_at, i, now)
                 return
             rank = task.rank
             active = self.comm_active.get(rank)  # the rank's compute speed now
             rate = 1.0 / (1.0 + max(active)) if active else 1.0
             state = [duration, now, rate, 0, now]
             self.computing[rank][i] = state
-            self._call_in(duration / rate, self._due, i, rank, state, 0)
+            self._call_in(duration / rate, self._due_at, i, rank, state, 0)
             return
         spec = task.comm
         if self.members[spec.instance] == 1:  # a collective of one simulated member
@@ -230,7 +232,7 @@ class Executor:
             return  # nothing running to re-time (mostly: compute waits on the collective)
         rate = 1.0 / (1.0 + max(active)) if active else 1.0
         now = self.env.now
-        call_in, due = self._call_in, self._due
+        call_in, due = self._call_in, self._due_at
         for i, state in running.items():
             if state[2] == rate:
                 continue  # started at this speed (all of a rank's running share one)
@@ -274,7 +276,7 @@ class Executor:
             launch = self._launches[shape] = self._routed(spec)
         s, geometry, scale, base_latency_s = launch
         if s:
-            tasks = self.graph.tasks
+            tasks = self._tasks
             for i in members:
                 self._comm_count(tasks[i].rank, s, 1)
         self.runner.run_routed(
@@ -297,7 +299,7 @@ class Executor:
     def _ended(self, members: Sequence[int], s: float, start: float) -> None:
         """The collective of tasks ``members``, launched at ``start`` (s), has ended."""
         if s:
-            tasks = self.graph.tasks
+            tasks = self._tasks
             for i in members:
                 self._comm_count(tasks[i].rank, s, -1)
         for i in members:

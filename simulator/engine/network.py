@@ -598,8 +598,13 @@ class FlowNetwork:
         ``version``): end its batch."""
         if g.version != version:
             return  # rated among others since: it ends through the heap
-        if g.active:
-            self._retire(g)
+        if g.active:  # self._retire(g), inline
+            g.active = False
+            groups = self._groups_of[g.key]
+            if len(groups) == 1:
+                del self._groups_of[g.key]
+            else:
+                groups.remove(g)
         batch = g.batch
         batch.pending = 0
         g.n_alive = 0

@@ -119,8 +119,6 @@ class Executor:
         self.comm_active: dict[int, dict[float, int]] = defaultdict(dict)  # rank -> {s: count}
         self.computing: dict[int, dict[int, list]] = defaultdict(dict)
         self._ref_Bps: float | None = None  # a scale-up (NVLink) hop's bandwidth, found once
-        # the timers' targets bound once (a bound method is made anew at each attribute read)
-        self._finish_at, self._due_at = self._finish, self._due
 
     def run(self, progress: bool = False) -> Trace:
         """Run to the end. ``progress`` shows a bar of finished tasks on stderr (when it is a
@@ -168,14 +166,14 @@ class Executor:
         if task.kind == "compute":  # its duration checked finite and >= 0 (compiled())
             duration = task.duration_s
             if not self.interference:
-                self._call_in(duration, self._finish_at, i, now)
+                self._call_in(duration, self._finish, i, now)
                 return
             rank = task.rank
             active = self.comm_active.get(rank)  # the rank's compute speed now
             rate = 1.0 / (1.0 + max(active)) if active else 1.0
             state = [duration, now, rate, 0, now]
             self.computing[rank][i] = state
-            self._call_in(duration / rate, self._due_at, i, rank, state, 0)
+            self._call_in(duration / rate, self._due, i, rank, state, 0)
             return
         spec = task.comm
         if self.members[spec.instance] == 1:  # a collective of one simulated member
@@ -232,7 +230,7 @@ class Executor:
             return  # nothing running to re-time (mostly: compute waits on the collective)
         rate = 1.0 / (1.0 + max(active)) if active else 1.0
         now = self.env.now
-        call_in, due = self._call_in, self._due_at
+        call_in, due = self._call_in, self._due
         for i, state in running.items():
             if state[2] == rate:
                 continue  # started at this speed (all of a rank's running share one)

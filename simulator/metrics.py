@@ -20,12 +20,12 @@ Definitions (per simulated rank, then averaged over ranks; T = step time):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from itertools import chain
 
 import numpy as np
 import pandas as pd
 
 from simulator.plan.memory import device_bytes
+from simulator.trace import rows_array
 
 
 def union_length(intervals: np.ndarray) -> float:
@@ -127,8 +127,7 @@ def memory_timeline(
     optimizer) from time 0, then every allocation and release. Columns: rank, time_s, bytes,
     static_bytes."""
     start = pd.DataFrame({"rank": list(static), "time_s": 0.0, "delta": 0.0})
-    n = len(events)  # (rank, time, delta) tuples as one array: ranks are exact as floats
-    flat = np.fromiter(chain.from_iterable(events), float, 3 * n).reshape(n, 3)
+    flat = rows_array(events, 3)  # (rank, time, delta) tuples: ranks are exact as floats
     moves = pd.DataFrame(
         {"rank": flat[:, 0].astype(np.int64), "time_s": flat[:, 1], "delta": flat[:, 2]}
     )

@@ -39,6 +39,13 @@ COLUMNS = [
 TEXT_COLUMNS = ("stream", "kind", "phase", "name")
 
 
+def rows_array(rows: list[tuple], width: int) -> np.ndarray:
+    """Tuples of ``width`` numbers as an (n, width) float array, in one pass (integers exact
+    below 2**53): the engine's runs, its memory events."""
+    n = len(rows)
+    return np.fromiter(chain.from_iterable(rows), float, width * n).reshape(n, width)
+
+
 class TraceRecord(NamedTuple):
     """One task's execution on one rank's stream; times in seconds, bytes in B."""
 
@@ -80,8 +87,7 @@ class Trace:
     def _run_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.records or self.task_columns is None:
             raise ValueError("a trace holds records or runs over task columns, not both")
-        n = len(self.runs)
-        runs = np.fromiter(chain.from_iterable(self.runs), float, 3 * n).reshape(n, 3)
+        runs = rows_array(self.runs, 3)
         return runs[:, 0].astype(np.int64), runs[:, 1], runs[:, 2]
 
     def frame_of(
@@ -90,10 +96,11 @@ class Trace:
         start: np.ndarray,
         end: np.ndarray,
         microbatch: np.ndarray | None = None,
+        coded: bool = False,
     ) -> pd.DataFrame:
         """The frame of rows ``task`` (indices into the task columns) run from ``start`` to
         ``end`` (s), with ``microbatch`` in place of the tasks' own when given (a repeated
-        steady state renumbers them)."""
+        steady state renumbers them); ``coded``: each text column as its integer codes."""
         columns = self.task_columns()
         data = {}
         for col in COLUMNS:
@@ -104,7 +111,9 @@ class Trace:
             elif col == "microbatch" and microbatch is not None:
                 data[col] = microbatch
             else:
-                data[col] = columns[col].take(task)
+                data[col] = columns[f"{col}_code" if coded and col in TEXT_COLUMNS else col].take(
+                    task
+                )
         return pd.DataFrame(data)
 
     def coded_frame(self) -> pd.DataFrame:
@@ -113,18 +122,9 @@ class Trace:
         analyses that only compare them (the steady state's repetition), cheaper to sort
         and take than text. :meth:`frame_of` turns its ``task`` back into whole rows."""
         task, start, end = self._run_arrays()
-        columns = self.task_columns()
-        data = {"task": task}
-        for col in COLUMNS:
-            if col == "start_s":
-                data[col] = start
-            elif col == "end_s":
-                data[col] = end
-            elif col in TEXT_COLUMNS:
-                data[col] = columns[f"{col}_code"].take(task)
-            else:
-                data[col] = columns[col].take(task)
-        return pd.DataFrame(data)
+        frame = self.frame_of(task, start, end, coded=True)
+        frame.insert(0, "task", task)
+        return frame
 
     def __len__(self) -> int:
         return len(self.records) + len(self.runs)

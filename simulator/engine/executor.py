@@ -39,6 +39,11 @@ from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
 
 
+def _speed(active: dict[float, int] | None) -> float:
+    """A rank's compute rate with collectives of slowdowns ``active`` in flight (module doc)."""
+    return 1.0 / (1.0 + max(active)) if active else 1.0
+
+
 class DeadlockError(RuntimeError):
     """The graph cannot finish: a cycle, or a collective some member never reaches."""
 
@@ -169,8 +174,7 @@ class Executor:
                 self._call_in(duration, self._finish, i, now)
                 return
             rank = task.rank
-            active = self.comm_active.get(rank)  # the rank's compute speed now
-            rate = 1.0 / (1.0 + max(active)) if active else 1.0
+            rate = _speed(self.comm_active.get(rank))
             state = [duration, now, rate, 0, now]
             self.computing[rank][i] = state
             self._call_in(duration / rate, self._due, i, rank, state, 0)
@@ -228,7 +232,7 @@ class Executor:
         running = self.computing.get(rank)
         if not running:
             return  # nothing running to re-time (mostly: compute waits on the collective)
-        rate = 1.0 / (1.0 + max(active)) if active else 1.0
+        rate = _speed(active)
         now = self.env.now
         call_in, due = self._call_in, self._due
         for i, state in running.items():

@@ -543,14 +543,12 @@ class FlowNetwork:
         if not math.isfinite(g.finish):
             k = min(g.live(), key=lambda k: g.rate[k])
             raise _overflow(g.rem[k], g.rate[k], now)
-        g.version += 1
         if together and sized is not None:  # every class through at once: nothing to re-rate
-            end = g.finish + g.tail
-            if not math.isfinite(end):
-                raise _latency_overflow(end)
-            g.lone = self._lone_seen = True
-            self.call_in(left + g.tail, self._lone_end, g, g.version)
+            if not math.isfinite(g.finish + g.tail):
+                raise _latency_overflow(g.finish + g.tail)
+            self._go_lone(g, 0.0, left)
             return
+        g.version += 1
         heapq.heappush(self._heap, (g.finish, g.seq, g.version, g))
         self._schedule(now)
 
@@ -588,9 +586,14 @@ class FlowNetwork:
         g.rate = self._alone[key]
         self.stats.cache_hits += 1
         g.finish = start + left
+        g.later = (classes, on_done, scale)
+        self._go_lone(g, delay, left)
+
+    def _go_lone(self, g: _Group, delay: float, left: float) -> None:
+        """Run ``g`` lone: its batch ends on a timer ``delay + left`` s (its start, its bytes)
+        plus its tail from now, unless it is taken back first (``version``)."""
         g.version += 1
         g.lone = self._lone_seen = True
-        g.later = (classes, on_done, scale)
         self.call_in(delay + left + g.tail, self._lone_end, g, g.version)
 
     def _lone_end(self, g: _Group, version: int) -> None:
@@ -598,13 +601,8 @@ class FlowNetwork:
         ``version``): end its batch."""
         if g.version != version:
             return  # rated among others since: it ends through the heap
-        if g.active:  # self._retire(g), inline
-            g.active = False
-            groups = self._groups_of[g.key]
-            if len(groups) == 1:
-                del self._groups_of[g.key]
-            else:
-                groups.remove(g)
+        if g.active:
+            self._retire(g)
         batch = g.batch
         batch.pending = 0
         g.n_alive = 0
@@ -712,11 +710,7 @@ class FlowNetwork:
                 g.n_alive = 0
                 if batch.pending == 0:
                     self._finish_batch(batch, now)
-                g.active = False
-                groups = self._groups_of[g.key]
-                groups.remove(g)
-                if not groups:
-                    del self._groups_of[g.key]
+                self._retire(g)
                 return
         g.advance(now)
         if g.vector:
@@ -750,11 +744,7 @@ class FlowNetwork:
         if batch.pending == 0:
             self._finish_batch(batch, now)
         if g.n_alive == 0:
-            g.active = False
-            groups = self._groups_of[g.key]
-            groups.remove(g)
-            if not groups:
-                del self._groups_of[g.key]
+            self._retire(g)
 
     def _finish_batch(self, batch: _Batch, now: float) -> None:
         if not math.isfinite(batch.end):

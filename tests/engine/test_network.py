@@ -11,11 +11,11 @@ from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
 from simulator.topology.nvswitch import nvswitch_topology
 
 
-def _net():
+def _net(track_links: bool = True):
     topo = nvswitch_topology(4, 100.0, latency=0.0)
     links = LinkTable(topo.graph)
     env = simpy.Environment()
-    return env, FlowNetwork(env, links, track_links=True), links, topo
+    return env, FlowNetwork(env, links, track_links=track_links), links, topo
 
 
 def _cls(links, topo, src, dst, size, pattern=None):
@@ -232,10 +232,17 @@ def test_batches_alone_on_their_links_take_the_general_path_s_times():
 
 def _untracked():
     """As :func:`_net` without link tracking, where a batch alone on its links runs lone."""
-    topo = nvswitch_topology(4, 100.0, latency=0.0)
-    links = LinkTable(topo.graph)
-    env = simpy.Environment()
-    return env, FlowNetwork(env, links), links, topo
+    return _net(track_links=False)
+
+
+def _at(env, t: float, call) -> None:
+    """``call()`` at time ``t`` (s)."""
+    env.timeout(t).callbacks.append(lambda _e: call())
+
+
+def _ends(env, done: dict, name: str):
+    """A batch's callback: its end time into ``done[name]``."""
+    return lambda: done.setdefault(name, env.now)
 
 
 def test_a_lone_batch_is_taken_back_when_a_flow_joins_its_links():
@@ -246,12 +253,12 @@ def test_a_lone_batch_is_taken_back_when_a_flow_joins_its_links():
     env, net, links, topo = _untracked()
     done = {}
     a = _cls(links, topo, 0, 1, 1000.0, pattern="a")
-    net.submit([a], lambda: done.setdefault("a", env.now))
+    net.submit([a], _ends(env, done, "a"))
     assert net._groups_of and next(iter(net._groups_of.values()))[0].lone
-    env.timeout(2.0).callbacks.append(
-        lambda _e: net.submit(
-            [_cls(links, topo, 2, 1, 100.0, pattern="b")], lambda: done.setdefault("b", env.now)
-        )
+    _at(
+        env,
+        2.0,
+        lambda: net.submit([_cls(links, topo, 2, 1, 100.0, pattern="b")], _ends(env, done, "b")),
     )
     env.run()
     assert done["b"] == pytest.approx(4.0, rel=1e-12)
@@ -266,11 +273,11 @@ def test_a_lone_batch_through_its_bytes_leaves_the_link_to_the_next_during_its_t
     done = {}
     ids = links.ids(topo.path(0, 1))
     a = FlowClass(ids, np.ones(ids.size), 100.0, 1.0, "a")
-    net.submit([a], lambda: done.setdefault("a", env.now))
-    env.timeout(1.0).callbacks.append(
-        lambda _e: net.submit(
-            [_cls(links, topo, 0, 1, 100.0, pattern="b")], lambda: done.setdefault("b", env.now)
-        )
+    net.submit([a], _ends(env, done, "a"))
+    _at(
+        env,
+        1.0,
+        lambda: net.submit([_cls(links, topo, 0, 1, 100.0, pattern="b")], _ends(env, done, "b")),
     )
     env.run()
     assert done["a"] == pytest.approx(2.0, rel=1e-12)
@@ -284,7 +291,7 @@ def test_a_batch_whose_classes_end_apart_is_re_rated_when_the_first_ends():
     env, net, links, topo = _untracked()
     done = {}
     classes = [_cls(links, topo, 0, 1, 1.0, pattern="x"), _cls(links, topo, 0, 1, 2.0, "y")]
-    net.submit(classes, lambda: done.setdefault("ab", env.now))
+    net.submit(classes, _ends(env, done, "ab"))
     env.run()
     assert done["ab"] == pytest.approx(0.03, rel=1e-12)
 
@@ -297,14 +304,12 @@ def test_a_delayed_lone_batch_waits_its_delay_and_yields_to_a_flow_that_comes_fi
     env, net, links, topo = _untracked()
     done = {}
     x = [_cls(links, topo, 0, 1, 100.0, pattern="x")]
-    net.submit(x, lambda: done.setdefault("x0", env.now))
-    env.timeout(2.0).callbacks.append(
-        lambda _e: net.submit_later(1.0, x, lambda: done.setdefault("x", env.now), 1.0)
-    )
-    env.timeout(2.5).callbacks.append(
-        lambda _e: net.submit(
-            [_cls(links, topo, 2, 1, 100.0, pattern="y")], lambda: done.setdefault("y", env.now)
-        )
+    net.submit(x, _ends(env, done, "x0"))
+    _at(env, 2.0, lambda: net.submit_later(1.0, x, _ends(env, done, "x"), 1.0))
+    _at(
+        env,
+        2.5,
+        lambda: net.submit([_cls(links, topo, 2, 1, 100.0, pattern="y")], _ends(env, done, "y")),
     )
     env.run()
     assert done["x0"] == pytest.approx(1.0, rel=1e-12)
@@ -317,13 +322,11 @@ def test_a_delayed_lone_batch_alone_ends_after_its_delay_bytes_and_tail():
     done = {}
     ids = links.ids(topo.path(0, 1))
     x = [FlowClass(ids, np.ones(ids.size), 100.0, 0.25, "x")]  # 1 s of bytes, 0.25 s tail
-    net.submit(x, lambda: done.setdefault("x0", env.now))
-    env.timeout(2.0).callbacks.append(
-        lambda _e: net.submit_later(0.5, x, lambda: done.setdefault("x", env.now), 2.0)
+    net.submit(x, _ends(env, done, "x0"))
+    _at(
+        env, 2.0, lambda: net.submit_later(0.5, x, _ends(env, done, "x"), 2.0)
     )  # twice the bytes: not the batch that ran lone (its own size), so a plain delayed submit
-    env.timeout(10.0).callbacks.append(
-        lambda _e: net.submit_later(0.5, x, lambda: done.setdefault("x2", env.now), 1.0)
-    )
+    _at(env, 10.0, lambda: net.submit_later(0.5, x, _ends(env, done, "x2"), 1.0))
     env.run()
     assert done["x0"] == pytest.approx(1.25, rel=1e-12)
     assert done["x"] == pytest.approx(2.0 + 0.5 + 2.0 + 0.25, rel=1e-12)
@@ -338,11 +341,11 @@ def test_a_lone_batch_taken_back_at_unchanged_rates_frees_its_links_when_it_ends
     env, net, links, topo = _untracked()
     done = {}
     g = [_cls(links, topo, 0, 1, 100.0, pattern="g1"), _cls(links, topo, 0, 2, 100.0, "g2")]
-    net.submit(g, lambda: done.setdefault("g", env.now))
-    env.timeout(1.0).callbacks.append(
-        lambda _e: net.submit(
-            [_cls(links, topo, 3, 1, 200.0, pattern="h")], lambda: done.setdefault("h", env.now)
-        )
+    net.submit(g, _ends(env, done, "g"))
+    _at(
+        env,
+        1.0,
+        lambda: net.submit([_cls(links, topo, 3, 1, 200.0, pattern="h")], _ends(env, done, "h")),
     )
     env.run()
     assert done["g"] == pytest.approx(2.0, rel=1e-12)

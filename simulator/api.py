@@ -17,13 +17,14 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from simulator import metrics
 from simulator.collectives import BUSBW_FACTORS, bus_bandwidth, plan_collective
 from simulator.engine import NetworkModel, paused_gc, run_engine, time_collective
 from simulator.engine.executor import channels_Bps, hop_bandwidth
-from simulator.engine.steady_state import expand, expand_memory, find_repeat
+from simulator.engine.steady_state import expand, expand_memory_rows, find_repeat
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
 from simulator.model.params import count_params
@@ -48,6 +49,7 @@ from simulator.schedule.step import StepGraph
 from simulator.schedule.step import build_step as make_step
 from simulator.topology import Topology, build_topology
 from simulator.topology.summary import link_levels, summary
+from simulator.trace import rows_array
 from simulator.units import parse_quantity
 
 log = logging.getLogger(__name__)
@@ -445,10 +447,11 @@ class NotRepeating(Exception):
 @dataclass(frozen=True)
 class Simulation:
     """What the engine returns for one step: the trace as a DataFrame, the memory events
-    (rank, time s, bytes delta), the network statistics and model (for link reports)."""
+    (rank, time s, bytes delta: tuples, or an (n, 3) array when a steady state was
+    repeated), the network statistics and model (for link reports)."""
 
     frame: pd.DataFrame
-    memory_events: list
+    memory_events: list | np.ndarray
     stats: object
     network: NetworkModel
 
@@ -491,7 +494,9 @@ def simulate(
     rep = find_repeat(coded, step.steady, step.plan.micro_batches)
     if isinstance(rep, str):
         raise NotRepeating(rep)
-    memory = expand_memory(run.memory, run.memory_microbatch, rep)
+    memory = expand_memory_rows(
+        rows_array(run.memory, 3), np.array(run.memory_microbatch, dtype=np.int64), rep
+    )
     full = expand(coded, rep)
     frame = run.trace.frame_of(
         full["task"].to_numpy(),

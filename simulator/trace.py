@@ -3,7 +3,8 @@
 Every stage may import this module (DESIGN.md): the engine writes records, metrics and reports
 read them. Records are buffered as tuples and become a pandas DataFrame in one call.
 
-The engine records less: per task that ended, ``(task index, start s, end s)`` in ``runs``;
+The engine records less: per task that ended, ``(task index, start s, end s)`` in ``runs``
+(:class:`Runs`, three typed arrays);
 the rest of a record is the task's, fixed before the run, in ``task_columns`` (arrays in task
 order, :meth:`~simulator.schedule.taskgraph.TaskGraph.trace_columns`, made once per graph).
 The frame takes them by index: the same rows, in the same order, as whole records would give,
@@ -14,7 +15,8 @@ Columns: rank, stream, kind, phase, name, layer, microbatch, start_s, end_s, flo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import NamedTuple
@@ -39,9 +41,11 @@ COLUMNS = [
 TEXT_COLUMNS = ("stream", "kind", "phase", "name")
 
 
-def rows_array(rows: list[tuple], width: int) -> np.ndarray:
+def rows_array(rows: list[tuple] | np.ndarray, width: int) -> np.ndarray:
     """Tuples of ``width`` numbers as an (n, width) float array, in one pass (integers exact
-    below 2**53): the engine's runs, its memory events."""
+    below 2**53): the engine's memory events; an array is taken as it is."""
+    if isinstance(rows, np.ndarray):
+        return rows.reshape(-1, width)
     n = len(rows)
     return np.fromiter(chain.from_iterable(rows), float, width * n).reshape(n, width)
 
@@ -62,6 +66,40 @@ class TraceRecord(NamedTuple):
     bytes: float
 
 
+class Runs:
+    """The engine's runs, ``(task index, start s, end s)`` per task that ended, in order, as
+    three typed arrays (:mod:`array`): appended one value at a time at the cost of a list of
+    tuples, read as numpy arrays without a pass over every value (a 158K-task step: 20 ms
+    less than ``np.fromiter`` over the tuples)."""
+
+    __slots__ = ("task", "start", "end")
+
+    def __init__(self):
+        self.task = array("q")
+        self.start = array("d")
+        self.end = array("d")
+
+    def append(self, run: tuple[int, float, float]) -> None:
+        i, start, end = run
+        self.task.append(i)
+        self.start.append(start)
+        self.end.append(end)
+
+    def __len__(self) -> int:
+        return len(self.task)
+
+    def __iter__(self) -> Iterator[tuple[int, float, float]]:
+        return zip(self.task, self.start, self.end, strict=True)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(task, start s, end s) as numpy arrays of their own (copies: the runs may grow)."""
+        return (
+            np.frombuffer(self.task, dtype=np.int64).copy(),
+            np.frombuffer(self.start, dtype=float).copy(),
+            np.frombuffer(self.end, dtype=float).copy(),
+        )
+
+
 @dataclass
 class Trace:
     """Records in the order they ended: :class:`TraceRecord` or plain tuples of its fields
@@ -72,7 +110,7 @@ class Trace:
     column's integer codes as ``<column>_code``; called by :meth:`to_frame`."""
 
     records: list[TraceRecord | tuple] = field(default_factory=list)
-    runs: list[tuple[int, float, float]] = field(default_factory=list)
+    runs: Runs = field(default_factory=Runs)
     task_columns: Callable[[], dict] | None = field(default=None, repr=False)
 
     def add(self, record: TraceRecord) -> None:
@@ -87,8 +125,7 @@ class Trace:
     def _run_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.records or self.task_columns is None:
             raise ValueError("a trace holds records or runs over task columns, not both")
-        runs = rows_array(self.runs, 3)
-        return runs[:, 0].astype(np.int64), runs[:, 1], runs[:, 2]
+        return self.runs.arrays()
 
     def frame_of(
         self,

@@ -97,7 +97,10 @@ class Executor:
         self.device_of = device_of
         self.locality = locality
         self.trace = Trace(task_columns=graph.trace_columns)
-        self._record = self.trace.runs.append
+        runs = self.trace.runs  # (task, start, end) per task that ended, as typed arrays
+        self._run_task, self._run_start, self._run_end = (
+            runs.task.append, runs.start.append, runs.end.append
+        )  # fmt: skip
         # Streams numbered in order of first appearance; per stream its tasks in order, the
         # position of the next one to run, and whether one is running. The graph's lists are
         # shared by its runs and only read; ``waiting`` is this run's countdown.
@@ -326,7 +329,9 @@ class Executor:
         if t.mem_free:
             self.memory.append((t.rank, now, -t.mem_free))
             self.memory_task.append(i)
-        self._record((i, start, now))  # the rest of the record is the task's (Trace)
+        self._run_task(i)  # the rest of the record is the task's (Trace)
+        self._run_start(start)
+        self._run_end(now)
         s = self.stream_of[i]
         busy, head, queue, waiting, stream_of = (
             self.busy, self.head, self.queue, self.waiting, self.stream_of

@@ -217,19 +217,27 @@ def expand_memory(
     events: list[tuple[int, float, float]], microbatch: list[int], rep: Repeat
 ) -> list[tuple[int, float, float]]:
     """The full step's memory events (rank, time s, bytes delta) from the reduced step's;
-    ``microbatch`` is each event's task's micro-batch (-1: none)."""
-    out: list[tuple[int, float, float]] = []
+    ``microbatch`` is each event's task's micro-batch (-1: none). As tuples:
+    :func:`expand_memory_rows` on lists."""
+    rows = np.array(events, dtype=float).reshape(-1, 3)
+    out = expand_memory_rows(rows, np.array(microbatch, dtype=np.int64), rep)
+    return [(int(r), t, d) for r, t, d in out.tolist()]
+
+
+def expand_memory_rows(events: np.ndarray, microbatch: np.ndarray, rep: Repeat) -> np.ndarray:
+    """:func:`expand_memory` on arrays: ``events`` an (n, 3) array of (rank, time s, bytes
+    delta), ``microbatch`` each event's task's micro-batch (-1: none). The events in order,
+    those after the window ``copies x delta_s`` later, then the second period's ``copies``
+    times, each ``j x delta_s`` later (the same float additions as event by event)."""
     lo, hi = rep.first, rep.first + rep.period
-    last = rep.copies * rep.delta_s
-    repeated = []
-    for ev, m in zip(events, microbatch, strict=True):
-        if m >= hi or (m < 0 and ev[1] > rep.window_s[1]):
-            out.append((ev[0], ev[1] + last, ev[2]))
-            continue
-        out.append(ev)
-        if lo <= m:
-            repeated.append(ev)
+    time = events[:, 1]
+    later = (microbatch >= hi) | ((microbatch < 0) & (time > rep.window_s[1]))
+    out = events.copy()
+    out[later, 1] = time[later] + rep.copies * rep.delta_s
+    repeated = events[~later & (microbatch >= lo)]
+    parts = [out]
     for j in range(1, rep.copies + 1):
-        dt = j * rep.delta_s
-        out.extend((r, t + dt, d) for r, t, d in repeated)
-    return out
+        moved = repeated.copy()
+        moved[:, 1] += j * rep.delta_s
+        parts.append(moved)
+    return np.concatenate(parts)

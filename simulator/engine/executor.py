@@ -97,6 +97,7 @@ class Executor:
         self.device_of = device_of
         self.locality = locality
         self.trace = Trace(task_columns=graph.trace_columns)
+        self._submit_later = runner.network.submit_later
         runs = self.trace.runs  # (task, start, end) per task that ended, as typed arrays
         self._run_task, self._run_start, self._run_end = (
             runs.task.append, runs.start.append, runs.end.append
@@ -279,17 +280,20 @@ class Executor:
         launch = self._launches[shape]
         if launch is None:
             launch = self._launches[shape] = self._routed(spec)
-        s, geometry, scale, base_latency_s = launch
+        s, geometry, scale, base_latency_s, classes = launch
         if s:
             tasks = self._tasks
             for i in members:
                 self._comm_count(tasks[i].rank, s, 1)
-        self.runner.run_routed(
-            geometry, scale, base_latency_s, partial(self._ended, members, s, start)
-        )
+        on_done = partial(self._ended, members, s, start)
+        if classes is not None:  # one phase after a base latency: run_routed's own submit
+            self._submit_later(base_latency_s, classes, on_done, scale)
+        else:
+            self.runner.run_routed(geometry, scale, base_latency_s, on_done)
 
-    def _routed(self, spec) -> tuple[float, list, float, float]:
-        """(slowdown, routed geometry, bytes scale, base latency s) of a collective like
+    def _routed(self, spec) -> tuple[float, list, float, float, list | None]:
+        """(slowdown, routed geometry, bytes scale, base latency s, the classes of its one
+        phase when it has one after a base latency, else None) of a collective like
         ``spec``'s (the same call, group, size, algorithm and copies), found once."""
         plan_key = (spec.collective, spec.group, spec.size_bytes, spec.algorithm)
         planned = self._plans.get(plan_key)
@@ -299,7 +303,11 @@ class Executor:
         copies = self._copies(spec.copies)
         copies_key = None if spec.copies < 0 else spec.copies
         geometry = self.runner.geometry(plan, copies, copies_key)
-        return s, geometry, plan.size_bytes / plan.efficiency, plan.base_latency_s
+        base = plan.base_latency_s
+        # as CollectiveRunner.run_routed submits it: one phase after a base latency goes
+        # straight to the network's delayed submit (most often lone: FlowNetwork.submit_later)
+        classes = geometry[0].classes if base > 0 and len(geometry) == 1 else None
+        return s, geometry, plan.size_bytes / plan.efficiency, base, classes
 
     def _ended(self, members: Sequence[int], s: float, start: float) -> None:
         """The collective of tasks ``members``, launched at ``start`` (s), has ended."""

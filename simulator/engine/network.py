@@ -271,6 +271,9 @@ class FlowNetwork:
         self._entries: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._keys = itertools.count(1)  # > 0: rates reusable; < 0: a batch without patterns
         self._lone_seen = False  # some group ran lone (see _rate_alone)
+        # key -> a group that ended lone, untouched, kept for the key's next lone run
+        # (submit_later): its classes, sizes, rates and tail are the key's
+        self._spare: dict[int, _Group] = {}
         self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
 
     # -- public -------------------------------------------------------------------------
@@ -579,9 +582,16 @@ class FlowNetwork:
         start = self.env.now + delay
         left = timing[0]
         self._seq += 1
-        g = _Group(
-            _Batch(on_done, len(classes), start), classes, sized[2], self._seq, key, start, sized[3]
-        )
+        g = self._spare.pop(key, None)
+        if g is None:
+            g = _Group(
+                _Batch(on_done, len(classes), start),
+                classes, sized[2], self._seq, key, start, sized[3],
+            )  # fmt: skip
+        else:  # the key's last lone group, as _Group() would make it
+            batch = g.batch
+            batch.on_done, batch.pending, batch.end = on_done, len(classes), start
+            g.seq, g.active, g.n_alive, g.t = self._seq, True, len(classes), start
         self._groups_of[key] = [g]
         g.rate = self._alone[key]
         self.stats.cache_hits += 1
@@ -606,7 +616,11 @@ class FlowNetwork:
         batch = g.batch
         batch.pending = 0
         g.n_alive = 0
-        batch.on_done()
+        on_done, batch.on_done = batch.on_done, None
+        if g.lone:  # never taken back (rem, alive, rates as made): the key's next lone run
+            g.later = None
+            self._spare[g.key] = g
+        on_done()
 
     def _retire(self, g: _Group) -> None:
         """Take ``g`` out of the groups in flight."""

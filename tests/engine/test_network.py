@@ -1,5 +1,6 @@
 """The flow network: conservation of bytes, re-rating when flows come and go."""
 
+import networkx as nx
 import numpy as np
 import pytest
 import simpy
@@ -8,6 +9,7 @@ from hypothesis import strategies as st
 
 from simulator.engine.clock import Clock
 from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
+from simulator.topology.graph import add_link
 from simulator.topology.nvswitch import nvswitch_topology
 
 
@@ -400,6 +402,122 @@ def test_lone_batches_end_when_the_general_path_ends_them(batches):
                     net.submit(classes, again)
 
             env.timeout(t0).callbacks.append(lambda _e, issue=issue: issue(0))
+        env.run()
+        return ends
+
+    lone, general = run(False), run(True)
+    assert lone.keys() == general.keys()
+    for k, t in general.items():
+        assert lone[k] == pytest.approx(t, rel=1e-12, abs=1e-12), k
+
+
+def _spine_net(uplink: float, spine: float, track_links: bool = False):
+    """Four senders s0..s3 -> switch x (``uplink`` B/s each) -> one spine link x -> y
+    (``spine`` B/s) -> four receivers r0..r3 (100 B/s each): flows meet only on the spine."""
+    g = nx.DiGraph()
+    for i in range(4):
+        add_link(g, f"s{i}", "x", uplink, 0.0, "network", both=False)
+        add_link(g, "y", f"r{i}", 100.0, 0.0, "network", both=False)
+    add_link(g, "x", "y", spine, 0.0, "network", both=False)
+    links = LinkTable(g)
+    env = simpy.Environment()
+    return env, FlowNetwork(env, links, track_links=track_links), links
+
+
+def _spine_cls(links, src: int, dst: int, size: float, pattern):
+    ids = links.ids([(f"s{src}", "x"), ("x", "y"), ("y", f"r{dst}")])
+    return FlowClass(ids, np.ones(ids.size), size, 0.0, pattern)
+
+
+def test_batches_far_from_filling_a_shared_link_run_lone_until_one_would_fill_it():
+    # A and B get 100 B/s each alone and meet only on the 250 B/s spine. A first round of
+    # both (100 B each, t = 0 to 1) makes their keys known to share it. From t = 1, A (1000
+    # B), and from t = 2, B (500 B) run lone among others (_try_free): 200 B/s on the spine,
+    # the max-min rates are their rates alone. C (300 B) at t = 3 would put 300 B/s on it:
+    # all three are rated together, 250/3 B/s each. Closed form: at t = 3 A has 800 B left,
+    # B 400 B; C ends at 3 + 300 / (250/3) = 6.6, when A has 500 B and B 100 B left, at
+    # 100 B/s each again: B ends at 7.6, A at 7.6 + 4 = 11.6.
+    env, net, links = _spine_net(100.0, 250.0)
+    done: dict = {}
+    seen = {}
+    net.submit([_spine_cls(links, 0, 0, 100.0, "a")], _ends(env, done, "a0"))
+    net.submit([_spine_cls(links, 1, 1, 100.0, "b")], _ends(env, done, "b0"))
+    _at(env, 1.0, lambda: net.submit([_spine_cls(links, 0, 0, 1000.0, "a")], _ends(env, done, "a")))
+    _at(env, 2.0, lambda: net.submit([_spine_cls(links, 1, 1, 500.0, "b")], _ends(env, done, "b")))
+
+    def look():
+        seen["groups"] = sorted(
+            (g.classes[0].pattern, g.lone, g.loaded) for gs in net._groups_of.values() for g in gs
+        )
+
+    _at(env, 2.5, look)
+    _at(env, 3.0, lambda: net.submit([_spine_cls(links, 2, 2, 300.0, "c")], _ends(env, done, "c")))
+    env.run()
+    assert seen["groups"] == [("a", True, True), ("b", True, True)]
+    assert done == pytest.approx({"a0": 1.0, "b0": 1.0, "a": 11.6, "b": 7.6, "c": 6.6}, rel=1e-12)
+    assert not net._free_users.any() and not net._free_load.any()  # taken off when taken back
+
+
+def test_a_batch_joining_counted_lone_batches_runs_lone_too():
+    # A and B (100 B/s each alone) run together from t = 0 on a 400 B/s spine; a second A and
+    # B, and then C at t = 1, each join lone (counted) batches far from filling the spine:
+    # none is re-rated after the first water-fillings, and every batch ends at size / 100.
+    env, net, links = _spine_net(100.0, 400.0)
+    done: dict = {}
+    net.submit([_spine_cls(links, 0, 0, 100.0, "a")], _ends(env, done, "a0"))
+    net.submit([_spine_cls(links, 1, 1, 100.0, "b")], _ends(env, done, "b0"))
+    _at(env, 2.0, lambda: net.submit([_spine_cls(links, 0, 0, 100.0, "a")], _ends(env, done, "a1")))
+    _at(env, 2.0, lambda: net.submit([_spine_cls(links, 1, 1, 100.0, "b")], _ends(env, done, "b1")))
+    counted = {}
+    _at(
+        env,
+        2.5,
+        lambda: counted.setdefault(
+            "n", sum(g.loaded for gs in net._groups_of.values() for g in gs)
+        ),
+    )
+    _at(env, 2.5, lambda: net.submit([_spine_cls(links, 2, 3, 50.0, "c")], _ends(env, done, "c")))
+    env.run()
+    assert done == pytest.approx({"a0": 1.0, "b0": 1.0, "a1": 3.0, "b1": 3.0, "c": 3.0}, rel=1e-12)
+    assert counted["n"] == 2  # the second A and B, both lone and counted
+    assert net._free_users.sum() == 0 and not net._free_load.any()  # all taken off again
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from([50.0, 100.0]),  # uplink B/s
+    st.sampled_from([100.0, 200.0, 400.0]),  # spine B/s: filled by 1, 2 or 4 flows
+    st.lists(
+        st.tuples(
+            st.lists(
+                st.tuples(st.integers(0, 3), st.integers(0, 3), st.sampled_from([50.0, 100.0])),
+                min_size=1,
+                max_size=2,
+            ),
+            st.sampled_from([0.0, 0.5, 1.0, 1.5]),  # submitted at
+            st.integers(1, 3),  # times issued, one after another
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_batches_lone_among_others_end_when_the_general_path_ends_them(uplink, spine, batches):
+    # As test_lone_batches_end_when_the_general_path_ends_them, on links where batches meet
+    # without filling them (the spine): lone among others (_try_free) or rated together, every
+    # batch ends when the heap and re-rating (link tracking on) end it.
+    def run(track):
+        env, net, links = _spine_net(uplink, spine, track_links=track)
+        ends: dict = {}
+        for b, (flows, t0, times) in enumerate(batches):
+            classes = [
+                _spine_cls(links, s, d, size, ("p", b, j)) for j, (s, d, size) in enumerate(flows)
+            ]
+
+            def issue(k, classes=classes, b=b, times=times):
+                if k < times:
+                    net.submit(classes, lambda: (ends.setdefault((b, k), env.now), issue(k + 1)))
+
+            _at(env, t0, lambda issue=issue: issue(0))
         env.run()
         return ends
 

@@ -18,7 +18,10 @@ one pending call for the earliest (:meth:`~simulator.engine.clock.Clock.call_in`
 generation number so that an earlier finish supersedes it; no process per flow. A batch alone
 on its links whose classes all end together (a tensor-parallel all-reduce inside a node) runs
 *lone* instead: off the heap, its end on a timer of its own, until a flow joins its links
-(:meth:`FlowNetwork._rate_alone`, :meth:`FlowNetwork.submit_later`).
+(:meth:`FlowNetwork._rate_alone`, :meth:`FlowNetwork.submit_later`). So does a batch that
+shares links only with lone batches and, at its rates alone, fills none of them with theirs
+(pipeline sends that meet on spine links): max-min rates are then everyone's rates alone
+(:meth:`FlowNetwork._try_free`).
 """
 
 from __future__ import annotations
@@ -663,10 +666,19 @@ class FlowNetwork:
                 _Batch(on_done, len(classes), start),
                 classes, sized[2], self._seq, key, start, sized[3],
             )  # fmt: skip
-        else:  # the key's last lone group, as _Group() would make it
+        else:  # the key's last lone group, as _Group() would make it (its sizes: this
+            # batch's, whose scale may differ from the last one's under the same key)
             batch = g.batch
             batch.on_done, batch.pending, batch.end = on_done, len(classes), start
             g.seq, g.active, g.n_alive, g.t = self._seq, True, len(classes), start
+            # the same key, the same patterns; not always the same tails (a size's protocol
+            # latency floor) nor sizes
+            g.classes, g.tail = classes, sized[3]
+            if g.vector:
+                g.rem = np.array(sized[2], dtype=float)
+                g.tot = g.rem.copy()
+            else:
+                g.rem = g.tot = sized[2]
         self._groups_of[key] = [g]
         g.rate = self._alone[key]
         self.stats.cache_hits += 1

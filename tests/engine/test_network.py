@@ -1,5 +1,7 @@
 """The flow network: conservation of bytes, re-rating when flows come and go."""
 
+import dataclasses
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -525,3 +527,49 @@ def test_batches_lone_among_others_end_when_the_general_path_ends_them(uplink, s
     assert lone.keys() == general.keys()
     for k, t in general.items():
         assert lone[k] == pytest.approx(t, rel=1e-12, abs=1e-12), k
+
+
+def test_a_lone_batch_issued_again_at_another_size_or_tail_runs_as_a_fresh_one():
+    # One key (pattern "p", 0 -> 1, on links no other key crosses), three ways: A at scale
+    # 1, A at scale 3, and A with a tail (the same patterns, as a protocol's latency floor
+    # gives them). Each ends lone and is kept for the key's next lone run (submit_later); a
+    # batch issued again under the key must run as a fresh one would: its tail decides its
+    # lone end, and a second batch of the key joining halfway takes it back among the rest,
+    # where its bytes left decide its end. The general path (link tracking on: nothing lone,
+    # nothing kept) gives the reference.
+    def run(track):
+        env, net, links, topo = _net(track_links=track)
+        a = _cls(links, topo, 0, 1, 100.0, pattern="p")
+        tailed = dataclasses.replace(a, tail_s=0.5)
+        ends: dict = {}
+        runs = [([a], 1.0), ([a], 3.0), ([tailed], 1.0)] * 3
+        for k, (classes, scale) in enumerate(runs):
+            t0 = 10.0 * k
+
+            def issue(c=classes, s=scale, k=k):
+                net.submit_later(0.25, c, lambda: ends.setdefault(("a", k), env.now), s)
+
+            _at(env, t0, issue)
+            if k == 7:  # at scale 3, after one at scale 1: a second batch of the key joins
+                _at(
+                    env,
+                    t0 + 0.75,
+                    lambda k=k: net.submit(
+                        [a], lambda: ends.setdefault(("again", k), env.now), 0.2
+                    ),
+                )
+        env.run()
+        return ends
+
+    lone, general = run(False), run(True)
+    assert lone.keys() == general.keys()
+    for k, t in general.items():
+        assert lone[k] == pytest.approx(t, rel=1e-12), k
+    # closed forms: A alone at 100 B/s from t0 + 0.25 (1 s at scale 1, 3 s at scale 3, and
+    # the tail's 0.5 s after); in the third round at scale 3, a 20 B batch of the key joins
+    # at t0 + 0.75 (50 B through): both at 50 B/s until its 20 B are through at t0 + 1.15,
+    # then A's last 230 B at 100 B/s
+    assert [general[("a", k)] - 10.0 * k for k in range(3)] == pytest.approx(
+        [1.25, 3.25, 1.75], rel=1e-12
+    )
+    assert general[("a", 7)] - 70.0 == pytest.approx(3.45, rel=1e-12)

@@ -497,7 +497,7 @@ def simulate(
     memory = expand_memory_rows(
         rows_array(run.memory, 3), np.array(run.memory_microbatch, dtype=np.int64), rep
     )
-    full = expand(coded, rep)
+    full = expand(coded, rep, ["task", "microbatch", "start_s", "end_s"])  # the rest: frame_of
     frame = run.trace.frame_of(
         full["task"].to_numpy(),
         full["start_s"].to_numpy(),

@@ -176,8 +176,9 @@ def _twins_joined(tasks: pd.DataFrame, a: float, b: float, q: int) -> tuple[list
     return d_start, d_end
 
 
-def expand(frame: pd.DataFrame, rep: Repeat) -> pd.DataFrame:
-    """The full step's trace from the reduced one (rows in the order they end).
+def expand(frame: pd.DataFrame, rep: Repeat, columns: list[str] | None = None) -> pd.DataFrame:
+    """The full step's trace from the reduced one (rows in the order they end); ``columns``
+    of it only, when given (they must include ``start_s``, ``end_s`` and ``microbatch``).
 
     Built as row numbers into ``frame`` with each row's shift (s) and micro-batch offset,
     taken once: the same rows, values and order as concatenating shifted copies and sorting
@@ -204,7 +205,7 @@ def expand(frame: pd.DataFrame, rep: Repeat) -> pd.DataFrame:
     which = np.concatenate(rows)[order]
     shift = np.concatenate([np.full(r.size, dt) for r, dt in zip(rows, dts, strict=True)])[order]
     step = np.concatenate([np.full(r.size, d) for r, d in zip(rows, dmbs, strict=True)])[order]
-    out = frame.take(which).reset_index(drop=True)
+    out = (frame if columns is None else frame[columns]).take(which).reset_index(drop=True)
     moved = shift != 0.0
     out["start_s"] = np.where(moved, start[which] + shift, start[which])
     out["end_s"] = np.where(moved, end[which] + shift, end[which])

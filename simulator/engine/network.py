@@ -19,9 +19,9 @@ generation number so that an earlier finish supersedes it; no process per flow. 
 on its links whose classes all end together (a tensor-parallel all-reduce inside a node) runs
 *lone* instead: off the heap, its end on a timer of its own, until a flow joins its links
 (:meth:`FlowNetwork._rate_alone`, :meth:`FlowNetwork.submit_later`). So does a batch that
-shares links only with lone batches and, at its rates alone, fills none of them with theirs
-(pipeline sends that meet on spine links): max-min rates are then everyone's rates alone
-(:meth:`FlowNetwork._try_free`).
+shares links only with lone batches whose loads are counted and, at its rates alone, puts no
+link it shares with them over capacity (pipeline sends that meet on spine links): max-min
+rates are then everyone's rates alone (:meth:`FlowNetwork._try_free`).
 """
 
 from __future__ import annotations
@@ -584,8 +584,8 @@ class FlowNetwork:
 
         Max-min fair rates are unique, and rates at which every flow has a saturated link on
         which no flow is faster are they. A group's rates alone give each of its flows such
-        a link; if no link ``g`` crosses carries load already that, with ``g``'s at its
-        rates alone, exceeds the link's capacity, then every link a group saturates alone is
+        a link; if no link ``g`` crosses carries counted load already that, with ``g``'s
+        at its rates alone, exceeds the link's capacity, then every link a group saturates alone is
         its alone, and every group in the component keeps its rates alone: nothing to
         re-rate now, nor when any of them ends (an end only frees capacity). So ``g`` runs
         lone like a group alone (:meth:`_rate_alone`), its load counted on its links
@@ -613,7 +613,8 @@ class FlowNetwork:
             self._free_load = np.zeros(len(self._capacity))
             self._free_users = np.zeros(len(self._capacity), dtype=np.int64)
         before = self._free_load[links]
-        if ((before > 0) & (before + add > self._capacity[links])).any():
+        shared = self._free_users[links] > 0
+        if (shared & (before + add > self._capacity[links])).any():
             return False  # a link it shares would be over capacity: rate them together
         self._free_load[links] = before + add
         self._free_users[links] += 1
@@ -706,7 +707,9 @@ class FlowNetwork:
         batch.pending = 0
         g.n_alive = 0
         on_done, batch.on_done = batch.on_done, None
-        if g.lone:  # never taken back (rem, alive, rates as made): the key's next lone run
+        if g.lone and len(self._neighbours[g.key]) == 1:
+            # never taken back (alive, rates as made), on links no other key crosses: for the
+            # key's next lone run (submit_later, which reuses no other)
             g.later = None
             self._spare[g.key] = g
         on_done()

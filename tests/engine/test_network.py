@@ -6,7 +6,7 @@ import networkx as nx
 import numpy as np
 import pytest
 import simpy
-from hypothesis import example, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from simulator.engine.clock import Clock
@@ -461,27 +461,28 @@ def test_batches_far_from_filling_a_shared_link_run_lone_until_one_would_fill_it
 
 
 def test_a_batch_joining_counted_lone_batches_runs_lone_too():
-    # A and B (100 B/s each alone) run together from t = 0 on a 400 B/s spine; a second A and
-    # B, and then C at t = 1, each join lone (counted) batches far from filling the spine:
-    # none is re-rated after the first water-fillings, and every batch ends at size / 100.
+    # A and B (100 B/s each alone) run once from t = 0 on a 400 B/s spine (their keys learn
+    # that they share it). From t = 2 a second A and B, and at t = 2.5 C (2 -> 3), each join
+    # lone batches whose loads are counted, far from filling the spine: all three run lone
+    # and counted, none on the heap, and each ends at its size / 100 B/s.
     env, net, links = _spine_net(100.0, 400.0)
     done: dict = {}
     net.submit([_spine_cls(links, 0, 0, 100.0, "a")], _ends(env, done, "a0"))
     net.submit([_spine_cls(links, 1, 1, 100.0, "b")], _ends(env, done, "b0"))
     _at(env, 2.0, lambda: net.submit([_spine_cls(links, 0, 0, 100.0, "a")], _ends(env, done, "a1")))
     _at(env, 2.0, lambda: net.submit([_spine_cls(links, 1, 1, 100.0, "b")], _ends(env, done, "b1")))
-    counted = {}
-    _at(
-        env,
-        2.5,
-        lambda: counted.setdefault(
-            "n", sum(g.loaded for gs in net._groups_of.values() for g in gs)
-        ),
-    )
     _at(env, 2.5, lambda: net.submit([_spine_cls(links, 2, 3, 50.0, "c")], _ends(env, done, "c")))
+    seen = {}
+
+    def look():
+        groups = [g for gs in net._groups_of.values() for g in gs]
+        seen["lone and counted"] = sorted(g.classes[0].pattern for g in groups if g.loaded)
+        seen["on the heap"] = [e for e in net._heap if e[2] == e[3].version and e[3].active]
+
+    _at(env, 2.75, look)
     env.run()
     assert done == pytest.approx({"a0": 1.0, "b0": 1.0, "a1": 3.0, "b1": 3.0, "c": 3.0}, rel=1e-12)
-    assert counted["n"] == 2  # the second A and B, both lone and counted
+    assert seen == {"lone and counted": ["a", "b", "c"], "on the heap": []}
     assert net._free_users.sum() == 0 and not net._free_load.any()  # all taken off again
 
 
@@ -503,24 +504,36 @@ def test_a_batch_joining_counted_lone_batches_runs_lone_too():
         max_size=5,
     ),
 )
+# two batches far from filling the spine, then a third that would fill it
+@example(
+    100.0,
+    250.0,
+    [([(0, 0, 100.0)], 0.0, 2), ([(1, 1, 100.0)], 0.5, 2), ([(2, 2, 50.0)], 1.0, 1)],
+)
 def test_batches_lone_among_others_end_when_the_general_path_ends_them(uplink, spine, batches):
     # As test_lone_batches_end_when_the_general_path_ends_them, on links where batches meet
     # without filling them (the spine): lone among others (_try_free) or rated together, every
-    # batch ends when the heap and re-rating (link tracking on) end it.
+    # batch ends when the heap and re-rating (link tracking on) end it. Every batch is issued
+    # once first, one after another, so that each key knows the keys it shares links with
+    # (else a batch meets an uncounted lone one and is rated with it: no _try_free).
     def run(track):
         env, net, links = _spine_net(uplink, spine, track_links=track)
         ends: dict = {}
+        warm_up = 100.0  # s: the first round ends by then (at most 5 x 2 x 200 B at 50 B/s)
         for b, (flows, t0, times) in enumerate(batches):
             classes = [
                 _spine_cls(links, s, d, size, ("p", b, j)) for j, (s, d, size) in enumerate(flows)
             ]
+            _at(env, 10.0 * b, lambda c=classes: net.submit(c, lambda: None))
 
             def issue(k, classes=classes, b=b, times=times):
                 if k < times:
                     net.submit(classes, lambda: (ends.setdefault((b, k), env.now), issue(k + 1)))
 
-            _at(env, t0, lambda issue=issue: issue(0))
+            _at(env, warm_up + t0, lambda issue=issue: issue(0))
         env.run()
+        if not track:
+            event(f"lone and counted: {net._free_add != {}}")
         return ends
 
     lone, general = run(False), run(True)

@@ -4,6 +4,7 @@
     python benchmarks/bench_sweep.py                  # all three
     python benchmarks/bench_sweep.py --skip-ray       # without Ray
     python benchmarks/bench_sweep.py --big-points 4   # points of the larger of the two sweeps
+    python benchmarks/bench_sweep.py --skip-ray --skip-big --full-fabric  # the real 1,000
 
 Run it under the shared CPU lock (flock /tmp/trainsim-cpu.lock ...). The 1,000-point case runs
 one of two studies (``--big-study``):
@@ -15,6 +16,10 @@ one of two studies (``--big-study``):
   simulate different steps (the data-parallel rings cross the leaves' uplinks) on a task
   graph a worker builds once (:class:`simulator.api.StepCache`: the build does not read
   oversubscription).
+
+``--full-fabric`` runs the issue's case itself, not extrapolated: the fabric study with 1,000
+points (oversubscription 1.25:1 to 6:1 in 1,000 equal steps, 5 decimals), on the local pool;
+about 9-10 minutes on this machine.
 """
 
 from __future__ import annotations
@@ -165,6 +170,23 @@ def big_sweep(points: int, workers: int | None, study: str = "seed") -> None:
     )
 
 
+def full_fabric(workers: int | None) -> None:
+    """The 1,000-point fabric study, timed whole (wall s, and each point's simulation)."""
+    n = min(workers or cpu_count(), cpu_count())
+    with tempfile.TemporaryDirectory() as d:
+        spec = Path(d) / "spec.yaml"
+        ratios = [[round(1.25 + k * 4.75 / 999, 5), 1] for k in range(1000)]
+        spec.write_text(f"base: {BIG}\ngrid:\n  cluster.topology.oversubscription: {ratios}\n")
+        t, frame = _timed_sweep(spec, make_backend("local", n))
+    ran = frame[frame["point"] >= 0]
+    print(
+        f"1,024-GPU fabric study, 1,000 points (+ base) on {n} workers: {t:.0f} s = "
+        f"{t / 60:.1f} min; simulation per point per worker mean {ran['sim_time_s'].mean():.3f}"
+        f" s, median {ran['sim_time_s'].median():.3f} s; statuses "
+        f"{frame['status'].value_counts().to_dict()}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--machinery-points", type=int, default=200)
@@ -175,12 +197,15 @@ def main() -> None:
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--skip-big", action="store_true")
     parser.add_argument("--big-study", choices=["seed", "fabric"], default="seed")
+    parser.add_argument("--full-fabric", action="store_true", help="the real 1,000 points")
     args = parser.parse_args()
     machinery(args.machinery_points)
     if not args.skip_ray:
         ray_overhead(args.ray_points, args.repeats)
     if not args.skip_big:
         big_sweep(args.big_points, args.workers, args.big_study)
+    if args.full_fabric:
+        full_fabric(args.workers)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,7 @@ one pending call for the earliest (:meth:`~simulator.engine.clock.Clock.call_in`
 generation number so that an earlier finish supersedes it; no process per flow. A batch alone
 on its links whose classes all end together (a tensor-parallel all-reduce inside a node) runs
 *lone* instead: off the heap, its end on a timer of its own, until a flow joins its links
-(:meth:`FlowNetwork._rate_alone`, :meth:`FlowNetwork.submit_later`). So does a batch that
-shares links only with lone batches whose loads are counted and, at its rates alone, puts no
-link it shares with them over capacity (pipeline sends that meet on spine links): max-min
-rates are then everyone's rates alone (:meth:`FlowNetwork._try_free`).
+(:meth:`FlowNetwork._rate_alone`, :meth:`FlowNetwork.submit_later`).
 """
 
 from __future__ import annotations
@@ -53,12 +50,6 @@ SMALL_COMPONENT = 96
 # 128-class data-parallel rings of the 405B step are advanced 110K times (12M class updates);
 # the element-wise float operations are the same either way, so the bits are too.
 VECTOR_CLASSES = 64
-# Water-filling entries (links, per class) up to which a batch may run lone among others
-# (FlowNetwork._try_free): its load is added to and taken off those links' counts, which costs
-# more than the heap and re-rating it saves from about this size on (the Llama 3 405B step:
-# 17K pipeline sends of 2,048-8,191 entries took 0.8 s of counting, a quarter of the step;
-# GPT-3 175B's 9.4K sends of 256-511 entries run 5-10% faster; benchmarks/RESULTS.md).
-FREE_ENTRIES = 1024
 
 
 class LinkTable:
@@ -150,7 +141,7 @@ class _Group:
 
     __slots__ = (
         "batch", "classes", "key", "seq", "version", "active", "alive", "n_alive",
-        "rem", "tot", "rate", "t", "finish", "tail", "vector", "lone", "later", "loaded",
+        "rem", "tot", "rate", "t", "finish", "tail", "vector", "lone", "later",
     )  # fmt: skip
 
     def __init__(
@@ -186,7 +177,6 @@ class _Group:
         self.finish = math.inf
         self.lone = False  # ends on its own timer, off the heap (FlowNetwork._rate_alone)
         self.later = None  # (classes, on_done, scale) while a lone group waits to start
-        self.loaded = False  # lone among others, its load counted (FlowNetwork._try_free)
 
     def live(self) -> list[int]:
         """Indices of the classes still in flight."""
@@ -282,15 +272,8 @@ class FlowNetwork:
         self._keys = itertools.count(1)  # > 0: rates reusable; < 0: a batch without patterns
         self._lone_seen = False  # some group ran lone (see _rate_alone)
         # key -> a group that ended lone, untouched, kept for the key's next lone run
-        # (submit_later): its classes, sizes, rates and tail are the key's
+        # (submit_later), which gives it its batch's sizes and tails
         self._spare: dict[int, _Group] = {}
-        # Lone groups that share links with others (_try_free): per link, the load of those
-        # groups at their rates alone (B/s) and how many of them cross it; per key, its
-        # links and its load on each at its rates alone
-        self._free_load: np.ndarray | None = None
-        self._free_users: np.ndarray | None = None
-        self._free_add: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._free_skip: set[int] = set()  # keys with more than FREE_ENTRIES entries
         self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
 
     # -- public -------------------------------------------------------------------------
@@ -338,15 +321,9 @@ class FlowNetwork:
             in_flight.append(group)
         else:
             self._groups_of[key] = [group]
-            if not group.vector and not self.track_links:
-                if len(self._neighbours[key]) == 1:
-                    # alone on its links (a collective inside one node): its component is
-                    # itself
-                    self._rate_alone(group, now, sized)
-                    return
-                component = self._component([key])
-                if not self._try_free(group, component, now, sized):
-                    self._rerate(component, now)
+            if len(self._neighbours[key]) == 1 and not group.vector and not self.track_links:
+                # alone on its links (a collective inside one node): its component is itself
+                self._rate_alone(group, now, sized)
                 return
         self._rerate(self._component([key]), now)
 
@@ -546,26 +523,6 @@ class FlowNetwork:
         rest (advanced, rated anew, on the heap: its timer is superseded), or, when its bytes
         are already through, lets the timer end it (:meth:`_drop_through`). Most collectives
         inside a node (tensor-parallel all-reduces) never meet another group."""
-        rate, (left, together), sized = self._alone_rates(g, sized)
-        g.rate = rate
-        g.finish = now + left
-        if not math.isfinite(g.finish):
-            k = min(g.live(), key=lambda k: g.rate[k])
-            raise _overflow(g.rem[k], g.rate[k], now)
-        if together and sized is not None:  # every class through at once: nothing to re-rate
-            if not math.isfinite(g.finish + g.tail):
-                raise _latency_overflow(g.finish + g.tail)
-            self._go_lone(g, 0.0, left)
-            return
-        g.version += 1
-        heapq.heappush(self._heap, (g.finish, g.seq, g.version, g))
-        self._schedule(now)
-
-    def _alone_rates(self, g: _Group, sized: list | None) -> tuple[list, tuple, list | None]:
-        """(the rates of ``g``'s classes alone on their links, (s until its first class is
-        through, whether all are through together), ``sized`` or None when ``g`` cannot run
-        lone): the rates remembered per key, as :meth:`_rates` does, the timing per batch and
-        scale (``sized``, from :meth:`submit`)."""
         if g.key > 0:
             rate = self._alone.get(g.key)
             if rate is None:
@@ -583,68 +540,20 @@ class FlowNetwork:
                 timing = (math.inf, False)
             if sized is not None:
                 sized[4] = timing  # the same rates and sizes each time
-        return rate, timing, sized
-
-    def _try_free(self, g: _Group, component: list[_Group], now: float, sized: list | None) -> bool:
-        """Run ``g``, just submitted, lone among the lone groups it shares links with, if it
-        can: True if it does (else nothing changed but remembered rates).
-
-        Max-min fair rates are unique, and rates at which every flow has a saturated link on
-        which no flow is faster are they. A group's rates alone give each of its flows such
-        a link; if no link ``g`` crosses carries counted load already that, with ``g``'s
-        at its rates alone, exceeds the link's capacity, then every link a group saturates alone is
-        its alone, and every group in the component keeps its rates alone: nothing to
-        re-rate now, nor when any of them ends (an end only frees capacity). So ``g`` runs
-        lone like a group alone (:meth:`_rate_alone`), its load counted on its links
-        (``loaded``) until it ends or is taken back. It needs what lone needs (its whole
-        batch, classes through together, a key naming its classes) and every other group
-        of the component lone and counted (an uncounted lone group went lone where no other
-        key had crossed its links; its load is not known here). Pipeline sends between
-        hosts meet each other only on spine links they are far from filling."""
-        if sized is None or g.key <= 0 or (sized[4] is not None and not sized[4][1]):
-            return False
-        if g.key in self._free_skip:
-            return False
-        for other in component:
-            if other is not g and not other.loaded:
-                return False
-        rate, (left, together), sized = self._alone_rates(g, sized)
-        if not together or sized is None or not math.isfinite(now + left + g.tail):
-            return False
-        added = self._free_add.get(g.key)
-        if added is None:
-            links, counts, sizes = self._group_entries(g, g.live())
-            if links.size > FREE_ENTRIES:
-                self._free_skip.add(g.key)
-                return False
-            per_entry = counts * np.repeat(np.asarray(rate, dtype=float), sizes)
-            ids, which = np.unique(links, return_inverse=True)
-            added = self._free_add[g.key] = (ids, np.bincount(which, weights=per_entry))
-        links, add = added
-        if self._free_load is None:
-            self._free_load = np.zeros(len(self._capacity))
-            self._free_users = np.zeros(len(self._capacity), dtype=np.int64)
-        before = self._free_load[links]
-        shared = self._free_users[links] > 0
-        if (shared & (before + add > self._capacity[links])).any():
-            return False  # a link it shares would be over capacity: rate them together
-        self._free_load[links] = before + add
-        self._free_users[links] += 1
-        g.loaded = True
+        left, together = timing
         g.rate = rate
         g.finish = now + left
-        self._go_lone(g, 0.0, left)
-        return True
-
-    def _unload(self, g: _Group) -> None:
-        """Take a counted lone group's load off its links (exactly 0 where none is left)."""
-        links, add = self._free_add[g.key]
-        users = self._free_users[links] - 1
-        self._free_users[links] = users
-        load = self._free_load[links] - add
-        load[users == 0] = 0.0
-        self._free_load[links] = load
-        g.loaded = False
+        if not math.isfinite(g.finish):
+            k = min(g.live(), key=lambda k: g.rate[k])
+            raise _overflow(g.rem[k], g.rate[k], now)
+        if together and sized is not None:  # every class through at once: nothing to re-rate
+            if not math.isfinite(g.finish + g.tail):
+                raise _latency_overflow(g.finish + g.tail)
+            self._go_lone(g, 0.0, left)
+            return
+        g.version += 1
+        heapq.heappush(self._heap, (g.finish, g.seq, g.version, g))
+        self._schedule(now)
 
     def submit_later(
         self, delay: float, classes: list[FlowClass], on_done: Callable[[], None], scale: float
@@ -711,8 +620,6 @@ class FlowNetwork:
         ``version``): end its batch."""
         if g.version != version:
             return  # rated among others since: it ends through the heap
-        if g.loaded:
-            self._unload(g)
         if g.active:
             self._retire(g)
         batch = g.batch
@@ -743,8 +650,6 @@ class FlowNetwork:
         for g in groups:
             if g.lone:
                 g.lone = False
-                if g.loaded:
-                    self._unload(g)
                 if g.later is not None and g.t > now:  # not started yet: start it as planned
                     self._retire(g)
                     g.version += 1  # its timer is void

@@ -115,3 +115,57 @@ def test_union_length_equals_the_sweep():
         assert union_length(iv) == pytest.approx(_union_by_sweep(iv), rel=1e-12, abs=1e-12)
 
     check()
+
+
+def test_breakdown_and_stream_busy_time_equal_the_sweep_per_group():
+    # rank_breakdown sorts each rank's rows once and splits them by kind; stream_utilisation
+    # takes each stream's rows as sorted when they are (a stream runs one task at a time)
+    # and sorts them when not. Both against the plain merge per group, on random traces:
+    # ranks not from 0, streams back to back, overlapping or out of order, zero-length rows.
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from simulator.metrics import stream_utilisation
+
+    row = st.tuples(
+        st.sampled_from([3, 5, 40_000]),  # rank (a 16-bit key range and one beyond)
+        st.sampled_from(["compute", "tp", "dp"]),  # stream ("compute" is the compute kind)
+        st.floats(0, 50),  # start
+        st.sampled_from([0.0, 0.5, 1.0, 2.5]),  # duration
+    )
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(row, min_size=1, max_size=30))
+    def check(rows):
+        frame = _frame(
+            [
+                (r, s, "compute" if s == "compute" else "comm", "p", "n", t, t + d, 1.0)
+                for r, s, t, d in rows
+            ]
+        )
+        end = float(frame["end_s"].max())
+        parts = rank_breakdown(frame, None, step_end=end).set_index("rank")
+        busy = {}
+        for rank, f in frame.groupby("rank"):
+            live = f[f["end_s"] > f["start_s"]]
+            c = live[live["kind"] == "compute"][["start_s", "end_s"]].to_numpy()
+            m = live[live["kind"] == "comm"][["start_s", "end_s"]].to_numpy()
+            t_c = _union_by_sweep(c) if len(c) else 0.0
+            t_m = _union_by_sweep(m) if len(m) else 0.0
+            both = t_c + t_m - _union_by_sweep(np.vstack([c, m])) if len(c) and len(m) else 0.0
+            got = parts.loc[rank]
+            assert got["compute_s"] == pytest.approx(t_c, rel=1e-12, abs=1e-12)
+            assert got["comm_s"] == pytest.approx(t_m, rel=1e-12, abs=1e-12)
+            assert got["overlap_s"] == pytest.approx(both, rel=1e-12, abs=1e-12)
+            for stream, g in f.groupby("stream"):
+                iv = g[["start_s", "end_s"]].to_numpy()
+                busy.setdefault(stream, []).append(_union_by_sweep(iv))
+        n = frame["rank"].nunique()
+        want = {s: sum(v) / (n * end) for s, v in busy.items()} if end > 0 else {}
+        got = stream_utilisation(frame, end)
+        assert got.keys() == want.keys() or end == 0
+        for s in want:
+            assert got[s] == pytest.approx(want[s], rel=1e-12, abs=1e-12)
+
+    check()

@@ -24,7 +24,7 @@ from simulator import metrics
 from simulator.collectives import BUSBW_FACTORS, bus_bandwidth, plan_collective
 from simulator.engine import NetworkModel, paused_gc, run_engine, time_collective
 from simulator.engine.executor import channels_Bps, hop_bandwidth
-from simulator.engine.steady_state import expand, expand_memory_rows, find_repeat
+from simulator.engine.steady_state import expand, expand_memory, find_repeat
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
 from simulator.model.params import count_params
@@ -447,11 +447,11 @@ class NotRepeating(Exception):
 @dataclass(frozen=True)
 class Simulation:
     """What the engine returns for one step: the trace as a DataFrame, the memory events
-    (rank, time s, bytes delta: tuples, or an (n, 3) array when a steady state was
-    repeated), the network statistics and model (for link reports)."""
+    (an (n, 3) array of rank, time s, bytes delta), the network statistics and model (for
+    link reports)."""
 
     frame: pd.DataFrame
-    memory_events: list | np.ndarray
+    memory_events: np.ndarray
     stats: object
     network: NetworkModel
 
@@ -487,14 +487,14 @@ def simulate(
     if degraded is not topo:  # a copy for this run alone (the link table stays with the model)
         degraded.release()
     if step.steady is None:
-        return Simulation(run.trace.to_frame(), run.memory, run.stats, model)
+        return Simulation(run.trace.to_frame(), rows_array(run.memory, 3), run.stats, model)
     # the repetition found and repeated on numbers (task indices, text as codes); the rows
     # made whole once, at the full step's length
     coded = run.trace.coded_frame()
     rep = find_repeat(coded, step.steady, step.plan.micro_batches)
     if isinstance(rep, str):
         raise NotRepeating(rep)
-    memory = expand_memory_rows(
+    memory = expand_memory(
         rows_array(run.memory, 3), np.array(run.memory_microbatch, dtype=np.int64), rep
     )
     full = expand(coded, rep, ["task", "microbatch", "start_s", "end_s"])  # the rest: frame_of

@@ -331,13 +331,20 @@ class CollectiveRunner:
         """:meth:`run` of a plan already routed (its :meth:`geometry`), moving ``scale`` x
         each class's bytes (the plan's size over its efficiency) after ``base_latency_s``."""
         network = self.network
-        if base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
-            if len(geometry) == 1:  # one phase: submit it then (as _run_phase would)
-                network.submit_later(base_latency_s, geometry[0].classes, on_done, scale)
-            else:
-                network.call_in(base_latency_s, _run_phase, network, geometry, 0, scale, on_done)
+        classes = delayed_phase(geometry, base_latency_s)
+        if classes is not None:  # one phase: submit it after the latency (as _run_phase would)
+            network.submit_later(base_latency_s, classes, on_done, scale)
+        elif base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
+            network.call_in(base_latency_s, _run_phase, network, geometry, 0, scale, on_done)
         else:
             _run_phase(network, geometry, 0, scale, on_done)
+
+
+def delayed_phase(geometry: list[_Geometry], base_latency_s: float) -> list[FlowClass] | None:
+    """The classes of a routed collective that :meth:`CollectiveRunner.run_routed` submits in
+    one delayed submit (one phase after a base latency, > 0 s), else None: a caller that
+    keeps them may submit them itself (the executor, once per collective)."""
+    return geometry[0].classes if base_latency_s > 0 and len(geometry) == 1 else None
 
 
 def _tails(latency: list[float], phase, class_of: list[int], n_classes: int) -> list[float]:

@@ -32,7 +32,7 @@ import simpy
 
 from simulator.collectives import Locality, plan_collective
 from simulator.engine.clock import caller
-from simulator.engine.collective import CollectiveRunner
+from simulator.engine.collective import CollectiveRunner, delayed_phase
 from simulator.engine.network import LinkTable
 from simulator.plan.nccl_tuning import channels_per_host
 from simulator.schedule.taskgraph import TaskGraph
@@ -286,7 +286,7 @@ class Executor:
             for i in members:
                 self._comm_count(tasks[i].rank, s, 1)
         on_done = partial(self._ended, members, s, start)
-        if classes is not None:  # one phase after a base latency: run_routed's own submit
+        if classes is not None:  # run_routed's one delayed submit, made here
             self._submit_later(base_latency_s, classes, on_done, scale)
         else:
             self.runner.run_routed(geometry, scale, base_latency_s, on_done)
@@ -304,10 +304,8 @@ class Executor:
         copies_key = None if spec.copies < 0 else spec.copies
         geometry = self.runner.geometry(plan, copies, copies_key)
         base = plan.base_latency_s
-        # as CollectiveRunner.run_routed submits it: one phase after a base latency goes
-        # straight to the network's delayed submit (most often lone: FlowNetwork.submit_later)
-        classes = geometry[0].classes if base > 0 and len(geometry) == 1 else None
-        return s, geometry, plan.size_bytes / plan.efficiency, base, classes
+        scale = plan.size_bytes / plan.efficiency
+        return s, geometry, scale, base, delayed_phase(geometry, base)
 
     def _ended(self, members: Sequence[int], s: float, start: float) -> None:
         """The collective of tasks ``members``, launched at ``start`` (s), has ended."""

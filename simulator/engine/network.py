@@ -178,6 +178,24 @@ class _Group:
         self.lone = False  # ends on its own timer, off the heap (FlowNetwork._rate_alone)
         self.later = None  # (classes, on_done, scale) while a lone group waits to start
 
+    def restart(
+        self, on_done: Callable[[], None], classes: list[FlowClass], sizes: list[float],
+        seq: int, now: float, tail: float,
+    ) -> None:  # fmt: skip
+        """This group, ended lone and untouched (its key, classes' links and ``alive`` as
+        made), as ``_Group`` would make it for a new batch of the same key: the same
+        patterns, but the batch's own sizes (another scale) and tail (another protocol's
+        latency floor) (FlowNetwork.submit_later)."""
+        batch = self.batch
+        batch.on_done, batch.pending, batch.end = on_done, len(classes), now
+        self.classes, self.tail, self.seq, self.t = classes, tail, seq, now
+        self.active, self.n_alive = True, len(classes)
+        if self.vector:
+            self.rem = np.array(sizes, dtype=float)
+            self.tot = self.rem.copy()
+        else:
+            self.rem = self.tot = sizes
+
     def live(self) -> list[int]:
         """Indices of the classes still in flight."""
         return [k for k, a in enumerate(self.alive) if a]
@@ -588,19 +606,8 @@ class FlowNetwork:
                 _Batch(on_done, len(classes), start),
                 classes, sized[2], self._seq, key, start, sized[3],
             )  # fmt: skip
-        else:  # the key's last lone group, as _Group() would make it (its sizes: this
-            # batch's, whose scale may differ from the last one's under the same key)
-            batch = g.batch
-            batch.on_done, batch.pending, batch.end = on_done, len(classes), start
-            g.seq, g.active, g.n_alive, g.t = self._seq, True, len(classes), start
-            # the same key, the same patterns; not always the same tails (a size's protocol
-            # latency floor) nor sizes
-            g.classes, g.tail = classes, sized[3]
-            if g.vector:
-                g.rem = np.array(sized[2], dtype=float)
-                g.tot = g.rem.copy()
-            else:
-                g.rem = g.tot = sized[2]
+        else:  # the key's last lone group
+            g.restart(on_done, classes, sized[2], self._seq, start, sized[3])
         self._groups_of[key] = [g]
         g.rate = self._alone[key]
         self.stats.cache_hits += 1

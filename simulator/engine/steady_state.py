@@ -214,20 +214,10 @@ def expand(frame: pd.DataFrame, rep: Repeat, columns: list[str] | None = None) -
     return out
 
 
-def expand_memory(
-    events: list[tuple[int, float, float]], microbatch: list[int], rep: Repeat
-) -> list[tuple[int, float, float]]:
-    """The full step's memory events (rank, time s, bytes delta) from the reduced step's;
-    ``microbatch`` is each event's task's micro-batch (-1: none). As tuples:
-    :func:`expand_memory_rows` on lists."""
-    rows = np.array(events, dtype=float).reshape(-1, 3)
-    out = expand_memory_rows(rows, np.array(microbatch, dtype=np.int64), rep)
-    return [(int(r), t, d) for r, t, d in out.tolist()]
-
-
-def expand_memory_rows(events: np.ndarray, microbatch: np.ndarray, rep: Repeat) -> np.ndarray:
-    """:func:`expand_memory` on arrays: ``events`` an (n, 3) array of (rank, time s, bytes
-    delta), ``microbatch`` each event's task's micro-batch (-1: none). The events in order,
+def expand_memory(events: np.ndarray, microbatch: np.ndarray, rep: Repeat) -> np.ndarray:
+    """The full step's memory events from the reduced step's: ``events`` an (n, 3) array of
+    (rank, time s, bytes delta), ``microbatch`` each event's task's micro-batch (-1: none).
+    The events in order,
     those after the window ``copies x delta_s`` later, then the second period's ``copies``
     times, each ``j x delta_s`` later (the same float additions as event by event)."""
     lo, hi = rep.first, rep.first + rep.period

@@ -249,6 +249,11 @@ def _ends(env, done: dict, name: str):
     return lambda: done.setdefault(name, env.now)
 
 
+def _submit_at(env, net, t: float, classes, done: dict, name: str) -> None:
+    """Submit ``classes`` at time ``t`` (s), their end time into ``done[name]``."""
+    _at(env, t, lambda: net.submit(classes, _ends(env, done, name)))
+
+
 def test_a_lone_batch_is_taken_back_when_a_flow_joins_its_links():
     # As test_late_flow_shares_then_leaves, without link tracking and with patterns: A runs
     # lone (its end on its own timer) until B arrives on 1's downlink at t = 2; the closed
@@ -259,11 +264,7 @@ def test_a_lone_batch_is_taken_back_when_a_flow_joins_its_links():
     a = _cls(links, topo, 0, 1, 1000.0, pattern="a")
     net.submit([a], _ends(env, done, "a"))
     assert net._groups_of and next(iter(net._groups_of.values()))[0].lone
-    _at(
-        env,
-        2.0,
-        lambda: net.submit([_cls(links, topo, 2, 1, 100.0, pattern="b")], _ends(env, done, "b")),
-    )
+    _submit_at(env, net, 2.0, [_cls(links, topo, 2, 1, 100.0, pattern="b")], done, "b")
     env.run()
     assert done["b"] == pytest.approx(4.0, rel=1e-12)
     assert done["a"] == pytest.approx(11.0, rel=1e-12)
@@ -278,11 +279,7 @@ def test_a_lone_batch_through_its_bytes_leaves_the_link_to_the_next_during_its_t
     ids = links.ids(topo.path(0, 1))
     a = FlowClass(ids, np.ones(ids.size), 100.0, 1.0, "a")
     net.submit([a], _ends(env, done, "a"))
-    _at(
-        env,
-        1.0,
-        lambda: net.submit([_cls(links, topo, 0, 1, 100.0, pattern="b")], _ends(env, done, "b")),
-    )
+    _submit_at(env, net, 1.0, [_cls(links, topo, 0, 1, 100.0, pattern="b")], done, "b")
     env.run()
     assert done["a"] == pytest.approx(2.0, rel=1e-12)
     assert done["b"] == pytest.approx(2.0, rel=1e-12)
@@ -310,11 +307,7 @@ def test_a_delayed_lone_batch_waits_its_delay_and_yields_to_a_flow_that_comes_fi
     x = [_cls(links, topo, 0, 1, 100.0, pattern="x")]
     net.submit(x, _ends(env, done, "x0"))
     _at(env, 2.0, lambda: net.submit_later(1.0, x, _ends(env, done, "x"), 1.0))
-    _at(
-        env,
-        2.5,
-        lambda: net.submit([_cls(links, topo, 2, 1, 100.0, pattern="y")], _ends(env, done, "y")),
-    )
+    _submit_at(env, net, 2.5, [_cls(links, topo, 2, 1, 100.0, pattern="y")], done, "y")
     env.run()
     assert done["x0"] == pytest.approx(1.0, rel=1e-12)
     assert done["y"] == pytest.approx(4.0, rel=1e-12)
@@ -346,11 +339,7 @@ def test_a_lone_batch_taken_back_at_unchanged_rates_frees_its_links_when_it_ends
     done = {}
     g = [_cls(links, topo, 0, 1, 100.0, pattern="g1"), _cls(links, topo, 0, 2, 100.0, "g2")]
     net.submit(g, _ends(env, done, "g"))
-    _at(
-        env,
-        1.0,
-        lambda: net.submit([_cls(links, topo, 3, 1, 200.0, pattern="h")], _ends(env, done, "h")),
-    )
+    _submit_at(env, net, 1.0, [_cls(links, topo, 3, 1, 200.0, pattern="h")], done, "h")
     env.run()
     assert done["g"] == pytest.approx(2.0, rel=1e-12)
     assert done["h"] == pytest.approx(3.5, rel=1e-12)
@@ -443,9 +432,9 @@ def test_batches_meeting_on_a_link_they_do_not_fill_keep_their_rates_until_one_w
     done: dict = {}
     net.submit([_spine_cls(links, 0, 0, 100.0, "a")], _ends(env, done, "a0"))
     net.submit([_spine_cls(links, 1, 1, 100.0, "b")], _ends(env, done, "b0"))
-    _at(env, 1.0, lambda: net.submit([_spine_cls(links, 0, 0, 1000.0, "a")], _ends(env, done, "a")))
-    _at(env, 2.0, lambda: net.submit([_spine_cls(links, 1, 1, 500.0, "b")], _ends(env, done, "b")))
-    _at(env, 3.0, lambda: net.submit([_spine_cls(links, 2, 2, 300.0, "c")], _ends(env, done, "c")))
+    _submit_at(env, net, 1.0, [_spine_cls(links, 0, 0, 1000.0, "a")], done, "a")
+    _submit_at(env, net, 2.0, [_spine_cls(links, 1, 1, 500.0, "b")], done, "b")
+    _submit_at(env, net, 3.0, [_spine_cls(links, 2, 2, 300.0, "c")], done, "c")
     env.run()
     assert done == pytest.approx({"a0": 1.0, "b0": 1.0, "a": 11.6, "b": 7.6, "c": 6.6}, rel=1e-12)
 

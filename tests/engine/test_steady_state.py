@@ -213,7 +213,7 @@ def test_find_repeat_and_expand_on_a_hand_made_trace():
     assert out[out["name"] == "opt"]["start_s"].item() == 20.0
     # memory: micro-batch 2's allocation is repeated, the tail's and the optimizer's move
     events = [(0, 4.0, 1.0), (0, 6.0, 1.0), (0, 12.5, -2.0)]
-    moved = expand_memory(events, [2, 3, -1], rep)
+    moved = [tuple(r) for r in expand_memory(np.array(events), np.array([2, 3, -1]), rep).tolist()]
     assert sorted(moved) == sorted(
         [(0, 4.0, 1.0), (0, 6.0, 1.0), (0, 8.0, 1.0), (0, 10.0, 1.0), (0, 12.0, 1.0)]
         + [(0, 14.0, 1.0), (0, 20.5, -2.0)]

@@ -6,7 +6,7 @@ registry and the plan derives placement and in-flight memory from it.
 
 >>> from simulator.pipelines import get_schedule, schedule_names
 >>> schedule_names()
-('1f1b', 'dualpipe', 'gpipe', 'interleaved', 'zb-h1', 'zb-h2')
+('1f1b', 'dualpipe', 'flexible-interleaved', 'gpipe', 'interleaved', 'zb-h1', 'zb-h2')
 >>> get_schedule("1f1b").order(p=2, r=0, m=2, v=1)
 [('F', 0, 0), ('F', 0, 1), ('B', 0, 0), ('W', 0, 0), ('B', 0, 1), ('W', 0, 1)]
 """
@@ -24,6 +24,7 @@ from simulator.pipelines.base import (
     steady_state,
 )
 from simulator.pipelines.dualpipe import DualPipe
+from simulator.pipelines.flexible_interleaved import FlexibleInterleaved
 from simulator.pipelines.gpipe import GPipe
 from simulator.pipelines.interleaved import Interleaved
 from simulator.pipelines.one_f_one_b import OneFOneB
@@ -39,7 +40,7 @@ def register(schedule: PipelineSchedule) -> PipelineSchedule:
     return schedule
 
 
-for _s in (GPipe(), OneFOneB(), Interleaved(), ZBH1(), ZBH2(), DualPipe()):
+for _s in (GPipe(), OneFOneB(), Interleaved(), FlexibleInterleaved(), ZBH1(), ZBH2(), DualPipe()):
     register(_s)
 
 

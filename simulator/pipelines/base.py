@@ -83,7 +83,12 @@ class PipelineSchedule:
         last stage that many layers in all (Megatron-LM's
         ``--decoder-first/last-pipeline-num-layers``), the middle stages split the rest evenly,
         and each stage splits its layers over its chunks, the lighter chunk next to the
-        embedding (first stage) or the output layer (last stage). Raises ValueError."""
+        embedding (first stage) or the output layer (last stage). An end stage may hold one
+        layer fewer than its chunks: its chunk next to the embedding (or the output layer)
+        then holds that alone, as in the Llama 3 405B run (Llama 3 paper sec. 3.3.2: "the
+        first model chunk on the first stage has only the embedding, and the last model chunk
+        on the last stage has only output projection and loss calculation"). Raises
+        ValueError."""
         c = self.chunks_per_stage(v)
         if first is None and last is None:
             if layers % (p * c):
@@ -96,7 +101,8 @@ class PipelineSchedule:
         per_stage = []
         for r, total in enumerate(totals):
             base, extra = divmod(total, c)
-            if base == 0:
+            end = r == 0 or r == p - 1
+            if base == 0 and not (end and total == c - 1):
                 raise ValueError(f"stage {r}'s {total} layers do not fill its {c} chunks")
             sizes = [base] * c
             light_first = r == 0 or r < p - 1

@@ -37,20 +37,27 @@ class Interleaved(PipelineSchedule):
     def order(self, p: int, r: int, m: int, v: int) -> list[Item]:
         if v == 1:
             return one_f_one_b(p, r, m)
-        total = m * v
+        return interleaved_order(p, r, m, v, p)
 
-        def chunk_mb(k: int, forward: bool) -> tuple[int, int]:
-            c = (k % (p * v)) // p
-            mb = (k // (p * v)) * p + k % p
-            return (c if forward else v - 1 - c), mb
 
-        warm = min(2 * (p - r - 1) + (v - 1) * p, total)
-        out: list[Item] = [("F", *chunk_mb(k, True)) for k in range(warm)]
-        for i in range(total - warm):
-            out.append(("F", *chunk_mb(warm + i, True)))
-            c, mb = chunk_mb(i, False)
-            out += [("B", c, mb), ("W", c, mb)]
-        for i in range(total - warm, total):
-            c, mb = chunk_mb(i, False)
-            out += [("B", c, mb), ("W", c, mb)]
-        return out
+def interleaved_order(p: int, r: int, m: int, v: int, n: int) -> list[Item]:
+    """Stage ``r``'s interleaved 1F1B order with micro-batches in rounds of ``n`` (Megatron:
+    ``n = p``): each chunk runs ``n`` consecutive micro-batches before the next chunk takes
+    over, after ``2 (p - r - 1) + (v - 1) n`` warm-up forwards; ``m`` a multiple of ``n``."""
+    total = m * v
+
+    def chunk_mb(k: int, forward: bool) -> tuple[int, int]:
+        c = (k % (n * v)) // n
+        mb = (k // (n * v)) * n + k % n
+        return (c if forward else v - 1 - c), mb
+
+    warm = min(2 * (p - r - 1) + (v - 1) * n, total)
+    out: list[Item] = [("F", *chunk_mb(k, True)) for k in range(warm)]
+    for i in range(total - warm):
+        out.append(("F", *chunk_mb(warm + i, True)))
+        c, mb = chunk_mb(i, False)
+        out += [("B", c, mb), ("W", c, mb)]
+    for i in range(total - warm, total):
+        c, mb = chunk_mb(i, False)
+        out += [("B", c, mb), ("W", c, mb)]
+    return out

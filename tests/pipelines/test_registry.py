@@ -91,6 +91,24 @@ def test_llama3_uneven_interleaved_placement():
     assert flat == list(range(126))
 
 
+def test_llama3_one_layer_chunks_leave_the_embedding_and_the_output_alone():
+    # Llama 3 paper sec. 3.3.2: one layer fewer on the end stages "means that the first model
+    # chunk on the first stage has only the embedding, and the last model chunk on the last
+    # stage has only output projection and loss calculation": 16 stages x 8 chunks of one
+    # layer, two of them empty, hold the 126 layers.
+    layers = get_schedule("interleaved").chunk_layers(126, 16, 8, first=7, last=7)
+    assert layers[(0, 0)] == () and layers[(15, 7)] == ()
+    others = [ls for key, ls in layers.items() if key not in ((0, 0), (15, 7))]
+    assert all(len(ls) == 1 for ls in others) and len(others) == 126
+    assert layers[(1, 0)] == (0,) and layers[(0, 1)] == (15,) and layers[(14, 7)] == (125,)
+    assert sorted(x for ls in layers.values() for x in ls) == list(range(126))
+    # an end stage may leave only its embedding (or output) chunk empty, a middle one none
+    with pytest.raises(ValueError, match="stage 0's 6 layers do not fill its 8 chunks"):
+        get_schedule("interleaved").chunk_sizes(126, 16, 8, 6, 8)
+    with pytest.raises(ValueError, match="stage 1's 7 layers do not fill its 8 chunks"):
+        get_schedule("interleaved").chunk_sizes(14 * 7 + 16, 16, 8, 8, 8)
+
+
 def test_hops_follow_the_placement():
     il, dp = get_schedule("interleaved"), get_schedule("dualpipe")
     assert il.next_hop(4, 2, 3, 0) == (0, 1)  # the last stage hands chunk 0 to stage 0's chunk 1

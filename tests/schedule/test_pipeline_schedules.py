@@ -14,7 +14,7 @@ import pytest
 
 from simulator import api
 from simulator.model.compute import ComputeModel
-from simulator.pipelines import get_schedule, passes
+from simulator.pipelines import get_schedule, passes, peak_held
 from simulator.scenario import load_scenario_text
 
 TOL = 0.02
@@ -95,6 +95,73 @@ def test_interleaved_bubble():
         work = m * (tf + tb + tw)  # tf etc. are per micro-batch over both chunks
         fraction = idle / (idle + work)
         assert fraction == pytest.approx((p - 1) / (v * m + p - 1), rel=TOL)
+
+
+@pytest.mark.parametrize("p,m,v", [(4, 8, 2), (4, 12, 3), (8, 16, 2), (2, 6, 4)])
+def test_flexible_interleaved_is_megatrons_order_when_pp_divides_the_micro_batches(p, m, v):
+    # PyTorch's ScheduleFlexibleInterleaved1F1B: rounds of m / (m // p) = p micro-batches
+    flexible, megatron = get_schedule("flexible-interleaved"), get_schedule("interleaved")
+    assert flexible.orders(p, m, v) == megatron.orders(p, m, v)
+
+
+@pytest.mark.parametrize("p,m,v", [(4, 10, 2), (4, 6, 2), (4, 5, 3), (4, 3, 2), (4, 1, 2)])
+def test_flexible_interleaved_every_pass_once(p, m, v):
+    n = m // max(1, m // p)  # micro-batches per round
+    for r, order in enumerate(get_schedule("flexible-interleaved").orders(p, m, v)):
+        assert sorted(Counter(order).values()) == [1] * 3 * m * v
+        # PyTorch's warm-up, 2 (p - r - 1) + (v - 1) N forwards, then one forward one
+        # backward: that many chunks and one more in flight at the peak
+        assert peak_held(order, lambda c: 1.0) == min(2 * (p - r - 1) + (v - 1) * n + 1, m * v)
+
+
+def test_flexible_interleaved_needs_equal_rounds():
+    s = get_schedule("flexible-interleaved")
+    assert s.check(4, 10, 2) is None and s.check(4, 3, 2) is None  # 2 rounds of 5; 1 of 3
+    assert "2 rounds, which must be equal: 9 is not a multiple of 2" in s.check(4, 9, 2)
+    assert "virtual_stages >= 2" in s.check(4, 8, 1)
+
+
+@pytest.mark.parametrize("p,m,v", [(4, 10, 2), (4, 6, 2), (8, 12, 2), (4, 3, 2), (4, 2, 3)])
+def test_flexible_interleaved_bubble(p, m, v):
+    # Idle per stage over its work (asserted as idle / (idle + work)), each chunk's passes
+    # taking 1/v of a micro-batch's:
+    # - rounds of N >= p micro-batches (m >= p): the interleaved bubble, (p - 1)/(v m) (the
+    #   Llama 3 paper's "(PP - 1)/(V * M)", sec. 3.3.2);
+    # - one round of m < p: a stage's next chunk waits for micro-batch 0 to come round all p
+    #   stages, so forward and backward each span p v + m - 1 chunk passes (a GPipe over p v
+    #   stages), of which the stage works v m: (v (p - m) + m - 1)/(v m).
+    result = _run(_scenario("flexible-interleaved", p, m, v, layers_per_stage=8))
+    ratio = (p - 1) / (v * m) if m >= p else (v * (p - m) + m - 1) / (v * m)
+    for idle, tf, tb, tw in _stage_times(result, m).values():
+        work = m * (tf + tb + tw)
+        assert idle / (idle + work) == pytest.approx(ratio / (1 + ratio), rel=TOL)
+
+
+def test_an_end_chunk_may_hold_only_the_embedding_or_the_output_layer():
+    # 4 stages x 2 chunks for 6 layers, one fewer on each end stage: model chunk 0 (stage 0)
+    # is the embedding alone and model chunk 7 (stage 3) the output layer and loss alone
+    text = """
+model: {layers: 6, hidden: 1024, heads: 16, ffn: 4096, vocab: 32000, activation: gelu,
+        norm: layernorm}
+cluster:
+  accelerator: H100
+  topology: {kind: nvswitch, node: {gpus: 4}}
+parallelism:
+  pp: 4
+  pipeline: {schedule: interleaved, virtual_stages: 2, first_stage_layers: 1,
+             last_stage_layers: 1}
+training: {global_batch: 8, micro_batch: 1, seq_len: 1024}
+"""
+    result = api.run(load_scenario_text(text))
+    compute = result.trace[result.trace["kind"] == "compute"]
+    forward = compute[compute["phase"] == "forward"]
+    layers = {r: sorted(set(f["layer"]) - {-1}) for r, f in forward.groupby("rank")}
+    assert layers == {0: [3], 1: [0, 4], 2: [1, 5], 3: [2]}
+    names = compute.groupby("rank")["name"].agg(set)
+    assert "embedding" in names[0] and "loss" in names[3]
+    # every micro-batch passes each of the 6 layers forward once
+    assert (forward[forward["layer"] >= 0].groupby("layer")["microbatch"].nunique() == 8).all()
+    assert result.summary["step_time_s"] > 0
 
 
 def test_zero_bubble_h1():

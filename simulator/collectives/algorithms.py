@@ -43,7 +43,7 @@ class Locality:
 def _ring(group: Sequence[int], bytes_: float, steps: int) -> Phase:
     n = len(group)
     transfers = tuple(Transfer(group[i], group[(i + 1) % n], bytes_) for i in range(n))
-    return Phase(transfers, steps, ring=True)
+    return Phase(transfers, steps, ring=True, lockstep=n)
 
 
 def _by_host(group: Sequence[int], loc: Locality) -> list[list[int]]:
@@ -87,9 +87,8 @@ def ring_channels(group: Sequence[int], loc: Locality) -> list[list[int]]:
 
 def _rings(rings: list[list[int]], bytes_: float, steps: int) -> Phase:
     share = bytes_ / len(rings)
-    return Phase(
-        tuple(t for r in rings for t in _ring(r, share, steps).transfers), steps, ring=True
-    )
+    transfers = tuple(t for r in rings for t in _ring(r, share, steps).transfers)
+    return Phase(transfers, steps, ring=True, lockstep=len(rings[0]))
 
 
 def ring(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
@@ -112,7 +111,7 @@ def ring(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
             if kind == "reduce":
                 chain.reverse()  # towards the root
             transfers += [Transfer(chain[i], chain[i + 1], share) for i in range(n - 1)]
-        return [Phase(tuple(transfers), steps=1, latency_hops=n - 1, ring=True)]
+        return [Phase(tuple(transfers), steps=1, latency_hops=n - 1, ring=True, lockstep=n - 1)]
     raise ValueError(f"ring does not implement {kind}")
 
 
@@ -260,14 +259,14 @@ def hierarchical(kind: Kind, group: Sequence[int], size: float, loc: Locality) -
     phases: list[Phase] = []
     if g > 1:
         intra = tuple(t for x in locals_ for t in _ring(x, size / g, g - 1).transfers)
-        phases.append(Phase(intra, g - 1, ring=True))
+        phases.append(Phase(intra, g - 1, ring=True, lockstep=g))
     if h > 1:
         inter = tuple(
             t for i in range(g) for t in _ring([x[i] for x in locals_], size / g / h, 1).transfers
         )
-        phases.append(Phase(inter, 2 * (h - 1), ring=True))
+        phases.append(Phase(inter, 2 * (h - 1), ring=True, lockstep=h))
     if g > 1:
-        phases.append(Phase(phases[0].transfers, g - 1, ring=True))
+        phases.append(Phase(phases[0].transfers, g - 1, ring=True, lockstep=g))
     return phases
 
 

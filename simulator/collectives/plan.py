@@ -39,6 +39,11 @@ class Phase:
     ``fast_hops``: of the latency count, the hops a chunk makes on the phase's fastest
     transfers (a tree's chain inside each host, under the tree between hosts); the rest pay
     the slowest transfer's latency.
+
+    ``lockstep``: the transfers come in consecutive runs of this many (0: none) that move in
+    lockstep: a ring's (or a chain's) chunks pass every one of its hops in turn, so each hop
+    carries the ring's bytes at the ring's pace, which its slowest hop sets; a hop cannot run
+    ahead and finish early. The engine rates each run as one flow over all its hops.
     """
 
     transfers: tuple[Transfer, ...]
@@ -46,6 +51,7 @@ class Phase:
     latency_hops: int | None = None
     ring: bool = False
     fast_hops: int = 0
+    lockstep: int = 0
 
     @property
     def latency_count(self) -> int:

@@ -8,11 +8,13 @@ several paths; DESIGN.md, Scale), so contention between the copies stays real wh
 simulation follows one group. Routing and counting are done once per (plan shape, copies)
 and reused for every size.
 
-A phase of more than 256 transfers (an all-to-all over 64 ranks has 4,032) becomes one flow
-class per kind of transfer - same path length (inside a host, under a leaf, through a spine,
-through a core), relayed over NVLink by PXN or not, and same bytes - whose counts add the
-transfers' link use: the transfers of a symmetric pattern get equal max-min rates anyway, and
-the water-filling stays small.
+A ring (``Phase.lockstep``) is one flow class over all its hops: its chunks pass every hop in
+turn, so the whole ring moves at the pace its slowest hop sets. Another phase of more than 256
+transfers (an all-to-all over 64 ranks has 4,032) becomes one flow class per kind of transfer
+- same path length (inside a host, under a leaf, through a spine, through a core), relayed
+over NVLink by PXN or not, and same bytes - whose counts add the transfers' link use: the
+transfers of a symmetric pattern get equal max-min rates anyway, and the water-filling stays
+small.
 
 Routers that offer it route a whole phase at once, every copy's every transfer, as arrays of
 link ids (a fat-tree's ``spread_ids`` and ``path_ids``; :mod:`simulator.topology.fat_tree_routes`)
@@ -129,7 +131,7 @@ class CollectiveRunner:
             plan.group,
             copies_id,
             tuple(
-                (len(p.transfers), p.steps, p.latency_hops, p.ring, p.fast_hops)
+                (len(p.transfers), p.steps, p.latency_hops, p.ring, p.fast_hops, p.lockstep)
                 for p in plan.phases
             ),
         )
@@ -156,7 +158,7 @@ class CollectiveRunner:
         size = plan.size_bytes or 1.0
         same = self._same_links(groups)
         for phase in plan.phases:
-            merge = len(phase.transfers) > MERGE_ABOVE
+            merge = len(phase.transfers) > MERGE_ABOVE and not phase.lockstep
             # per class (one per transfer, or per merged kind): its factor, and the class of
             # each transfer; the size from the representative's path
             factors: list[float] = []
@@ -166,7 +168,10 @@ class CollectiveRunner:
             relayed = self._relayed(phase.transfers) if merge else None
             for j, t in enumerate(phase.transfers):
                 factor = t.bytes_ * phase.steps / size
-                kind = (hops[j], relayed[j], factor) if merge else (j,)
+                if phase.lockstep:  # a ring moves as one flow over all its hops
+                    kind: tuple = (j // phase.lockstep,)
+                else:
+                    kind = (hops[j], relayed[j], factor) if merge else (j,)
                 k = numbers.setdefault(kind, len(numbers))
                 if k == len(factors):
                     factors.append(factor)

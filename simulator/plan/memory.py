@@ -148,6 +148,15 @@ def _holds(stage: StagePlan, key: str) -> bool:
     return stage.is_first if key == "emb" else stage.is_last
 
 
+def _bucket_bytes(plan: Plan, stage: StagePlan) -> float:
+    """Bytes of ``stage``'s largest gradient bucket: ``bucket_size``, or less when no bucket
+    fills it (a bucket holds one chunk's gradients at most)."""
+    largest = max(
+        (b.dense_params + b.expert_params for c in stage.chunks for b in c.buckets), default=0.0
+    )
+    return min(plan.scenario.parallelism.bucket_size, largest * plan.grad_bytes_per_param)
+
+
 def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:
     """Memory of each pipeline stage's ranks (TP/CP/DP peers of a stage are alike)."""
     plan = s if isinstance(s, Plan) else build_plan(s)
@@ -168,7 +177,9 @@ def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:
                 logits += sum(plan.params_of("head")) * plan.grad_bytes_per_param
             buffers = gathered + max(grad + rebuilt, logits)
         else:
-            buffers = max(rebuilt, logits) + (2 * par.bucket_size if par.zero == 2 else 0.0)
+            buffers = max(rebuilt, logits) + (
+                2 * _bucket_bytes(plan, stage) if par.zero == 2 else 0.0
+            )
         if par.pp > 1:  # one activation (or its gradient) being sent, one being received
             buffers += 2 * plan.send_bytes
         out.append(

@@ -88,3 +88,67 @@ def test_static_ecmp_collisions_cost_bandwidth():
     _, spray = _model(**kw)
     _, hashed = _model(**kw, ecmp_flows=1)
     assert _rail_rings(hashed, hosts) > 1.5 * _rail_rings(spray, hosts)
+
+
+class _Direct:
+    """A router over a graph whose devices are joined by direct links: one path each."""
+
+    def path(self, src, dst, key):
+        return [(src, dst)]
+
+
+def test_a_ring_moves_at_its_slowest_hops_pace_and_leaves_the_rest_to_others():
+    # A 3-device ring 0 -> 1 -> 2 -> 0 over direct links of 1 B/s, moving 1 B per hop. Three
+    # long flows share hop 1 -> 2 with it, one short flow F (1 B) hop 0 -> 1. A ring's chunks
+    # cross every hop in turn, so it moves at 1/4 B/s everywhere (its share of 1 -> 2), and F
+    # has the other 3/4 of 0 -> 1: F ends at 4/3 s, the ring at 4 s. Were the ring's hops
+    # separate flows, hop 0 -> 1 would take half of its link and F would end at 2 s.
+    import networkx as nx
+    import numpy as np
+    import simpy
+
+    from simulator.collectives.plan import CollectivePlan, Phase, Transfer
+    from simulator.engine.collective import CollectiveRunner
+    from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
+
+    graph = nx.DiGraph()
+    for u, v in [(0, 1), (1, 2), (2, 0)]:
+        graph.add_edge(u, v, bandwidth=1.0, latency=0.0)
+    links = LinkTable(graph)
+    env = simpy.Environment()
+    net = FlowNetwork(env, links)
+    done = {}
+
+    def end(name):
+        return lambda: done.setdefault(name, env.now)
+
+    hops = tuple(Transfer(a, b, 1.0) for a, b in [(0, 1), (1, 2), (2, 0)])
+    ring = Phase(hops, 1, ring=True, lockstep=3)
+    plan = CollectivePlan("all_gather", "ring", (0, 1, 2), 1.0, (ring,))
+    CollectiveRunner(net, _Direct()).run(plan, end("ring"))
+
+    def flow(u, v, size):
+        return FlowClass(np.array([links.index[(u, v)]]), np.array([1.0]), size)
+
+    net.submit([flow(1, 2, 100.0) for _ in range(3)], end("long"))
+    net.submit([flow(0, 1, 1.0)], end("F"))
+    env.run()
+    assert done["F"] == pytest.approx(4 / 3, rel=1e-12)
+    assert done["ring"] == pytest.approx(4.0, rel=1e-12)
+
+
+def test_ring_phases_move_ring_by_ring():
+    # each ring (or chain) of a phase is one lockstep run of consecutive transfers
+    from simulator.collectives.algorithms import Locality
+
+    loc = Locality(host_of={d: d // 4 for d in range(8)})
+    group = list(range(8))
+    (ar,) = plan_collective("all_reduce", group, 1e9, "ring", loc).phases
+    assert ar.lockstep == 8 and len(ar.transfers) == 4 * 8  # 4 channels of 8 hops
+    for k in range(4):  # each run is one closed ring
+        run = ar.transfers[8 * k : 8 * k + 8]
+        assert [t.dst for t in run] == [t.src for t in run[1:]] + [run[0].src]
+    (bc,) = plan_collective("broadcast", group, 1e9, "ring", loc).phases
+    assert bc.lockstep == 7 and len(bc.transfers) == 4 * 7  # chains from the root
+    h = plan_collective("all_reduce", group, 1e9, "hierarchical", loc).phases
+    assert [p.lockstep for p in h] == [4, 2, 4]

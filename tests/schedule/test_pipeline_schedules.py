@@ -261,8 +261,11 @@ def test_llama3_example_runs_as_meta_ran_it():
     from simulator.scenario import load_scenario
 
     plan = build_plan(load_scenario("scenarios/examples/llama3-405b-16k.yaml"))
-    assert plan.schedule.name == "interleaved" and plan.chunks_per_stage == 2
+    assert plan.schedule.name == "flexible-interleaved" and plan.chunks_per_stage == 8
     assert [len(plan.stages[r].layers) for r in (0, 1, 14, 15)] == [7, 8, 8, 7]
+    # one layer per chunk, the embedding and the output layer alone in the end chunks
+    first, last = plan.stages[0].chunks[0], plan.stages[15].chunks[7]
+    assert first.has_embedding and first.layers == () and last.has_head and last.layers == ()
     assert plan.micro_batches == 16
 
 

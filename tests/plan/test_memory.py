@@ -276,3 +276,13 @@ def test_the_ledger_says_where_a_simulated_queue_of_gradients_can_exceed_it(
     assert bool(notes) is caveat
     if caveat:
         assert f"{schedule} defers weight gradients" in notes[0]
+
+
+def test_zero2_gradient_buckets_double_buffered_up_to_the_largest_one():
+    # ZeRO-2 holds two gradient buckets besides the rest: bucket_size each, or the largest
+    # bucket formed when none fills it (the whole model's gradient here: one bucket)
+    text = SCENARIO.format(n=4, stage=2)
+    [small] = memory_ledger(load_scenario_text(text, overrides=["parallelism.bucket_size=1 MB"]))
+    [big] = memory_ledger(load_scenario_text(text, overrides=["parallelism.bucket_size=100 GB"]))
+    grads = 2 * count_params(load_scenario_text(text).model).total  # fp16, 2 B per parameter
+    assert big.buffers - small.buffers == pytest.approx(2 * grads - 2 * 1e6, rel=1e-12)

@@ -186,7 +186,11 @@ class _BackwardGathers:
 
 def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
     """Split schedules' separate weight-gradient pass; after the chunk's last micro-batch, its
-    gradient buckets are synchronised (DDP and ZeRO-1/2)."""
+    gradient buckets are synchronised (DDP and ZeRO-1/2). ZeRO-2 keeps only its shard of the
+    gradients, so it reduce-scatters every micro-batch's (DeepSpeed's maintainers: "gradient
+    reduction is required after every backward because of gradient partitioning",
+    deepspeedai/DeepSpeed#2252); DDP and ZeRO-1 accumulate the whole gradient and reduce it
+    once."""
     chunk = st.stage.chunks[c]
     if b.plan.schedule.split_backward:
         last: list[Dep] = []
@@ -194,8 +198,16 @@ def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
             last = [weight_grad(b, st, layer, j, last)]
         if chunk.has_embedding:
             embedding_grad(b, st, j, last)
+    overlap = b.plan.scenario.framework.overlap_grad_reduce
+    if dp.zero_stage(b) == 2 and j != st.last_w[c]:
+        after = None
+        if not overlap:  # after the chunk's whole backward of micro-batch j
+            keys = [k for bucket in chunk.buckets for k in bucket.keys]
+            after = max((b.w_task[(st.rank, k, j)] for k in keys), default=None)
+        _sync_buckets(b, st, c, chunk, j, after, every_micro_batch=True)
+        return
     if j == st.last_w[c] and dp.zero_stage(b) in (0, 1, 2):
-        if b.plan.scenario.framework.overlap_grad_reduce:
+        if overlap:
             _sync_buckets(b, st, c, chunk, j)
             return
         st.unsynced.append((c, j))
@@ -214,15 +226,23 @@ def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
 
 
 def _sync_buckets(
-    b: GraphBuilder, st: RankState, c: int, chunk: ChunkPlan, j: int, after: Dep = None
+    b: GraphBuilder,
+    st: RankState,
+    c: int,
+    chunk: ChunkPlan,
+    j: int,
+    after: Dep = None,
+    every_micro_batch: bool = False,
 ) -> None:
     """Reduce chunk ``c``'s gradient buckets, each once its gradients (micro-batch ``j``'s
-    weight gradients) and the task ``after`` (if any) are done."""
+    weight gradients) and the task ``after`` (if any) are done; ``every_micro_batch``: one of
+    a reduction per micro-batch (ZeRO-2), told apart by ``j``."""
     for bi, bucket in enumerate(chunk.buckets):
         ready = [b.w_task[(st.rank, k, j)] for k in bucket.keys]
         if after is not None and after not in ready:
             ready.append(after)
-        st.dp_tasks += dp.grad_sync(b, st.rank, bucket, ready, ("g", st.stage.stage, c, bi))
+        tag = ("g", st.stage.stage, c, bi) + ((j,) if every_micro_batch else ())
+        st.dp_tasks += dp.grad_sync(b, st.rank, bucket, ready, tag)
 
 
 def run_item(b: GraphBuilder, st: RankState, item) -> None:

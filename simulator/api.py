@@ -456,6 +456,19 @@ class Simulation:
     network: NetworkModel
 
 
+# Symmetric mode's water-fillings keep one link of each orbit of equivalent GPUs' own links
+# (simulator/engine/orbits.py; exact): a switch for the tests that compare with and without.
+SYMMETRIC_ORBITS = True
+
+
+def _orbit_labels(plan, device_of: dict[int, int]) -> dict[int, int] | None:
+    """Device -> the stage of its rank, in symmetric mode (the ranks of a stage do the same
+    thing at the same time); None in full mode."""
+    if not plan.symmetric:
+        return None
+    return {device_of[r]: plan.stage_of(r) for r in range(plan.grid.size)}
+
+
 def simulate(
     step: StepGraph,
     topo: Topology,
@@ -483,6 +496,7 @@ def simulate(
         device_of,
         track_links,
         interference=step.plan.scenario.simulation.comm_interference,
+        orbit_labels=_orbit_labels(step.plan, device_of) if SYMMETRIC_ORBITS else None,
     )
     if degraded is not topo:  # a copy for this run alone (the link table stays with the model)
         degraded.release()

@@ -39,6 +39,7 @@ import numpy as np
 
 from simulator.collectives.plan import CollectivePlan, Node
 from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
+from simulator.engine.orbits import LinkOrbits
 
 _SHAPES = itertools.count()  # unique pattern ids for rate reuse
 MERGE_ABOVE = 256  # transfers in a phase beyond which equal ones share a flow class
@@ -72,8 +73,12 @@ class CollectiveRunner:
         switch_of_host: dict[int, Node] | None = None,
         geometry_cache: dict | None = None,
         route_cache: dict | None = None,
+        orbits: LinkOrbits | None = None,
     ):
         self.network = network
+        # equivalent GPUs' own links (symmetric mode): classes routed for this run get a
+        # reduced rating with one link of each orbit (FlowClass.symmetric)
+        self.orbits = orbits
         self.links: LinkTable = network.links
         self.router = router
         self.host_of = host_of or {}
@@ -141,7 +146,7 @@ class CollectiveRunner:
         if out is None:  # routed once per shape; tails again per protocol's step latency
             routed = cache.get(key)
             if routed is None:
-                routed = cache[key] = self._route_plan(plan, copies)
+                routed = cache[key] = self._route_plan(plan, copies, copies_key is not None)
             out = routed
             if floor != (0.0, 0.0):
                 out = [self._floored(g, p, floor) for g, p in zip(routed, plan.phases, strict=True)]
@@ -150,8 +155,12 @@ class CollectiveRunner:
             self._by_plan[(id(plan), copies_key)] = (plan, out)
         return out
 
-    def _route_plan(self, plan: CollectivePlan, copies: Sequence[Sequence[int]]) -> list[_Geometry]:
-        """Each phase routed (every copy), its classes' tails from the paths' latency alone."""
+    def _route_plan(
+        self, plan: CollectivePlan, copies: Sequence[Sequence[int]], this_run: bool = False
+    ) -> list[_Geometry]:
+        """Each phase routed (every copy), its classes' tails from the paths' latency alone;
+        ``this_run``: for this runner alone, so its classes may carry the run's orbits."""
+        orbits = self.orbits if this_run else None
         groups = [plan.group, *[tuple(c) for c in copies]]
         mappings = None
         out = []
@@ -188,7 +197,10 @@ class CollectiveRunner:
                 links, counts = _copies_per_link(ids, shares, len(self.links))
                 rating = self._rating(links, counts, same)
                 pattern = (next(_SHAPES), len(flows))
-                flows.append(FlowClass(links, counts, factor, tail, pattern, rating))
+                symmetric = None
+                if orbits is not None:
+                    symmetric = orbits.reduce(*(rating or (links, counts)))
+                flows.append(FlowClass(links, counts, factor, tail, pattern, rating, symmetric))
             out.append(_Geometry(flows, latency, class_of))
         return out
 

@@ -90,6 +90,10 @@ class FlowClass:
     ``rating``: the (links, counts) the water-filling needs, when fewer: links that every
     class crosses all or none of, with equal counts and capacities, share one entry (see
     :meth:`~simulator.engine.collective.CollectiveRunner._same_links`).
+    ``symmetric``: ``rating`` with one link of each orbit of equivalent GPUs' own links
+    (:class:`~simulator.engine.collective.LinkOrbits`), when the class crosses every link of
+    each orbit it touches, as often (None otherwise); used when every class of a
+    water-filling has it.
     """
 
     links: np.ndarray
@@ -98,6 +102,7 @@ class FlowClass:
     tail_s: float = 0.0
     pattern: Hashable | None = None
     rating: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    symmetric: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if self.rating is None:
@@ -446,6 +451,10 @@ class FlowNetwork:
             if self._work is None:
                 n = len(self._capacity)
                 self._work = (np.zeros(n, dtype=bool), np.empty(n, dtype=np.intp))
+            if all(c.symmetric is not None for c in chosen):  # one link per orbit will do
+                parts = [
+                    self._group_entries(g, ks, True) for g, ks in zip(groups, live, strict=True)
+                ]
             flat = max_min_rates_segments(
                 np.concatenate([p[2] for p in parts]),
                 np.concatenate([p[0] for p in parts]),
@@ -464,19 +473,20 @@ class FlowNetwork:
             self._rate_cache[key] = dict(zip(items, out, strict=True))
         return out
 
-    def _group_entries(self, g: _Group, live: list[int]):
-        """(links, counts, entries per class) of ``g``'s classes ``live``, concatenated;
-        remembered per (key, signature) for keys that name their classes (a component of
-        a dozen 128-class rings would otherwise concatenate 1,500 small arrays per
-        water-filling)."""
-        key = (g.key, g.signature()) if g.key > 0 else None
+    def _group_entries(self, g: _Group, live: list[int], symmetric: bool = False):
+        """(links, counts, entries per class) of ``g``'s classes ``live``, concatenated, from
+        their ``rating`` (or ``symmetric``); remembered per (key, signature) for keys that
+        name their classes (a component of a dozen 128-class rings would otherwise
+        concatenate 1,500 small arrays per water-filling)."""
+        key = (g.key, g.signature(), symmetric) if g.key > 0 else None
         found = self._entries.get(key) if key is not None else None
         if found is None:
-            classes = [g.classes[k] for k in live]
+            which = attrgetter("symmetric" if symmetric else "rating")
+            ratings = [which(g.classes[k]) for k in live]
             found = (
-                np.concatenate([c.rating[0] for c in classes]),
-                np.concatenate([c.rating[1] for c in classes]),
-                np.array([c.rating[0].size for c in classes]),
+                np.concatenate([r[0] for r in ratings]),
+                np.concatenate([r[1] for r in ratings]),
+                np.array([r[0].size for r in ratings]),
             )
             if key is not None:
                 self._entries[key] = found

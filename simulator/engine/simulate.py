@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -15,6 +15,7 @@ from simulator.engine.clock import Clock
 from simulator.engine.collective import CollectiveRunner
 from simulator.engine.executor import Executor
 from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats
+from simulator.engine.orbits import LinkOrbits
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
 
@@ -71,13 +72,19 @@ class NetworkModel:
         return Locality(self.host_of, self.nvls_switch, self.torus_shape)
 
     def new_run(
-        self, track_links: bool = False
+        self, track_links: bool = False, orbit_labels: Mapping[int, int] | None = None
     ) -> tuple[simpy.Environment, FlowNetwork, CollectiveRunner]:
         """A clock, a flow network and a collective runner for one simulation; routes and
         routed collective shapes are shared by every run (a task graph's copy sets, named by
-        its own indices, stay with its runner: :meth:`CollectiveRunner.geometry`)."""
+        its own indices, stay with its runner: :meth:`CollectiveRunner.geometry`).
+        ``orbit_labels`` (device -> label, symmetric mode: the stage of its rank) name the
+        equivalent GPUs whose own links a water-filling may keep one of
+        (:mod:`simulator.engine.orbits`), where the router can list them."""
         env = Clock()
         net = FlowNetwork(env, self.links, track_links)
+        orbits = None
+        if orbit_labels and hasattr(self.router, "device_link_ids"):
+            orbits = LinkOrbits(orbit_labels, self.router, self.links.index, self.links.capacity)
         runner = CollectiveRunner(
             net,
             self.router,
@@ -85,6 +92,7 @@ class NetworkModel:
             self.nvls_switch,
             self.geometry_cache,
             self.route_cache,
+            orbits,
         )
         return env, net, runner
 
@@ -138,9 +146,11 @@ def run_engine(
     device_of: dict[int, int],
     track_links: bool = False,
     interference: float = 0.0,
+    orbit_labels: Mapping[int, int] | None = None,
 ) -> EngineRun:
-    """Simulate ``graph`` (arguments as :func:`run_taskgraph_with_memory`)."""
-    env, net, runner = model.new_run(track_links)
+    """Simulate ``graph`` (arguments as :func:`run_taskgraph_with_memory`; ``orbit_labels``
+    as :meth:`NetworkModel.new_run`)."""
+    env, net, runner = model.new_run(track_links, orbit_labels)
     with paused_gc():
         executor = Executor(env, graph, runner, device_of, model.locality, interference)
         trace = executor.run(progress=True)

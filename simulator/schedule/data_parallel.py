@@ -14,9 +14,12 @@ def zero_stage(b: GraphBuilder) -> int:
     return b.plan.scenario.parallelism.zero
 
 
-def grad_sync(b: GraphBuilder, rank: int, bucket: Bucket, deps, tag) -> list[int]:
+def grad_sync(
+    b: GraphBuilder, rank: int, bucket: Bucket, deps, tag, microbatch: int = -1
+) -> list[int]:
     """DDP all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2) of one bucket, dense and expert
-    gradients each over their own data-parallel group."""
+    gradients each over their own data-parallel group; ``microbatch``: the one whose
+    gradients it reduces (ZeRO-2, once per micro-batch), -1 for the step's accumulated ones."""
     coll = "all_reduce" if zero_stage(b) == 0 else "reduce_scatter"
     gb = b.plan.grad_bytes_per_param
     first = next((k for k in bucket.keys if isinstance(k, int)), -1)
@@ -24,7 +27,7 @@ def grad_sync(b: GraphBuilder, rank: int, bucket: Bucket, deps, tag) -> list[int
         b.comm(
             rank=rank, stream="dp", name=f"dp_{coll}", collective=coll,
             group=b.group(rank, "dp"), size=bucket.dense_params * gb, tag=tag, deps=deps,
-            phase="grad_sync", layer=first,
+            phase="grad_sync", layer=first, microbatch=microbatch,
         )
     ]  # fmt: skip
     if bucket.expert_params:
@@ -32,7 +35,7 @@ def grad_sync(b: GraphBuilder, rank: int, bucket: Bucket, deps, tag) -> list[int
             b.comm(
                 rank=rank, stream="dp", name=f"edp_{coll}", collective=coll,
                 group=b.group(rank, "edp"), size=bucket.expert_params * gb, tag=tag + ("e",),
-                deps=deps, phase="grad_sync",
+                deps=deps, phase="grad_sync", microbatch=microbatch,
             )
         )  # fmt: skip
     return [t for t in out if t is not None]

@@ -207,8 +207,9 @@ def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
         _sync_buckets(b, st, c, chunk, j, after, every_micro_batch=True)
         return
     if j == st.last_w[c] and dp.zero_stage(b) in (0, 1, 2):
+        each = dp.zero_stage(b) == 2  # this micro-batch's gradients, as every one before
         if overlap:
-            _sync_buckets(b, st, c, chunk, j)
+            _sync_buckets(b, st, c, chunk, j, every_micro_batch=each)
             return
         st.unsynced.append((c, j))
         if len(st.unsynced) == len(st.last_w):  # the rank's last backward: now every bucket
@@ -222,7 +223,7 @@ def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
                 for k in bucket.keys
             )
             for cc, jj in st.unsynced:
-                _sync_buckets(b, st, cc, st.stage.chunks[cc], jj, last)
+                _sync_buckets(b, st, cc, st.stage.chunks[cc], jj, last, each)
 
 
 def _sync_buckets(
@@ -241,8 +242,11 @@ def _sync_buckets(
         ready = [b.w_task[(st.rank, k, j)] for k in bucket.keys]
         if after is not None and after not in ready:
             ready.append(after)
-        tag = ("g", st.stage.stage, c, bi) + ((j,) if every_micro_batch else ())
-        st.dp_tasks += dp.grad_sync(b, st.rank, bucket, ready, tag)
+        if every_micro_batch:
+            tag, mb = ("g", st.stage.stage, c, bi, j), j
+        else:
+            tag, mb = ("g", st.stage.stage, c, bi), -1
+        st.dp_tasks += dp.grad_sync(b, st.rank, bucket, ready, tag, mb)
 
 
 def run_item(b: GraphBuilder, st: RankState, item) -> None:

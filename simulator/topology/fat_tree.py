@@ -252,6 +252,12 @@ class FatTreeRouter:
             return None
         return self._spread_table(index).representatives(devices)
 
+    def device_link_ids(self, devices, index: dict):
+        """Each device's own links as ids under ``index``: an (n, 6) array of GPU ->
+        NVSwitch, NVSwitch -> GPU, GPU -> NIC, NIC -> leaf, leaf -> NIC, NIC -> GPU (-1 where
+        the topology has no such link)."""
+        return self._spread_table(index).device_link_ids(devices)
+
     def _spread_table(self, index: dict) -> SpreadTable:
         table = self._table
         if table is None or table.index is not index:

@@ -124,6 +124,12 @@ class SpreadTable:
         self._learn(devices)
         return self.representative
 
+    def device_link_ids(self, devices: np.ndarray) -> np.ndarray:
+        """The (n, 6) link ids of ``devices`` (``device_links``' columns), learned first."""
+        devices = np.asarray(devices, dtype=np.int64)
+        self._learn(devices)
+        return self.device_links[devices]
+
     def _outside(self, src: np.ndarray, dst: np.ndarray) -> bool:
         """Some endpoint is not a device (an NVLS switch, or out of range)."""
         return bool(src.size) and (

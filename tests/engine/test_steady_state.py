@@ -99,6 +99,12 @@ CASES = {
         "simulation.comm_interference=0",
     ),
     "zero1-grad-accumulation": (EX + "zero1-llama3-8b.yaml", "training.global_batch=128"),
+    # ZeRO-2: a reduce-scatter per micro-batch, repeated with its micro-batch
+    "zero2-grad-accumulation": (
+        EX + "zero1-llama3-8b.yaml",
+        "training.global_batch=128",
+        "parallelism.zero=2",
+    ),
     "fsdp-zero3": (EX + "llama3-8b-fsdp.yaml",),
     "moe-expert-parallel": (EX + "mixtral-8x22b.yaml",),
 }

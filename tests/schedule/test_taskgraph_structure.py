@@ -93,6 +93,27 @@ def test_zero3_gathers_every_layer_unit_twice_and_the_root_once_per_micro_batch(
     assert names["fsdp_reduce_scatter"] == (layer_units + ends) * m
 
 
+@pytest.mark.parametrize("zero", [1, 2])
+def test_zero2_reduce_scatters_every_micro_batch_and_zero1_once(zero):
+    # ZeRO-2 keeps only its shard of the gradients, so each micro-batch's are reduce-scattered
+    # after its backward (deepspeedai/DeepSpeed#2252); ZeRO-1 accumulates the whole gradient
+    # and reduce-scatters it once. Both all-gather the updated parameters once.
+    m = 4
+    _, step = _step(f"{{dp: 8, zero: {zero}, bucket_size: 1 GB}}", global_batch=8 * m)
+    rank0 = [t for t in step.graph.tasks if t.rank == 0]
+    rs = [t for t in rank0 if t.name == "dp_reduce_scatter"]
+    ag = [t for t in rank0 if t.name == "dp_all_gather"]
+    buckets = len(ag)  # one gather per bucket
+    assert len(rs) == buckets * (m if zero == 2 else 1)
+    gradient = sum(t.comm.size_bytes for t in ag) / step.plan.param_bytes_per_param
+    gradient *= step.plan.grad_bytes_per_param  # the bytes of one whole gradient
+    sent = sum(t.comm.size_bytes for t in rs)
+    assert sent == pytest.approx(gradient * (m if zero == 2 else 1), rel=1e-12)
+    if zero == 2:  # micro-batch j's reduce-scatter waits for j's backward, not the last one
+        waits = sorted({step.graph.tasks[d].microbatch for t in rs for d in t.deps})
+        assert waits == list(range(m))
+
+
 @pytest.mark.parametrize("policy", ["pre", "post", "none"])
 def test_fsdp_backward_prefetch_orders_the_dp_stream(policy):
     # PyTorch FSDP BackwardPrefetch: BACKWARD_PRE issues the next unit's all-gather before the

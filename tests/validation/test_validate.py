@@ -28,12 +28,12 @@ def test_every_row_within_tolerance():
     # ZeRO-3 rows (the 2021 DeepSpeed implementation's overheads are not modelled).
     assert (failing["expected_miss"] != "").all(), failing.to_string()
     # 5 + the three public FSDP throughput rows, which the simulator overestimates by 16-24%
-    # even with the eager framework's costs, + Llama 3's three Table 4 rows (19-21% fast
-    # with the paper's layout; the 8K-GPU row also out of memory),
+    # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory) and
+    # its 128K-context row (+18%),
     # + NVIDIA's Llama 3.1 8B H100 recipe (+14%)
     # + NVIDIA's Nemotron-4 340B and Llama 3.1 405B recipes (throughput within 6% and 2%, but
     # over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB on both systems
-    assert len(failing) <= 18
+    assert len(failing) <= 17
     nvidia = frame[frame["group"] == "NVIDIA H100 recipes (BF16)"].set_index("row")
     ok = ["nvidia-gpt3-175b-128xh100", "nvidia-llama31-70b-64xh100", "nvidia-nemotron4-15b-16xh100"]
     assert nvidia.loc[ok, "within"].all()  # within 10%
@@ -43,16 +43,13 @@ def test_every_row_within_tolerance():
     layer = frame[frame["group"] == "Korthikanti Table 4 (layer time)"]
     assert layer["within"].all()  # every forward and backward time within 10%
     llama = frame[frame["group"] == "Llama 3 Table 4"].set_index("row")
-    sim, pub = llama["simulated"], llama["published"]
-    # The paper's layout (one layer per chunk) keeps the rows' ratios to each other within 3%
-    # of the paper's (8K over 16K GPUs: the bubble of 32 against 16 micro-batches; 1.088
-    # against 1.075) while the level is 19-21% fast; 2 chunks per stage gave 1.23 here.
-    for a, b in [
-        ("llama3-405b-8k", "llama3-405b-16k"),
-        ("llama3-405b-16k", "llama3-405b-16k-128k"),
-    ]:
-        assert sim[a] / sim[b] == pytest.approx(pub[a] / pub[b], rel=0.03)
-    assert llama["error"].between(0.10, 0.25).all()
+    # ZeRO-2's per-micro-batch reduce-scatters cost the 8K-context rows a third of their
+    # step: the 16K-GPU row within 10% (-2.9%), the 8K-GPU one's throughput too (+7.4%, out
+    # of memory); at 128K context they hide and the row is 18% fast (expected miss)
+    assert abs(llama.loc["llama3-405b-16k", "error"]) <= 0.10
+    assert llama.loc["llama3-405b-16k", "within"]
+    assert abs(llama.loc["llama3-405b-8k", "error"]) <= 0.10
+    assert 0.10 < llama.loc["llama3-405b-16k-128k", "error"] < 0.25
     summary = summary_frame(frame).set_index("group")
     # every Table 1 row within 10% (the 76B row at +9.6% since NCCL's per-step latency)
     assert summary.loc["Megatron SC21 Table 1", "worst_abs_error"] <= 0.10

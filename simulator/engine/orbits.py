@@ -1,0 +1,84 @@
+"""Orbits of equivalent GPUs' own links, so that a water-filling keeps one link of each.
+
+In symmetric mode every rank of a pipeline stage does what the stage's simulated rank does, at
+the same time: its collectives' copies and its pipeline sends stand for all of them. A flow
+class that crosses every GPU of a stage's link of one kind (its NIC uplink, say) as often as
+each other puts the same load on each; if every class of a water-filling does so, those links
+have the same capacity (checked) and the same load, so the same share in every round, and
+the water-filling needs one of them: the same rates to the last bit over far fewer entries (a
+128-node data-parallel ring with its 8 copies crosses 4,096 such links and keeps 4). A class
+that crosses part of an orbit, or unevenly, has no reduced form, and a water-filling with such
+a class among its classes keeps every link (:meth:`FlowNetwork._rates
+<simulator.engine.network.FlowNetwork._rates>`).
+
+An orbit is a (label, kind) pair: the label says which GPUs are equivalent (the stage of the
+rank on the GPU), the kind which of a GPU's own links (GPU -> NVSwitch, NVSwitch -> GPU,
+GPU -> NIC, NIC -> leaf, leaf -> NIC, NIC -> GPU, as the router lists them). A link that
+GPUs of two labels share (a NIC of two GPUs), or an orbit whose links' capacities differ (a
+degraded link), is in no orbit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+
+class LinkOrbits:
+    """Link id -> orbit (-1: none) and each orbit's number of links, for ``label_of_device``
+    (device -> label) on a router with ``device_link_ids`` under ``index``; ``capacity`` per
+    link id (B/s)."""
+
+    def __init__(
+        self, label_of_device: Mapping[int, int], router, index: dict, capacity: np.ndarray
+    ):
+        devices = np.fromiter(label_of_device.keys(), np.int64, len(label_of_device))
+        labels = np.fromiter(label_of_device.values(), np.int64, len(label_of_device))
+        ids = router.device_link_ids(devices, index)  # (n, kinds)
+        kinds = ids.shape[1]
+        orbit = (labels[:, None] * kinds + np.arange(kinds)).ravel()
+        ids = ids.ravel()
+        known = ids >= 0
+        ids, orbit = ids[known], orbit[known]
+        of_link = np.full(capacity.size, -1, dtype=np.int64)
+        of_link[ids] = orbit
+        # a link that devices of two orbits share belongs to neither
+        of_link[ids[of_link[ids] != orbit]] = -2
+        of_link[of_link == -2] = -1
+        linked = np.flatnonzero(of_link >= 0)
+        n_orbits = int(of_link.max()) + 1 if linked.size else 0
+        # every orbit's links of one capacity, or the orbit is dropped
+        lo = np.full(n_orbits, np.inf)
+        hi = np.full(n_orbits, -np.inf)
+        np.minimum.at(lo, of_link[linked], capacity[linked])
+        np.maximum.at(hi, of_link[linked], capacity[linked])
+        uneven = lo != hi
+        if uneven.any():
+            of_link[linked[uneven[of_link[linked]]]] = -1
+            linked = np.flatnonzero(of_link >= 0)
+        self.of_link = of_link
+        self.size = np.bincount(of_link[linked], minlength=n_orbits)
+
+    def reduce(self, links: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """A class's (links ascending, counts) with one link of each orbit it touches (its
+        lowest id), when it crosses every link of those orbits with one count; else None."""
+        orbit = self.of_link[links]
+        own = orbit >= 0
+        if not own.any():
+            return links, counts
+        at = np.flatnonzero(own)
+        order = np.argsort(orbit[at], kind="stable")  # by orbit, links ascending within
+        at = at[order]
+        sorted_orbit = orbit[at]
+        starts = np.flatnonzero(np.r_[True, sorted_orbit[1:] != sorted_orbit[:-1]])
+        which = sorted_orbit[starts]
+        crossed = np.diff(np.r_[starts, at.size])
+        if (crossed != self.size[which]).any():
+            return None  # part of an orbit
+        c = counts[at]
+        if (np.minimum.reduceat(c, starts) != np.maximum.reduceat(c, starts)).any():
+            return None  # unevenly
+        keep = ~own
+        keep[at[starts]] = True
+        return links[keep], counts[keep]

@@ -53,6 +53,11 @@ class Phase:
     fast_hops: int = 0
     lockstep: int = 0
 
+    def __post_init__(self):
+        n = self.lockstep
+        if n and (len(self.transfers) % n or len({t.bytes_ for t in self.transfers}) > 1):
+            raise ValueError(f"lockstep runs of {n} transfers need whole runs of equal bytes")
+
     @property
     def latency_count(self) -> int:
         return self.steps if self.latency_hops is None else self.latency_hops

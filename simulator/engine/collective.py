@@ -8,13 +8,14 @@ several paths; DESIGN.md, Scale), so contention between the copies stays real wh
 simulation follows one group. Routing and counting are done once per (plan shape, copies)
 and reused for every size.
 
-A ring (``Phase.lockstep``) is one flow class over all its hops: its chunks pass every hop in
-turn, so the whole ring moves at the pace its slowest hop sets. Another phase of more than 256
-transfers (an all-to-all over 64 ranks has 4,032) becomes one flow class per kind of transfer
-- same path length (inside a host, under a leaf, through a spine, through a core), relayed
-over NVLink by PXN or not, and same bytes - whose counts add the transfers' link use: the
-transfers of a symmetric pattern get equal max-min rates anyway, and the water-filling stays
-small.
+A ring (``Phase.lockstep``: the ring and hierarchical algorithms' rings and chains; a torus's
+bidirectional dimension rings are not) is one flow class over all its hops: its chunks pass
+every hop in turn, so the whole ring moves at the pace its slowest hop sets. Another phase of
+more than 256 transfers (an all-to-all over 64 ranks has 4,032) becomes one flow class per
+kind of transfer - same path length (inside a host, under a leaf, through a spine, through a
+core), relayed over NVLink by PXN or not, and same bytes - whose counts add the transfers'
+link use: the transfers of a symmetric pattern get equal max-min rates anyway, and the
+water-filling stays small.
 
 Routers that offer it route a whole phase at once, every copy's every transfer, as arrays of
 link ids (a fat-tree's ``spread_ids`` and ``path_ids``; :mod:`simulator.topology.fat_tree_routes`)

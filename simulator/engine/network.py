@@ -91,7 +91,7 @@ class FlowClass:
     class crosses all or none of, with equal counts and capacities, share one entry (see
     :meth:`~simulator.engine.collective.CollectiveRunner._same_links`).
     ``symmetric``: ``rating`` with one link of each orbit of equivalent GPUs' own links
-    (:class:`~simulator.engine.collective.LinkOrbits`), when the class crosses every link of
+    (:class:`~simulator.engine.orbits.LinkOrbits`), when the class crosses every link of
     each orbit it touches, as often (None otherwise); used when every class of a
     water-filling has it.
     """
@@ -226,6 +226,7 @@ class NetworkStats:
 
     rerates: int = 0
     cache_hits: int = 0
+    symmetric_fillings: int = 0  # water-fillings over one link per orbit (engine/orbits.py)
     link_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # (time s, [(flow class, rate B/s), ...]) from each re-rating on, while links are tracked
     link_samples: list = field(default_factory=list)
@@ -455,6 +456,7 @@ class FlowNetwork:
                 parts = [
                     self._group_entries(g, ks, True) for g, ks in zip(groups, live, strict=True)
                 ]
+                self.stats.symmetric_fillings += 1
             flat = max_min_rates_segments(
                 np.concatenate([p[2] for p in parts]),
                 np.concatenate([p[0] for p in parts]),

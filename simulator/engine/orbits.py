@@ -27,15 +27,12 @@ import numpy as np
 
 class LinkOrbits:
     """Link id -> orbit (-1: none) and each orbit's number of links, for ``label_of_device``
-    (device -> label) on a router with ``device_link_ids`` under ``index``; ``capacity`` per
-    link id (B/s)."""
+    (device -> label) from the (device, kind) link ids ``ids`` (an (n, kinds) array, -1: no
+    such link, as a router's ``device_link_ids`` gives them); ``capacity`` per link id
+    (B/s). :func:`link_orbits` builds one from a router."""
 
-    def __init__(
-        self, label_of_device: Mapping[int, int], router, index: dict, capacity: np.ndarray
-    ):
-        devices = np.fromiter(label_of_device.keys(), np.int64, len(label_of_device))
+    def __init__(self, label_of_device: Mapping[int, int], ids: np.ndarray, capacity: np.ndarray):
         labels = np.fromiter(label_of_device.values(), np.int64, len(label_of_device))
-        ids = router.device_link_ids(devices, index)  # (n, kinds)
         kinds = ids.shape[1]
         orbit = (labels[:, None] * kinds + np.arange(kinds)).ravel()
         ids = ids.ravel()
@@ -82,3 +79,16 @@ class LinkOrbits:
         keep = ~own
         keep[at[starts]] = True
         return links[keep], counts[keep]
+
+
+def link_orbits(
+    label_of_device: Mapping[int, int], router, index: dict, capacity: np.ndarray
+) -> LinkOrbits | None:
+    """:class:`LinkOrbits` of ``label_of_device`` on ``router`` (links named by ``index``),
+    or None when the router cannot list its devices' own links."""
+    list_ids = getattr(router, "device_link_ids", None)
+    if list_ids is None or not label_of_device:
+        return None
+    devices = np.fromiter(label_of_device.keys(), np.int64, len(label_of_device))
+    ids = list_ids(devices, index)
+    return None if ids is None else LinkOrbits(label_of_device, ids, capacity)

@@ -15,7 +15,7 @@ from simulator.engine.clock import Clock
 from simulator.engine.collective import CollectiveRunner
 from simulator.engine.executor import Executor
 from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats
-from simulator.engine.orbits import LinkOrbits
+from simulator.engine.orbits import link_orbits
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
 
@@ -83,8 +83,8 @@ class NetworkModel:
         env = Clock()
         net = FlowNetwork(env, self.links, track_links)
         orbits = None
-        if orbit_labels and hasattr(self.router, "device_link_ids"):
-            orbits = LinkOrbits(orbit_labels, self.router, self.links.index, self.links.capacity)
+        if orbit_labels:
+            orbits = link_orbits(orbit_labels, self.router, self.links.index, self.links.capacity)
         runner = CollectiveRunner(
             net,
             self.router,

@@ -135,7 +135,7 @@ class PipelineSchedule:
     def check(self, p: int, m: int, v: int) -> str | None:
         """Why ``p`` stages, ``m`` micro-batches and ``v`` do not suit this schedule, or None."""
         if v > 1:
-            return f"virtual_stages = {v} needs schedule: interleaved"
+            return f"virtual_stages = {v} needs schedule: interleaved or flexible-interleaved"
         return None
 
     def order(self, p: int, r: int, m: int, v: int) -> list[Item]:

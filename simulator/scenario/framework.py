@@ -154,8 +154,11 @@ class FrameworkConfig(Frozen):
       in Megatron-LM's "local" DDP, its default until 2023 (``--DDP-impl local``:
       ``train_step`` calls ``allreduce_gradients()`` after ``forward_backward_func``
       returns; megatron/training.py of 2021-2023) and in Megatron-core without
-      ``--overlap-grad-reduce``. For DDP and ZeRO-1/2; FSDP and ZeRO-3 reduce-scatter each
-      unit's gradients as its backward ends either way. The buckets are still
+      ``--overlap-grad-reduce``. For DDP and ZeRO-1; ZeRO-2 reduce-scatters every
+      micro-batch's gradients (it keeps only its shard), overlapped as they complete, or
+      without overlap once that micro-batch's backward of the chunk has ended, on the
+      data-parallel stream beside the next micro-batches' compute; FSDP and ZeRO-3
+      reduce-scatter each unit's gradients as its backward ends either way. The buckets are still
       ``parallelism.bucket_size`` (the local DDP reduced one contiguous buffer per model
       chunk; give a bucket as large as the chunk's gradients to model that);
     - ``optimizer``: the Adam step as one "fused" pass over the state, or PyTorch's

@@ -122,6 +122,8 @@ def estimate_step_s(c: Choice, m: ModelShape, hw: Machine) -> float:
     if d > 1:
         dp = 2 * (d - 1) / d * per_rank * m.grad_bytes / hw.nic_Bps
         dp *= 1.5 if c.zero == 3 else 1.0
+        if c.zero == 2:  # a reduce-scatter per micro-batch (half of the 2x), one all-gather
+            dp *= (micro + 1) / 2
         dp = max(0.0, dp - (2 / 3) * compute / micro)
     pp = 2 * micro * tokens_mb * m.hidden * 2 / hw.nic_Bps if c.pp > 1 else 0.0
     busy = compute + tp + cp + ep

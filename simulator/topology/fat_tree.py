@@ -255,7 +255,10 @@ class FatTreeRouter:
     def device_link_ids(self, devices, index: dict):
         """Each device's own links as ids under ``index``: an (n, 6) array of GPU ->
         NVSwitch, NVSwitch -> GPU, GPU -> NIC, NIC -> leaf, leaf -> NIC, NIC -> GPU (-1 where
-        the topology has no such link)."""
+        the topology has no such link); None where the table cannot be built (pods of
+        unequal spines)."""
+        if len({len(p) for p in self.spines}) > 1:
+            return None
         return self._spread_table(index).device_link_ids(devices)
 
     def _spread_table(self, index: dict) -> SpreadTable:

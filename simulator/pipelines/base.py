@@ -132,6 +132,11 @@ class PipelineSchedule:
         (:func:`steady_state`). None: no such repetition (the base, GPipe, DualPipe)."""
         return None
 
+    def steady_period_for(self, p: int, m: int, v: int) -> int | None:
+        """:meth:`steady_period` with ``m`` micro-batches (a schedule whose order depends on
+        ``m`` may repeat for some ``m`` only)."""
+        return self.steady_period(p, v)
+
     def check(self, p: int, m: int, v: int) -> str | None:
         """Why ``p`` stages, ``m`` micro-batches and ``v`` do not suit this schedule, or None."""
         if v > 1:
@@ -174,7 +179,7 @@ def steady_state(schedule: PipelineSchedule, p: int, m: int, v: int) -> SteadySt
     micro-batch; the tail every one with a pass after a stage's last steady one, and at least
     the last; each rounded up to whole periods. That the simulated periods do repeat in time
     is for the simulator to verify."""
-    q = schedule.steady_period(p, v)
+    q = schedule.steady_period_for(p, m, v)
     if q is None:
         return None
     head = tail = 0

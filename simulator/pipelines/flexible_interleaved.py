@@ -9,8 +9,10 @@ micro-batches than stages (``N = m``) or any multiple of the rounds. Stage ``r``
 - 1) + (v - 1) N`` warm-up forwards, then one forward one backward. With ``m`` a multiple of
 ``p`` it is Megatron's order exactly.
 
-The round size depends on ``m``, so a run with fewer micro-batches is another order: there is
-no steady state to simulate once and repeat (``steady_period`` is None).
+The round size depends on ``m``: when ``p`` divides ``m`` the rounds are ``p`` long, as
+Megatron's, and so are those of any run with a multiple of ``p`` micro-batches, so the steady
+state repeats every ``p`` micro-batches; otherwise a run with fewer micro-batches is another
+order, and there is no steady state to simulate once and repeat.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class FlexibleInterleaved(PipelineSchedule):
                 f"of {k}"
             )
         return None
+
+    def steady_period_for(self, p: int, m: int, v: int) -> int | None:
+        return p if v > 1 and m % p == 0 else None
 
     def order(self, p: int, r: int, m: int, v: int) -> list[Item]:
         return interleaved_order(p, r, m, v, m // rounds(p, m))

@@ -78,6 +78,12 @@ def _repeats(path: str, *overrides: str) -> bool:
 CASES = {
     "1f1b": (EX + "pipeline-1f1b.yaml", "training.global_batch=32"),
     "interleaved": (EX + "pipeline-interleaved.yaml", "training.global_batch=48"),
+    # pp divides the micro-batches: Megatron's rounds, so it repeats
+    "flexible-interleaved": (
+        EX + "pipeline-interleaved.yaml",
+        "training.global_batch=48",
+        "parallelism.pipeline.schedule=flexible-interleaved",
+    ),
     "full-mode": (
         EX + "pipeline-1f1b.yaml",
         "training.global_batch=32",

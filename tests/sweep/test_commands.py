@@ -113,6 +113,22 @@ def test_estimate_of_one_gpu_is_the_flop_count():
     )
 
 
+def test_estimate_counts_zero2_reduce_scatters_per_micro_batch():
+    # DP 64 over a 50 GB/s NIC, 8 micro-batches per replica: ZeRO-1 moves an all-reduce's
+    # bytes once, 2 (d - 1)/d x 2 GB; ZeRO-2 a reduce-scatter per micro-batch and one
+    # all-gather, (8 + 1)(d - 1)/d x 2 GB; each less what hides under 2/3 of a micro-batch
+    hw = Machine(gpus=64, domain=8, nvlink_Bps=450e9, nic_Bps=50e9, peak_flops=1e15)
+    shape = ModelShape(
+        layers=2, moe_layers=0, hidden=1024, attn_dim=1024, kv_dim=1024, params=1e9,
+        active_params=1e9, top_k=0, global_batch=512, seq_len=2048, grad_bytes=2,
+    )  # fmt: skip
+    base = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "dp": 64, "schedule": "1f1b", "micro_batch": 1}
+    z1 = estimate_step_s(Choice(**base, zero=1, recompute="none"), shape, hw)
+    z2 = estimate_step_s(Choice(**base, zero=2, recompute="none"), shape, hw)
+    one = 2 * 63 / 64 * 1e9 * 2 / 50e9  # s: ZeRO-1's data-parallel time before hiding
+    assert z2 - z1 == pytest.approx(one * (9 / 2 - 1), rel=1e-9)
+
+
 def test_plan_for_fewer_gpus_than_the_scenarios_own_layout_needs(tmp_path):
     # QA: --gpus 2 on a TP 4 scenario failed on the file's tp line; the search replaces the
     # layout anyway, so it plans on 2 GPUs and reports the own plan as infeasible there

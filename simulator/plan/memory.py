@@ -149,12 +149,12 @@ def _holds(stage: StagePlan, key: str) -> bool:
 
 
 def _bucket_bytes(plan: Plan, stage: StagePlan) -> float:
-    """Bytes of ``stage``'s largest gradient bucket: ``bucket_size``, or less when no bucket
-    fills it (a bucket holds one chunk's gradients at most)."""
+    """Bytes of ``stage``'s largest gradient bucket (``bucket_size`` at most: buckets close
+    there, and hold one chunk's gradients at most)."""
     largest = max(
         (b.dense_params + b.expert_params for c in stage.chunks for b in c.buckets), default=0.0
     )
-    return min(plan.scenario.parallelism.bucket_size, largest * plan.grad_bytes_per_param)
+    return largest * plan.grad_bytes_per_param
 
 
 def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:

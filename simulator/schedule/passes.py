@@ -186,7 +186,7 @@ class _BackwardGathers:
 
 def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
     """Split schedules' separate weight-gradient pass; after the chunk's last micro-batch, its
-    gradient buckets are synchronised (DDP and ZeRO-1/2). ZeRO-2 keeps only its shard of the
+    gradient buckets are synchronised (DDP and ZeRO-1). ZeRO-2 keeps only its shard of the
     gradients, so it reduce-scatters every micro-batch's (DeepSpeed's maintainers: "gradient
     reduction is required after every backward because of gradient partitioning",
     deepspeedai/DeepSpeed#2252); DDP and ZeRO-1 accumulate the whole gradient and reduce it
@@ -199,17 +199,16 @@ def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
         if chunk.has_embedding:
             embedding_grad(b, st, j, last)
     overlap = b.plan.scenario.framework.overlap_grad_reduce
-    if dp.zero_stage(b) == 2 and j != st.last_w[c]:
+    if dp.zero_stage(b) == 2:
         after = None
         if not overlap:  # after the chunk's whole backward of micro-batch j
             keys = [k for bucket in chunk.buckets for k in bucket.keys]
             after = max((b.w_task[(st.rank, k, j)] for k in keys), default=None)
         _sync_buckets(b, st, c, chunk, j, after, every_micro_batch=True)
         return
-    if j == st.last_w[c] and dp.zero_stage(b) in (0, 1, 2):
-        each = dp.zero_stage(b) == 2  # this micro-batch's gradients, as every one before
+    if j == st.last_w[c] and dp.zero_stage(b) in (0, 1):
         if overlap:
-            _sync_buckets(b, st, c, chunk, j, every_micro_batch=each)
+            _sync_buckets(b, st, c, chunk, j)
             return
         st.unsynced.append((c, j))
         if len(st.unsynced) == len(st.last_w):  # the rank's last backward: now every bucket
@@ -223,7 +222,7 @@ def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
                 for k in bucket.keys
             )
             for cc, jj in st.unsynced:
-                _sync_buckets(b, st, cc, st.stage.chunks[cc], jj, last, each)
+                _sync_buckets(b, st, cc, st.stage.chunks[cc], jj, last)
 
 
 def _sync_buckets(

@@ -20,14 +20,20 @@ from simulator.scenario import load_scenario_text
 TOL = 0.02
 
 
-def _scenario(schedule, p, m, v=1, layers_per_stage=16):
+def _scenario(schedule, p, m, v=1, layers_per_stage=16, layers=None, ends=None):
+    """``layers`` (default ``layers_per_stage`` x p x v) with ``ends`` = (first, last) stage
+    layers, if given."""
+    layers = layers_per_stage * p * v if layers is None else layers
+    uneven = (
+        "" if ends is None else f", first_stage_layers: {ends[0]}, last_stage_layers: {ends[1]}"
+    )
     return load_scenario_text(f"""
-model: {{layers: {layers_per_stage * p * v}, hidden: 1024, heads: 16, ffn: 4096, vocab: 8,
+model: {{layers: {layers}, hidden: 1024, heads: 16, ffn: 4096, vocab: 8,
         activation: gelu, norm: layernorm}}
 cluster:
   accelerator: H100
   topology: {{kind: nvswitch, node: {{gpus: {p}, nvlink_bandwidth: 1e30, nvlink_latency: 0}}}}
-parallelism: {{pp: {p}, pipeline: {{schedule: {schedule}, virtual_stages: {v}}}}}
+parallelism: {{pp: {p}, pipeline: {{schedule: {schedule}, virtual_stages: {v}{uneven}}}}}
 training: {{global_batch: {m}, micro_batch: 1, seq_len: 1024}}
 """)
 
@@ -140,19 +146,7 @@ def test_flexible_interleaved_bubble(p, m, v):
 def test_an_end_chunk_may_hold_only_the_embedding_or_the_output_layer():
     # 4 stages x 2 chunks for 6 layers, one fewer on each end stage: model chunk 0 (stage 0)
     # is the embedding alone and model chunk 7 (stage 3) the output layer and loss alone
-    text = """
-model: {layers: 6, hidden: 1024, heads: 16, ffn: 4096, vocab: 32000, activation: gelu,
-        norm: layernorm}
-cluster:
-  accelerator: H100
-  topology: {kind: nvswitch, node: {gpus: 4}}
-parallelism:
-  pp: 4
-  pipeline: {schedule: interleaved, virtual_stages: 2, first_stage_layers: 1,
-             last_stage_layers: 1}
-training: {global_batch: 8, micro_batch: 1, seq_len: 1024}
-"""
-    result = api.run(load_scenario_text(text))
+    result = _run(_scenario("interleaved", 4, 8, 2, layers=6, ends=(1, 1)))
     compute = result.trace[result.trace["kind"] == "compute"]
     forward = compute[compute["phase"] == "forward"]
     layers = {r: sorted(set(f["layer"]) - {-1}) for r, f in forward.groupby("rank")}

@@ -309,12 +309,8 @@ PASSES = {"f": "forward", "b": "input_grad", "w": "weight_grad"}
 
 def compute_model_of(scenario: Scenario) -> ComputeModel:
     """Kernel durations on the scenario's accelerator (calibrated), with its framework's CPU
-    cost per kernel launch."""
-    cm = ComputeModel.for_accelerator(
-        scenario.cluster.accelerator, scenario.precision.compute_dtype
-    )
-    fw = scenario.framework
-    return replace(cm, cpu_launch_s=fw.cpu_launch_s, flash_kernel=fw.flash_kernel)
+    cost per kernel launch (:meth:`ComputeModel.for_scenario`)."""
+    return ComputeModel.for_scenario(scenario)
 
 
 def layer_costs(scenario: Scenario, layer: int = 0) -> pd.DataFrame:

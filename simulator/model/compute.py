@@ -14,11 +14,15 @@ launch-and-event latency that training hides).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from simulator.hardware import Accelerator
 from simulator.model.calibration import GemmFit, MemFit, device_fits
 from simulator.model.ops import Op, log2_interp
+
+if TYPE_CHECKING:
+    from simulator.scenario.schema import Scenario
 
 LAUNCH_S = 2e-6
 
@@ -82,6 +86,14 @@ class ComputeModel:
         else:
             gemm, mem = device_fits("h200")
         return cls(acc.peak(dtype), acc.hbm_bandwidth_Bps, gemm, mem, architecture=acc.architecture)
+
+    @classmethod
+    def for_scenario(cls, scenario: Scenario) -> ComputeModel:
+        """Kernel durations on the scenario's accelerator (calibrated), with its framework's
+        CPU cost per kernel launch and its attention kernel."""
+        cm = cls.for_accelerator(scenario.cluster.accelerator, scenario.precision.compute_dtype)
+        fw = scenario.framework
+        return replace(cm, cpu_launch_s=fw.cpu_launch_s, flash_kernel=fw.flash_kernel)
 
     def op_seconds(self, op: Op, phase: str) -> float:
         """Seconds of ``op`` in ``phase`` ("f", "b" or "w"); 0 when it has no work there."""

@@ -6,7 +6,7 @@ registry and the plan derives placement and in-flight memory from it.
 
 >>> from simulator.pipelines import get_schedule, schedule_names
 >>> schedule_names()
-('1f1b', 'dualpipe', 'flexible-interleaved', 'gpipe', 'interleaved', 'zb-h1', 'zb-h2')
+('1f1b', 'dualpipe', 'flexible-interleaved', 'gpipe', 'interleaved', 'zb-1p', 'zb-2p', 'zb-h1', 'zb-h2')
 >>> get_schedule("1f1b").order(p=2, r=0, m=2, v=1)
 [('F', 0, 0), ('F', 0, 1), ('B', 0, 0), ('W', 0, 0), ('B', 0, 1), ('W', 0, 1)]
 """
@@ -29,6 +29,7 @@ from simulator.pipelines.gpipe import GPipe
 from simulator.pipelines.interleaved import Interleaved
 from simulator.pipelines.one_f_one_b import OneFOneB
 from simulator.pipelines.zb_h1 import ZBH1
+from simulator.pipelines.zb_auto import PassTimes, ZBAuto
 from simulator.pipelines.zb_h2 import ZBH2
 
 _REGISTRY: dict[str, PipelineSchedule] = {}
@@ -40,7 +41,17 @@ def register(schedule: PipelineSchedule) -> PipelineSchedule:
     return schedule
 
 
-for _s in (GPipe(), OneFOneB(), Interleaved(), FlexibleInterleaved(), ZBH1(), ZBH2(), DualPipe()):
+for _s in (
+    GPipe(),
+    OneFOneB(),
+    Interleaved(),
+    FlexibleInterleaved(),
+    ZBH1(),
+    ZBH2(),
+    ZBAuto("zb-1p", 1),
+    ZBAuto("zb-2p", 2),
+    DualPipe(),
+):
     register(_s)
 
 
@@ -62,6 +73,7 @@ __all__ = [
     "Item",
     "Overlapped",
     "Pass",
+    "PassTimes",
     "PipelineSchedule",
     "SteadyState",
     "get_schedule",

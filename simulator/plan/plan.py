@@ -29,6 +29,7 @@ from simulator.pipelines import Item, PipelineSchedule, get_schedule, peak_held
 from simulator.plan.buckets import Bucket, Key, fsdp_units, gradient_buckets
 from simulator.plan.collective_choice import NetworkFacts
 from simulator.plan.grid import RankGrid
+from simulator.plan.pass_times import pass_times
 from simulator.scenario.schema import Scenario
 
 
@@ -201,14 +202,20 @@ def build_plan(s: Scenario, network: NetworkFacts | None = None) -> Plan:
     layers = schedule.chunk_layers(
         s.model.layers, par.pp, v, pl.first_stage_layers, pl.last_stage_layers
     )
+    grid = grid_of(s)
+    sharding = sharding_of(s)
+    send_bytes = tp_msg / (par.tp if par.sequence_parallel else 1)
+    if getattr(schedule, "needs_times", False):  # ordered by its passes' durations
+        stride = grid.rank(tp=0, cp=0, dp=0, pp=1) if par.pp > 1 else 0
+        times = pass_times(s, schedule, layers, mb, sharding, send_bytes, stride, network)
+        schedule = schedule.with_times(times)
     stages = tuple(
         _stage_plan(s, schedule, layers, r, m, per_param, dense_n, expert_n) for r in range(par.pp)
     )
-    grid = grid_of(s)
     return Plan(
         scenario=s,
         grid=grid,
-        sharding=sharding_of(s),
+        sharding=sharding,
         micro_batch=mb,
         micro_batches=m,
         schedule=schedule,
@@ -221,7 +228,7 @@ def build_plan(s: Scenario, network: NetworkFacts | None = None) -> Plan:
         dense_shard_ranks=dense_n,
         expert_shard_ranks=expert_n,
         tp_message_bytes=tp_msg,
-        send_bytes=tp_msg / (par.tp if par.sequence_parallel else 1),
+        send_bytes=send_bytes,
         model_flops_per_step=model_flops_per_sequence(s.model, tr.seq_len) * tr.global_batch,
         network=network,
         collectives=dict(par.collectives or {}),

@@ -189,6 +189,22 @@ def test_zero_bubble_h2():
     )
 
 
+def test_searched_zero_bubble_schedules_against_the_hand_crafted():
+    # ZB-1p and ZB-2p are searched for the plan's pass durations (here T_W is about half
+    # T_B): ZB-1p keeps ZB-H1's bubble, (p - 1)(T_F + T_B - T_W) on the first stage (Qi et
+    # al. 2024 Table 2), and ZB-2p idles less than ZB-H2's (p - 1)(T_F + T_B - 2 T_W).
+    p, m = 4, 8
+    runs = {k: _run(_scenario(k, p, m)) for k in ("zb-h1", "zb-1p", "zb-h2", "zb-2p")}
+    step = {k: r.summary["step_time_s"] for k, r in runs.items()}
+    assert step["zb-1p"] == pytest.approx(step["zb-h1"], rel=TOL)
+    first = _stage_times(runs["zb-1p"], m, overlapping_steps=True)[0]
+    idle, tf, tb, tw = first
+    assert idle == pytest.approx((p - 1) * (tf + tb - tw), rel=TOL)
+    idle_2p = max(v[0] for v in _stage_times(runs["zb-2p"], m, overlapping_steps=True).values())
+    assert idle_2p < 0.9 * (p - 1) * (tf + tb - 2 * tw)
+    assert step["zb-2p"] < step["zb-h2"]
+
+
 @pytest.mark.parametrize("schedule,expected", [("1f1b", "p"), ("gpipe", "m")])
 def test_first_stage_in_flight_activations(schedule, expected):
     from simulator.model.activations import MicroBatch, layer_activation_bytes

@@ -1,0 +1,250 @@
+"""ZB-1p and ZB-2p: zero-bubble orders found by a greedy search over the passes' durations
+(Qi et al. 2024, "Zero Bubble Pipeline Parallelism", sec. 3.2 "Automatic scheduling").
+
+ZB-H1 and ZB-H2 are drawn for forward, input-gradient and weight-gradient passes of equal
+length and free communication. Real passes differ (W is shorter than B; the last stage
+carries the output layer), and the paper's schedules ZB-1p and ZB-2p are searched for the
+measured durations instead, under a cap on the micro-batches a stage may hold: ``p`` (1F1B's
+peak) or ``2p``. The search is the paper's heuristic as its authors ship it
+(``auto_schedule.py`` of sail-sg/zero-bubble-pipeline-parallelism, which leaves its ILP
+refinement off), re-derived here:
+
+1. *Warm-up*: every stage runs micro-batch 0's forward; walking back from the last stage,
+   each stage adds the forwards that fit before micro-batch 0's input gradient can reach it
+   (memory permitting), at least one fewer than the stage before it.
+2. *Steady state*, micro-batch ``i`` = 1 .. m - 1: each stage runs its next forward, then,
+   from the last stage back, the input gradient of micro-batch ``i``; before either, a stage
+   runs postponed weight-gradient passes while it would otherwise wait for the pass's input
+   (and when the memory cap leaves no room).
+3. *Cool-down*: the weight-gradient passes left.
+
+Three yes/no choices steer it (allow idling before the first B; let a stage ahead by two
+forwards wait for its next B; fill a wait that a W overruns); all eight are tried and the
+order whose longest stage span is shortest is kept. The optimizer step does not
+synchronise the stages (the paper's post-validation), so consecutive steps overlap and the
+step time is the longest stage span, as with ZB-H2.
+
+Memory here counts a micro-batch's activations from its forward to its weight gradient, as
+the memory ledger does (:func:`~simulator.pipelines.base.peak_held`); the authors' code also
+credits the part B frees, so it may hold a few more micro-batches under the same cap.
+Durations come from :meth:`ZBAuto.with_times` (the plan estimates them from the compute
+model); without them every pass takes one unit and communication none.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+
+from simulator.pipelines.base import Item, PipelineSchedule
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """Durations (s) of one micro-batch's forward ``f``, input-gradient ``b`` and weight-gradient
+    ``w`` pass on each stage, and ``comm``: an activation's (or gradient's) trip to the next
+    stage (s)."""
+
+    f: tuple[float, ...]
+    b: tuple[float, ...]
+    w: tuple[float, ...]
+    comm: float = 0.0
+
+    @staticmethod
+    def uniform(p: int) -> PassTimes:
+        """Every pass one unit long, communication free (the hand-drawn schedules' case)."""
+        return PassTimes((1.0,) * p, (1.0,) * p, (1.0,) * p)
+
+
+class _Search:
+    """One run of the greedy heuristic (module doc) with one setting of its three choices."""
+
+    def __init__(self, p: int, m: int, t: PassTimes, cap: int, choices: tuple[bool, ...]):
+        self.p, self.m, self.cap = p, m, cap
+        self.idle_before_first_b, self.favour_b, self.fill_overrun = choices
+        self.cost = {"F": t.f, "B": t.b, "W": t.w}
+        self.comm = t.comm
+        self.count = {"F": [0] * p, "B": [0] * p, "W": [0] * p}
+        self.end: dict[tuple[str, int, int], float] = {}  # (kind, stage, micro-batch) -> s
+        self.free = [0.0] * p  # when each stage's last placed pass ends
+        self.held = [0] * p  # micro-batches between their F and their W
+        self.idle = [0.0] * p  # each stage's waiting after its first forward
+        self.orders: list[list[Item]] = [[] for _ in range(p)]
+
+    def put(self, j: int, kind: str) -> None:
+        """Place stage ``j``'s next pass of ``kind`` as early as its inputs allow."""
+        i = self.count[kind][j]
+        cost = self.cost[kind][j]
+        end = self.free[j] + cost
+        if kind == "F" and j > 0:
+            end = max(end, self.end[("F", j - 1, i)] + self.comm + cost)
+        elif kind == "B" and j < self.p - 1:
+            end = max(end, self.end[("B", j + 1, i)] + self.comm + cost)
+        if self.count["F"][j]:
+            self.idle[j] += end - (self.free[j] + cost)
+        self.free[j] = end
+        self.end[(kind, j, i)] = end
+        self.held[j] += 1 if kind == "F" else -1 if kind == "W" else 0
+        self.count[kind][j] += 1
+        self.orders[j].append((kind, 0, i))
+
+    def pending_w(self, j: int) -> bool:
+        return self.count["W"][j] < self.count["B"][j]
+
+    def fill_until(self, j: int, arrival: float) -> None:
+        """Run postponed W's on stage ``j`` while it would wait for an input due at
+        ``arrival``; one that overruns it too when the wait would be the longest of any
+        stage's, or when ``fill_overrun`` says so."""
+        w = self.cost["W"][j]
+        while self.pending_w(j) and self.free[j] + w <= arrival:
+            self.put(j, "W")
+        if self.pending_w(j) and self.free[j] < arrival:
+            affordable = arrival - self.free[j] <= max(self.idle) - self.idle[j]
+            if self.fill_overrun or not affordable:
+                self.put(j, "W")
+
+    def make_room(self, j: int) -> None:
+        """W's until stage ``j`` may take one more micro-batch under the cap."""
+        while self.held[j] + 1 > self.cap:
+            if not self.pending_w(j):
+                raise ValueError(f"a cap of {self.cap} micro-batches leaves stage {j} stuck")
+            self.put(j, "W")
+
+    def warm_up(self) -> None:
+        p, m, f = self.p, self.m, self.cost["F"]
+        for j in range(p):
+            self.put(j, "F")
+        extra = [0] * p
+        b_done = self.end[("F", p - 1, 0)] + self.cost["B"][p - 1]
+        for j in range(p - 2, -1, -1):
+            busy, held = self.free[j], self.held[j]
+            while self.count["F"][j] + extra[j] < m and held + 1 <= self.cap:
+                due = b_done + self.comm
+                if busy + f[j] > due if self.idle_before_first_b else busy >= due:
+                    break
+                busy, held, extra[j] = busy + f[j], held + 1, extra[j] + 1
+            b_done = max(busy, b_done + self.comm) + self.cost["B"][j]
+        for j in range(1, p):  # a stage can only forward what the stage before it has
+            while extra[j] > 0 and extra[j] >= extra[j - 1] and 1 + extra[j] < m:
+                extra[j] -= 1
+            extra[j] = min(extra[j], extra[j - 1])
+        for j in range(p):
+            for _ in range(extra[j]):
+                self.put(j, "F")
+        for j in range(p - 1, -1, -1):
+            self.put(j, "B")
+
+    def wants_forward(self, j: int) -> bool:
+        """Whether stage ``j`` runs a forward this round (step 2 of the module doc)."""
+        p, count, cost = self.p, self.count, self.cost
+        if count["F"][j] >= self.m:
+            return False
+        if not (self.favour_b and j + 1 < p and count["F"][j] >= count["F"][j + 1] + 2):
+            return True
+        b_due = self.free[j + 1] + cost["F"][j + 1] + cost["B"][j + 1] + self.comm
+        if self.free[j] >= b_due:
+            return False
+        room, held = 0.0, self.held[j] + 1
+        w = count["W"][j]
+        while held > self.cap and w < count["B"][j]:
+            room, held, w = room + cost["W"][j], held - 1, w + 1
+        if self.free[j] + cost["F"][j] + room <= b_due:
+            return True
+        return b_due - self.free[j] > max(self.idle) - self.idle[j]
+
+    def steady(self) -> None:
+        p = self.p
+        for i in range(1, self.m):
+            want = [self.wants_forward(j) for j in range(p)]
+            for j in range(p - 2, -1, -1):
+                want[j] = want[j] and want[j + 1]
+            for j in range(p):
+                if want[j]:
+                    self.make_room(j)
+                    if j > 0:
+                        self.fill_until(j, self.end[("F", j - 1, self.count["F"][j])] + self.comm)
+                    self.put(j, "F")
+            for j in range(p - 1, -1, -1):
+                if j + 1 < p:
+                    self.fill_until(j, self.end[("B", j + 1, i)] + self.comm)
+                if j == 0 and self.count["F"][0] == self.m:
+                    while self.pending_w(0):
+                        self.put(0, "W")
+                self.put(j, "B")
+
+    def run(self) -> tuple[list[list[Item]], float]:
+        """(each stage's order, the longest stage span in the durations' unit)."""
+        self.warm_up()
+        self.steady()
+        for j in range(self.p):
+            while self.count["W"][j] < self.m:
+                self.put(j, "W")
+        last = self.m - 1
+        span = max(
+            self.end[("W", j, last)] - self.end[("F", j, 0)] + self.cost["F"][j]
+            for j in range(self.p)
+        )
+        return self.orders, span
+
+
+@lru_cache(maxsize=64)
+def search(p: int, m: int, times: PassTimes, cap: int) -> tuple[tuple[tuple[Item, ...], ...], float]:
+    """The best of the heuristic's eight runs: (each stage's order, its longest span)."""
+    if len(times.f) != p or len(times.b) != p or len(times.w) != p:
+        raise ValueError(f"pass times for {len(times.f)} stages given to a {p}-stage pipeline")
+    best = None
+    for choices in itertools.product((True, False), repeat=3):
+        try:
+            orders, span = _Search(p, m, times, cap, choices).run()
+        except ValueError:
+            continue  # this setting got stuck under the cap; another may not
+        if best is None or span < best[1]:
+            best = (tuple(tuple(o) for o in orders), span)
+    if best is None:
+        raise ValueError(f"no order of {m} micro-batches on {p} stages keeps {cap} in flight")
+    return best
+
+
+class ZBAuto(PipelineSchedule):
+    """ZB-1p (``pending`` = 1) or ZB-2p (2): at most ``pending`` x p micro-batches in flight
+    per stage, the order searched for ``times`` (:class:`PassTimes`; None: unit passes)."""
+
+    split_backward = True
+    overlapping_steps = True
+    needs_times = True  # the plan gives the passes' durations (:meth:`with_times`)
+
+    def __init__(self, name: str, pending: int, times: PassTimes | None = None):
+        self.name = name
+        self.pending = pending
+        self.times = times
+        self.description = (
+            f"zero-bubble {pending}p: searched for the passes' durations, "
+            f"up to {pending} x pp micro-batches in flight"
+        )
+
+    def with_times(self, times: PassTimes) -> ZBAuto:
+        """This schedule searched for ``times``."""
+        return ZBAuto(self.name, self.pending, times)
+
+    def __eq__(self, other) -> bool:
+        return (
+            isinstance(other, ZBAuto)
+            and (self.name, self.pending, self.times) == (other.name, other.pending, other.times)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.pending, self.times))
+
+    def check(self, p: int, m: int, v: int) -> str | None:
+        if v > 1:
+            return f"{self.name} runs one chunk per stage: set virtual_stages: 1"
+        return None
+
+    def orders(self, p: int, m: int, v: int) -> list[list[Item]]:
+        times = self.times or PassTimes.uniform(p)
+        return [list(o) for o in search(p, m, times, self.pending * p)[0]]
+
+    def order(self, p: int, r: int, m: int, v: int) -> list[Item]:
+        times = self.times or PassTimes.uniform(p)
+        return list(search(p, m, times, self.pending * p)[0][r])

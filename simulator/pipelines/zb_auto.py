@@ -188,8 +188,11 @@ class _Search:
         return self.orders, span
 
 
+Orders = tuple[tuple[Item, ...], ...]
+
+
 @lru_cache(maxsize=64)
-def search(p: int, m: int, times: PassTimes, cap: int) -> tuple[tuple[tuple[Item, ...], ...], float]:
+def search(p: int, m: int, times: PassTimes, cap: int) -> tuple[Orders, float]:
     """The best of the heuristic's eight runs: (each stage's order, its longest span)."""
     if len(times.f) != p or len(times.b) != p or len(times.w) != p:
         raise ValueError(f"pass times for {len(times.f)} stages given to a {p}-stage pipeline")
@@ -227,14 +230,14 @@ class ZBAuto(PipelineSchedule):
         """This schedule searched for ``times``."""
         return ZBAuto(self.name, self.pending, times)
 
+    def _key(self) -> tuple:
+        return (self.name, self.pending, self.times)
+
     def __eq__(self, other) -> bool:
-        return (
-            isinstance(other, ZBAuto)
-            and (self.name, self.pending, self.times) == (other.name, other.pending, other.times)
-        )
+        return isinstance(other, ZBAuto) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((self.name, self.pending, self.times))
+        return hash(self._key())
 
     def check(self, p: int, m: int, v: int) -> str | None:
         if v > 1:

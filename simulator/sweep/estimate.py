@@ -83,9 +83,9 @@ def bubble_fraction(c: Choice, micro_batches: int) -> float:
     if c.schedule == "interleaved":
         return (p - 1) / (c.virtual_stages * m + p - 1)
     base = (p - 1) / (m + p - 1)
-    if c.schedule == "zb-h1":
+    if c.schedule in ("zb-h1", "zb-1p"):  # ZB-1p: ZB-H1's bubble at equal passes (tests)
         return base / 3
-    if c.schedule == "zb-h2":
+    if c.schedule in ("zb-h2", "zb-2p"):  # ZB-2p: none at equal passes, as ZB-H2
         return 0.0
     return base
 

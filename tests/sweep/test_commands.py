@@ -84,6 +84,11 @@ def test_bubble_fractions_match_the_closed_forms():
     assert bubble_fraction(inter, 12) == pytest.approx(3 / 27)  # (p-1)/(v m+p-1), v = 2
     zb = Choice(**{**c.__dict__, "schedule": "zb-h1"})
     assert bubble_fraction(zb, 12) == pytest.approx(1 / 15)
+    # the searched schedules at equal passes: ZB-1p as ZB-H1, ZB-2p as ZB-H2 (none)
+    assert bubble_fraction(Choice(**{**c.__dict__, "schedule": "zb-1p"}), 12) == pytest.approx(
+        1 / 15
+    )
+    assert bubble_fraction(Choice(**{**c.__dict__, "schedule": "zb-2p"}), 12) == 0.0
 
 
 def test_estimate_of_one_gpu_is_the_flop_count():

@@ -53,6 +53,12 @@ class PipelineSchedule:
     description = ""
     split_backward = False  # W runs as a pass of its own
     overlapping_steps = False  # consecutive steps overlap: the step time is a stage's span
+    needs_times = False  # ordered by the passes' durations (:meth:`with_times`)
+
+    def with_times(self, times) -> PipelineSchedule:
+        """This schedule ordered for ``times`` (a
+        :class:`~simulator.pipelines.zb_auto.PassTimes`): itself unless :attr:`needs_times`."""
+        return self
 
     # -- placement -------------------------------------------------------------------------
     def chunks_per_stage(self, v: int) -> int:

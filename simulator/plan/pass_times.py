@@ -13,7 +13,8 @@ one hop's latency).
 
 Left out: tensor- and context-parallel communication inside a pass, overlap and interference
 (the authors profile whole passes, so their durations hold them). The estimate only shapes
-the order; the simulation then times every task itself.
+the order; the simulation then times every task itself, with the scenario's compute model or
+a caller's own (:func:`simulator.api.build_step`), which then does not reorder the passes.
 """
 
 from __future__ import annotations

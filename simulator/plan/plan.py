@@ -205,7 +205,7 @@ def build_plan(s: Scenario, network: NetworkFacts | None = None) -> Plan:
     grid = grid_of(s)
     sharding = sharding_of(s)
     send_bytes = tp_msg / (par.tp if par.sequence_parallel else 1)
-    if getattr(schedule, "needs_times", False):  # ordered by its passes' durations
+    if schedule.needs_times:  # ordered by its passes' durations
         stride = grid.rank(tp=0, cp=0, dp=0, pp=1) if par.pp > 1 else 0
         times = pass_times(s, schedule, layers, mb, sharding, send_bytes, stride, network)
         schedule = schedule.with_times(times)

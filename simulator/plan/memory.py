@@ -173,8 +173,12 @@ def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:
         # nor beside the recompute working set (a layer is rebuilt after the loss)
         if par.zero >= 3 and plan.dense_shard_ranks > 1:  # one rank: nothing to gather
             gathered, grad = fsdp_gathered_bytes(plan, stage)
-            if stage.is_last:  # the output layer's unsharded gradient comes with the loss's
-                logits += sum(plan.params_of("head")) * plan.grad_bytes_per_param
+            if stage.is_last:
+                head_grad = sum(plan.params_of("head")) * plan.grad_bytes_per_param
+                if plan.schedule.split_backward:  # computed first in the W pass, its
+                    grad += head_grad  # reduce-scatter beside the first unit's gradient
+                else:  # the output layer's unsharded gradient comes with the loss's
+                    logits += head_grad
             buffers = gathered + max(grad + rebuilt, logits)
         else:
             buffers = max(rebuilt, logits) + (

@@ -6,10 +6,10 @@ exists, the plan estimates them here from the same compute model the step builde
 kernels with: one micro-batch's forward (f), input-gradient (b) and weight-gradient (w) work
 of the stage's layers, with the embedding on the first stage and the output layer and loss on
 the last, the recompute in b (the whole forward with ``recompute: full``, the attention core
-with ``selective``), the output layer's weight gradient in b too (the step builder runs it
-with the loss's backward: :func:`~simulator.schedule.passes.loss_backward`), and an
-activation's trip to the next stage (its bytes over the link between the stages' hosts, plus
-one hop's latency).
+with ``selective``), the output layer's weight gradient in w where the schedule splits W
+off (:func:`~simulator.schedule.passes.output_weight_grad`), else in b, and an activation's
+trip to the next stage (its bytes over the link between the stages' hosts, plus one hop's
+latency).
 
 Left out: tensor- and context-parallel communication inside a pass, overlap and interference
 (the authors profile whole passes, so their durations hold them). The estimate only shapes
@@ -86,12 +86,14 @@ def pass_times(
     f, b, w = [], [], []
     for r in range(s.parallelism.pp):
         ops, head, again = stage_ops(s, schedule, layers, r, mb, sh)
+        head_w = cm.seconds(head, "w")
+        split = schedule.split_backward  # else the output layer's W runs in B
         f.append(cm.seconds(ops, "f") + cm.seconds(head, "f"))
         b.append(
             cm.seconds(ops, "b") + cm.seconds(again, "f") + cm.seconds(head, "b")
-            + cm.seconds(head, "w")
+            + (0.0 if split else head_w)
         )  # fmt: skip
-        w.append(cm.seconds(ops, "w"))
+        w.append(cm.seconds(ops, "w") + (head_w if split else 0.0))
     comm = 0.0
     if network is not None:
         p, g = s.parallelism.pp, network.gpus_per_host

@@ -193,7 +193,7 @@ def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
     once."""
     chunk = st.stage.chunks[c]
     if b.plan.schedule.split_backward:
-        last: list[Dep] = []
+        last: list[Dep] = [output_weight_grad(b, st, j)] if chunk.has_head else []
         for layer in reversed(chunk.layers):
             last = [weight_grad(b, st, layer, j, last)]
         if chunk.has_embedding:
@@ -320,15 +320,41 @@ def loss_forward(b: GraphBuilder, rank: int, j: int, deps: list[Dep]) -> int:
 
 
 def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
+    """The loss's and output layer's input gradients, with the output layer's weight gradient
+    unless the schedule splits W off (:func:`output_weight_grad`)."""
     _, hb = _blocks(b)
     gather = _end_gather(b, st.rank, "head", j)
     grads = loss_transient_bytes(b.plan.scenario.model, b.plan.micro_batch, b.plan.sharding)
+    if b.plan.schedule.split_backward:
+        return b.task(
+            st.rank, "compute", "loss", hb.b, [gather], phase="input_grad", microbatch=j,
+            flops=hb.flops_b, mem_alloc=grads, mem_free=_head_bytes(b) + grads,
+        )  # fmt: skip
     add = accumulation(b, st.rank, "head")  # eager frameworks: grad += new after the first
     t = b.task(
         st.rank, "compute", "loss", hb.b + hb.w + (add.w if add else 0.0), [gather],
         phase="input_grad", microbatch=j,
         flops=hb.flops_b + hb.flops_w, mem_alloc=dp.unsharded_grad_bytes(b, "head") + grads,
         mem_free=_head_bytes(b) + grads,
+    )  # fmt: skip
+    b.w_task[(st.rank, "head", j)] = t
+    dp.fsdp_reduce(b, st.rank, "head", j, [t], st.dp_tasks)
+    return t
+
+
+def output_weight_grad(b: GraphBuilder, st: RankState, j: int) -> int:
+    """Split schedules: the output layer's weight gradient, the first of the last chunk's W
+    pass. Zero-bubble implementations postpone every linear layer's weight gradient, the
+    output layer's included (sail-sg/zero-bubble-pipeline-parallelism wraps Megatron's
+    linear autograd function, which the output layer's ``ColumnParallelLinear`` runs). Its
+    input stays held from the forward; the ledger frees the head's activations with the
+    loss's backward (the logits dominate them)."""
+    _, hb = _blocks(b)
+    add = accumulation(b, st.rank, "head")  # eager frameworks: grad += new after the first
+    t = b.task(
+        st.rank, "compute", "output_weight_grad", hb.w + (add.w if add else 0.0), [],
+        phase="weight_grad", microbatch=j, flops=hb.flops_w,
+        mem_alloc=dp.unsharded_grad_bytes(b, "head"),
     )  # fmt: skip
     b.w_task[(st.rank, "head", j)] = t
     dp.fsdp_reduce(b, st.rank, "head", j, [t], st.dp_tasks)

@@ -20,7 +20,7 @@ from simulator.scenario import load_scenario_text
 TOL = 0.02
 
 
-def _scenario(schedule, p, m, v=1, layers_per_stage=16, layers=None, ends=None):
+def _scenario(schedule, p, m, v=1, layers_per_stage=16, layers=None, ends=None, vocab=8):
     """``layers`` (default ``layers_per_stage`` x p x v) with ``ends`` = (first, last) stage
     layers, if given."""
     layers = layers_per_stage * p * v if layers is None else layers
@@ -28,7 +28,7 @@ def _scenario(schedule, p, m, v=1, layers_per_stage=16, layers=None, ends=None):
         "" if ends is None else f", first_stage_layers: {ends[0]}, last_stage_layers: {ends[1]}"
     )
     return load_scenario_text(f"""
-model: {{layers: {layers}, hidden: 1024, heads: 16, ffn: 4096, vocab: 8,
+model: {{layers: {layers}, hidden: 1024, heads: 16, ffn: 4096, vocab: {vocab},
         activation: gelu, norm: layernorm}}
 cluster:
   accelerator: H100
@@ -187,6 +187,31 @@ def test_zero_bubble_h2():
     assert span - busy == pytest.approx(
         max((p - 1) * (tf + tb - 2 * tw), 0.0), rel=TOL, abs=TOL * busy / m
     )
+
+
+def test_split_schedules_postpone_the_output_layers_weight_gradient():
+    # zero-bubble implementations postpone every linear layer's W, the output layer's too:
+    # the loss's backward loses exactly what the output layer's W task takes, and that task
+    # runs in the W pass, after its micro-batch's B and before its layers' W
+    p, m = 2, 4
+    runs = {k: _run(_scenario(k, p, m, layers_per_stage=2, vocab=32000)) for k in ("1f1b", "zb-h1")}
+    c = {k: r.trace[r.trace["kind"] == "compute"] for k, r in runs.items()}
+    loss_b = {
+        k: f[(f["name"] == "loss") & (f["phase"] == "input_grad")].eval("end_s - start_s")
+        for k, f in c.items()
+    }
+    out_w = c["zb-h1"][c["zb-h1"]["name"] == "output_weight_grad"]
+    assert len(out_w) == m and set(out_w["rank"]) == {p - 1}
+    assert (out_w["phase"] == "weight_grad").all()
+    took = (out_w["end_s"] - out_w["start_s"]).to_numpy()
+    diff = loss_b["1f1b"].to_numpy() - loss_b["zb-h1"].to_numpy()
+    assert diff == pytest.approx(took, rel=1e-9) and took.min() > 0
+    last = c["zb-h1"][c["zb-h1"]["rank"] == p - 1]
+    for _, w in out_w.iterrows():
+        mb = last[last["microbatch"] == w["microbatch"]]
+        b_end = mb[mb["phase"] == "input_grad"]["end_s"].max()
+        layer_w = mb[(mb["phase"] == "weight_grad") & (mb["name"] != "output_weight_grad")]
+        assert b_end <= w["start_s"] and w["end_s"] <= layer_w["start_s"].min()
 
 
 def test_searched_zero_bubble_schedules_against_the_hand_crafted():

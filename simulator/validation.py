@@ -189,7 +189,9 @@ def nccl_time_rows(spec: dict) -> list[dict]:
 
 
 def zero_bubble_rows(spec: dict, each: Each = in_turn) -> list[dict]:
-    """Throughput of a zero-bubble schedule relative to 1F1B on the same pipeline."""
+    """Throughput of a zero-bubble schedule relative to 1F1B on the same pipeline (a row's
+    ``table``, 4 unless given, names its group; other tables' names carry the micro-batch
+    size, which tells apart runs of one model and micro-batch count)."""
     out = []
     jobs = {}  # (scenario, micro-batches, micro-batch size, schedule) -> its run, each once
     for r in spec["rows"]:
@@ -197,6 +199,7 @@ def zero_bubble_rows(spec: dict, each: Each = in_turn) -> list[dict]:
             jobs[(r["scenario"], r["microbatches"], r["micro_batch"], schedule)] = (
                 r["scenario"],
                 (
+                    f"training.micro_batch={r['micro_batch']}",
                     f"training.global_batch={r['microbatches'] * r['micro_batch']}",
                     f"parallelism.pipeline.schedule={schedule}",
                 ),
@@ -207,12 +210,14 @@ def zero_bubble_rows(spec: dict, each: Each = in_turn) -> list[dict]:
         run = (r["scenario"], r["microbatches"], r["micro_batch"])
         ours = times[(*run, "1f1b")] / times[(*run, r["schedule"])]
         published = r["published"] / r["published_1f1b"]
+        table = r.get("table", 4)
+        size = "" if table == 4 else f" b={r['micro_batch']}"
         name = (
-            f"{r['scenario'].split('/')[-1][:-5]} m={r['microbatches']}: "
+            f"{r['scenario'].split('/')[-1][:-5]} m={r['microbatches']}{size}: "
             f"{r['schedule']} vs {r['paper_schedule']}"
         )
         row = _row(
-            "Zero-bubble Table 4 (ratio to 1F1B)",
+            f"Zero-bubble Table {table} (ratio to 1F1B)",
             name,
             published,
             ours,

@@ -188,6 +188,14 @@ def nccl_time_rows(spec: dict) -> list[dict]:
     return out
 
 
+def _baseline(row: dict) -> tuple[int, int]:
+    """(micro-batch size, micro-batches) of a zero-bubble row's 1F1B run: the row's own, or
+    ``baseline_micro_batch`` and the count that keeps its batch (the paper's ZB-2p* halves
+    the micro-batch to hold ZB-1p's memory)."""
+    mb = row.get("baseline_micro_batch", row["micro_batch"])
+    return mb, row["microbatches"] * row["micro_batch"] // mb
+
+
 def zero_bubble_rows(spec: dict, each: Each = in_turn) -> list[dict]:
     """Throughput of a zero-bubble schedule relative to 1F1B on the same pipeline (a row's
     ``table``, 4 unless given, names its group; other tables' names carry the micro-batch
@@ -195,20 +203,24 @@ def zero_bubble_rows(spec: dict, each: Each = in_turn) -> list[dict]:
     out = []
     jobs = {}  # (scenario, micro-batches, micro-batch size, schedule) -> its run, each once
     for r in spec["rows"]:
-        for schedule in ("1f1b", r["schedule"]):
-            jobs[(r["scenario"], r["microbatches"], r["micro_batch"], schedule)] = (
+        for schedule, mb, m in (
+            ("1f1b", *_baseline(r)),
+            (r["schedule"], r["micro_batch"], r["microbatches"]),
+        ):
+            jobs[(r["scenario"], m, mb, schedule)] = (
                 r["scenario"],
                 (
-                    f"training.micro_batch={r['micro_batch']}",
-                    f"training.global_batch={r['microbatches'] * r['micro_batch']}",
+                    f"training.micro_batch={mb}",
+                    f"training.global_batch={m * mb}",
                     f"parallelism.pipeline.schedule={schedule}",
                 ),
             )
     summaries = each(_summary, jobs.values())
     times = {key: m["step_time_s"] for key, m in zip(jobs, summaries, strict=True)}
     for r in spec["rows"]:
-        run = (r["scenario"], r["microbatches"], r["micro_batch"])
-        ours = times[(*run, "1f1b")] / times[(*run, r["schedule"])]
+        mb, m = _baseline(r)
+        base = times[(r["scenario"], m, mb, "1f1b")]
+        ours = base / times[(r["scenario"], r["microbatches"], r["micro_batch"], r["schedule"])]
         published = r["published"] / r["published_1f1b"]
         table = r.get("table", 4)
         size = "" if table == 4 else f" b={r['micro_batch']}"

@@ -20,12 +20,13 @@ from simulator.validation import summary_frame, validate
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 10 + 6 + 5 + 10 + 31 + 54 + 6 + 3 + 3 + 10 + 6
+    assert len(frame) == 10 + 6 + 5 + 10 + 40 + 54 + 6 + 3 + 3 + 10 + 6
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: one ZB-1p row at the 5%
-    # edge (ZB-1p gains 2.3% more than the paper's on average), and Table 2's ZeRO-3 rows
-    # (the 2021 DeepSpeed implementation's overheads are not modelled).
+    # edge (ZB-1p gains 2.3% more than the paper's on average), six ZB-2p* rows at one
+    # sequence per micro-batch (+5 to +8%: halving the micro-batch costs more than we
+    # price), and Table 2's ZeRO-3 rows (the 2021 DeepSpeed implementation's overheads).
     assert (failing["expected_miss"] != "").all(), failing.to_string()
     # 5 + the three public FSDP throughput rows, which the simulator overestimates by 16-24%
     # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory) and
@@ -33,7 +34,7 @@ def test_every_row_within_tolerance():
     # + NVIDIA's Llama 3.1 8B H100 recipe (+14%)
     # + NVIDIA's Nemotron-4 340B and Llama 3.1 405B recipes (throughput within 6% and 2%, but
     # over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB on both systems
-    assert len(failing) <= 16
+    assert len(failing) <= 22
     nvidia = frame[frame["group"] == "NVIDIA H100 recipes (BF16)"].set_index("row")
     ok = ["nvidia-gpt3-175b-128xh100", "nvidia-llama31-70b-64xh100", "nvidia-nemotron4-15b-16xh100"]
     assert nvidia.loc[ok, "within"].all()  # within 10%
@@ -51,10 +52,13 @@ def test_every_row_within_tolerance():
     assert abs(llama.loc["llama3-405b-8k", "error"]) <= 0.10
     assert 0.10 < llama.loc["llama3-405b-16k-128k", "error"] < 0.25
     zb = frame[frame["group"].str.startswith("Zero-bubble")]
-    # the searched ZB-2p within 2% on all 11 rows; ZB-1p within 5% but for one row at +5.0%
-    assert (zb[zb["row"].str.contains(": zb-2p")]["error"].abs() <= 0.02).all()
+    # the searched ZB-2p within 2% on all 11 rows at the paper's micro-batch; ZB-1p within
+    # 5% but for one row at +5.0%; ZB-2p* (half the micro-batch) within 8%
+    star = zb["row"].str.endswith("ZB-2p*")
+    assert (zb[zb["row"].str.contains(": zb-2p") & ~star]["error"].abs() <= 0.02).all()
     assert (zb[zb["row"].str.contains(": zb-1p")]["error"].abs() <= 0.051).all()
-    assert (~zb["within"]).sum() <= 1
+    assert (zb[star]["error"].abs() <= 0.08).all() and star.sum() == 9
+    assert (~zb["within"]).sum() <= 7
     summary = summary_frame(frame).set_index("group")
     # every Table 1 row within 10% (the 76B row at +9.6% since NCCL's per-step latency)
     assert summary.loc["Megatron SC21 Table 1", "worst_abs_error"] <= 0.10

@@ -57,6 +57,12 @@ class PassTimes:
         return PassTimes((1.0,) * p, (1.0,) * p, (1.0,) * p)
 
 
+# Stages x micro-batches up to which the order is searched: the eight runs take about 40 us
+# per pass slot (p = 16, m = 2,048: 1.2 s), so about 5 s at this bound. The zero-bubble
+# paper's largest run is 32 x 512 = 16,384.
+MAX_SEARCHED = 2**17
+
+
 class _Search:
     """One run of the greedy heuristic (module doc) with one setting of its three choices."""
 
@@ -242,6 +248,12 @@ class ZBAuto(PipelineSchedule):
     def check(self, p: int, m: int, v: int) -> str | None:
         if v > 1:
             return f"{self.name} runs one chunk per stage: set virtual_stages: 1"
+        if p * m > MAX_SEARCHED:
+            return (
+                f"{self.name} searches its order over pp x micro-batches = {p * m:,} passes per "
+                f"kind, more than {MAX_SEARCHED:,} (several seconds of search each time the plan "
+                "is made): use fewer micro-batches, or zb-h1 / zb-h2"
+            )
         return None
 
     def orders(self, p: int, m: int, v: int) -> list[list[Item]]:

@@ -115,3 +115,5 @@ def test_registry_schedules_search_unit_passes_and_take_times():
     with pytest.raises(ValueError, match="3 stages given to a 4-stage"):
         get_schedule("zb-1p").with_times(PassTimes.uniform(3)).orders(4, 8, 1)
     assert "virtual_stages" in s.check(4, 8, 2)
+    # a search too long to run each time a plan is made is refused up front, with the bound
+    assert s.check(16, 2**13, 1) is None and "131,072" in s.check(16, 2**13 + 1, 1)

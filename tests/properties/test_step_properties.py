@@ -18,6 +18,8 @@ CASES = [
     ("zb-h1", 2, "full", 1),
     ("zb-h2", 3, "none", 1),
     ("gpipe", 3, "full", 1),
+    ("zb-1p", 3, "full", 1),  # searched for the plan's pass times
+    ("zb-2p", 2, "selective", 1),
 ]
 
 

@@ -242,6 +242,7 @@ SMALL_EXAMPLES = [
     "pipeline-interleaved",
     "pipeline-zb-h1",
     "pipeline-zb-h2",
+    "pipeline-zb-2p",
     "tp-sp-llama3-70b",
     "cp-llama3-8b-128k",
     "mixtral-8x22b",

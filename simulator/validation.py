@@ -191,7 +191,8 @@ def nccl_time_rows(spec: dict) -> list[dict]:
 def _baseline(row: dict) -> tuple[int, int]:
     """(micro-batch size, micro-batches) of a zero-bubble row's 1F1B run: the row's own, or
     ``baseline_micro_batch`` and the count that keeps its batch (the paper's ZB-2p* halves
-    the micro-batch to hold ZB-1p's memory)."""
+    the micro-batch to hold ZB-1p's memory). The run is of ``baseline_scenario`` when the row
+    gives one (ZB-V's scenarios lay their layers out in a V)."""
     mb = row.get("baseline_micro_batch", row["micro_batch"])
     return mb, row["microbatches"] * row["micro_batch"] // mb
 
@@ -207,8 +208,11 @@ def zero_bubble_rows(spec: dict, each: Each = in_turn) -> list[dict]:
             ("1f1b", *_baseline(r)),
             (r["schedule"], r["micro_batch"], r["microbatches"]),
         ):
-            jobs[(r["scenario"], m, mb, schedule)] = (
-                r["scenario"],
+            scenario = (
+                r["scenario"] if schedule != "1f1b" else r.get("baseline_scenario", r["scenario"])
+            )
+            jobs[(scenario, m, mb, schedule)] = (
+                scenario,
                 (
                     f"training.micro_batch={mb}",
                     f"training.global_batch={m * mb}",
@@ -219,7 +223,7 @@ def zero_bubble_rows(spec: dict, each: Each = in_turn) -> list[dict]:
     times = {key: m["step_time_s"] for key, m in zip(jobs, summaries, strict=True)}
     for r in spec["rows"]:
         mb, m = _baseline(r)
-        base = times[(r["scenario"], m, mb, "1f1b")]
+        base = times[(r.get("baseline_scenario", r["scenario"]), m, mb, "1f1b")]
         ours = base / times[(r["scenario"], r["microbatches"], r["micro_batch"], r["schedule"])]
         published = r["published"] / r["published_1f1b"]
         table = r.get("table", 4)

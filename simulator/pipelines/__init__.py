@@ -9,7 +9,7 @@ registry and the plan derives placement and in-flight memory from it.
 >>> schedule_names()[:5]
 ('1f1b', 'dualpipe', 'flexible-interleaved', 'gpipe', 'interleaved')
 >>> schedule_names()[5:]
-('zb-1p', 'zb-2p', 'zb-h1', 'zb-h2')
+('zb-1p', 'zb-2p', 'zb-h1', 'zb-h2', 'zb-v')
 >>> get_schedule("1f1b").order(p=2, r=0, m=2, v=1)
 [('F', 0, 0), ('F', 0, 1), ('B', 0, 0), ('W', 0, 0), ('B', 0, 1), ('W', 0, 1)]
 """
@@ -34,6 +34,7 @@ from simulator.pipelines.one_f_one_b import OneFOneB
 from simulator.pipelines.zb_auto import PassTimes, ZBAuto
 from simulator.pipelines.zb_h1 import ZBH1
 from simulator.pipelines.zb_h2 import ZBH2
+from simulator.pipelines.zb_v import ZBV
 
 _REGISTRY: dict[str, PipelineSchedule] = {}
 
@@ -53,6 +54,7 @@ for _s in (
     ZBH2(),
     ZBAuto("zb-1p", 1),
     ZBAuto("zb-2p", 2),
+    ZBV(),
     DualPipe(),
 ):
     register(_s)

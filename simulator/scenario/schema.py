@@ -225,7 +225,7 @@ def _known_schedule(name: str) -> str:
 
 class PipelineConfig(Frozen):
     """Pipeline schedule, one of :func:`simulator.pipelines.schedule_names` (gpipe, 1f1b,
-    interleaved, flexible-interleaved, zb-h1, zb-h2, zb-1p, zb-2p, dualpipe).
+    interleaved, flexible-interleaved, zb-h1, zb-h2, zb-1p, zb-2p, zb-v, dualpipe).
     ``first_stage_layers``/``last_stage_layers`` give the first and last stages fewer layers to
     make room for the embedding and output layer, as Llama 3 405B does (126 layers on 16 stages:
     7 + 14 x 8 + 7); the middle stages split the rest evenly. With interleaving each stage

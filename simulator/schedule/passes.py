@@ -411,6 +411,13 @@ def _send(b: GraphBuilder, rank: int, what: str, hop, c: int, j: int, deps) -> N
     if hop is None:
         return
     forward = what == "sendF"
+    if hop[0] == b.plan.stage_of(rank):  # the turn of a V: the next chunk is on this rank
+        turn = b.task(
+            rank, "compute", "pp_turn", 0.0, deps, phase="forward" if forward else "input_grad",
+            microbatch=j,
+        )  # fmt: skip
+        b.bind((what, rank, c, j), turn)
+        return
     t = b.comm(
         rank=rank,
         stream="pp_fwd" if forward else "pp_bwd",

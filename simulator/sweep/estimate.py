@@ -85,7 +85,7 @@ def bubble_fraction(c: Choice, micro_batches: int) -> float:
     base = (p - 1) / (m + p - 1)
     if c.schedule in ("zb-h1", "zb-1p"):  # ZB-1p: ZB-H1's bubble at equal passes (tests)
         return base / 3
-    if c.schedule in ("zb-h2", "zb-2p"):  # ZB-2p: none at equal passes, as ZB-H2
+    if c.schedule in ("zb-h2", "zb-2p", "zb-v"):  # ZB-2p and ZB-V: none at equal passes
         return 0.0
     return base
 

@@ -207,7 +207,7 @@ FIELDS = {
     ("parallelism", "fsdp_unit_layers"): st.sampled_from([1, 2, 7, 1000, 10**9]),
     ("parallelism", "fsdp_prefetch"): st.integers(0, 64),
     ("parallelism", "pipeline", "schedule"): st.sampled_from(
-        ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p"]
+        ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v"]
     ),
     ("parallelism", "pipeline", "virtual_stages"): st.sampled_from([1, 2, 3, 4]),
     ("training", "global_batch"): st.sampled_from([1, 2, 8, 16, 64, 512, 1536, 65536]),

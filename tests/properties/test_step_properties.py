@@ -20,6 +20,7 @@ CASES = [
     ("gpipe", 3, "full", 1),
     ("zb-1p", 3, "full", 1),  # searched for the plan's pass times
     ("zb-2p", 2, "selective", 1),
+    ("zb-v", 1, "none", 1),  # a V: two chunks per stage, the turn on the last
 ]
 
 

@@ -89,6 +89,7 @@ def test_bubble_fractions_match_the_closed_forms():
         1 / 15
     )
     assert bubble_fraction(Choice(**{**c.__dict__, "schedule": "zb-2p"}), 12) == 0.0
+    assert bubble_fraction(Choice(**{**c.__dict__, "schedule": "zb-v"}), 12) == 0.0
 
 
 def test_estimate_of_one_gpu_is_the_flop_count():

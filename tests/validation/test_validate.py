@@ -20,13 +20,14 @@ from simulator.validation import summary_frame, validate
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 10 + 6 + 5 + 10 + 40 + 54 + 6 + 3 + 3 + 10 + 6
+    assert len(frame) == 10 + 6 + 5 + 10 + 49 + 54 + 6 + 3 + 3 + 10 + 6
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: one ZB-1p row at the 5%
     # edge (ZB-1p gains 2.3% more than the paper's on average), six ZB-2p* rows at one
     # sequence per micro-batch (+5 to +8%: halving the micro-batch costs more than we
-    # price), and Table 2's ZeRO-3 rows (the 2021 DeepSpeed implementation's overheads).
+    # price), five ZB-V rows (+5 to +7%, as ZB-1p but more), and Table 2's ZeRO-3 rows (the
+    # 2021 DeepSpeed implementation's overheads).
     assert (failing["expected_miss"] != "").all(), failing.to_string()
     # 5 + the three public FSDP throughput rows, which the simulator overestimates by 16-24%
     # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory) and
@@ -34,7 +35,7 @@ def test_every_row_within_tolerance():
     # + NVIDIA's Llama 3.1 8B H100 recipe (+14%)
     # + NVIDIA's Nemotron-4 340B and Llama 3.1 405B recipes (throughput within 6% and 2%, but
     # over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB on both systems
-    assert len(failing) <= 22
+    assert len(failing) <= 27
     nvidia = frame[frame["group"] == "NVIDIA H100 recipes (BF16)"].set_index("row")
     ok = ["nvidia-gpt3-175b-128xh100", "nvidia-llama31-70b-64xh100", "nvidia-nemotron4-15b-16xh100"]
     assert nvidia.loc[ok, "within"].all()  # within 10%
@@ -58,7 +59,9 @@ def test_every_row_within_tolerance():
     assert (zb[zb["row"].str.contains(": zb-2p") & ~star]["error"].abs() <= 0.02).all()
     assert (zb[zb["row"].str.contains(": zb-1p")]["error"].abs() <= 0.051).all()
     assert (zb[star]["error"].abs() <= 0.08).all() and star.sum() == 9
-    assert (~zb["within"]).sum() <= 7
+    v = zb["row"].str.contains(": zb-v")  # PyTorch's fixed pattern: optimistic, within 7%
+    assert (zb[v]["error"].between(0.0, 0.07)).all() and v.sum() == 9
+    assert (~zb["within"]).sum() <= 12
     summary = summary_frame(frame).set_index("group")
     # every Table 1 row within 10% (the 76B row at +9.6% since NCCL's per-step latency)
     assert summary.loc["Megatron SC21 Table 1", "worst_abs_error"] <= 0.10

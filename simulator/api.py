@@ -28,7 +28,7 @@ from simulator.engine.steady_state import expand, expand_memory, find_repeat
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
 from simulator.model.params import count_params
-from simulator.pipelines import SteadyState, steady_state
+from simulator.pipelines import SteadyState, get_schedule, steady_state
 from simulator.plan.collective_choice import NetworkFacts, choose_algorithm
 from simulator.plan.memory import (
     RankMemory,
@@ -101,13 +101,19 @@ class MemoryReport:
         }
 
 
-def memory_report(scenario: Scenario) -> MemoryReport:
-    """Per-rank memory breakdown of ``scenario`` (see :mod:`simulator.plan.memory`)."""
+def memory_report(scenario: Scenario, topo: Topology | None = None) -> MemoryReport:
+    """Per-rank memory breakdown of ``scenario`` (see :mod:`simulator.plan.memory`). A
+    pipeline schedule searched for its passes' durations (ZB-1p, ZB-2p) is searched with the
+    cluster's network, as ``run`` does, so that both hold the same order (``topo``: the
+    scenario's topology if already built)."""
     counts = count_params(scenario.model)
+    plan: Scenario | Plan = scenario
+    if get_schedule(scenario.parallelism.pipeline.schedule).needs_times:
+        plan = build_plan(scenario, topo or build_topology(scenario.cluster))
     return MemoryReport(
         parameter_count=counts.total,
         active_parameter_count=counts.active,
-        ranks=tuple(distinct_rank_kinds(memory_ledger(scenario))),
+        ranks=tuple(distinct_rank_kinds(memory_ledger(plan))),
         max_params_model_states=max_params_model_states(scenario),
         caveats=tuple(ledger_caveats(scenario)),
     )

@@ -194,7 +194,13 @@ def _baseline(row: dict) -> tuple[int, int]:
     the micro-batch to hold ZB-1p's memory). The run is of ``baseline_scenario`` when the row
     gives one (ZB-V's scenarios lay their layers out in a V)."""
     mb = row.get("baseline_micro_batch", row["micro_batch"])
-    return mb, row["microbatches"] * row["micro_batch"] // mb
+    count, rest = divmod(row["microbatches"] * row["micro_batch"], mb)
+    if rest:
+        raise ValueError(
+            f"{row['scenario']}: baseline_micro_batch {mb} does not divide the row's batch of "
+            f"{row['microbatches']} x {row['micro_batch']}"
+        )
+    return mb, count
 
 
 def zero_bubble_rows(spec: dict, each: Each = in_turn) -> list[dict]:

@@ -133,6 +133,17 @@ def head_activation_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding = Shardin
     return 2 * mb.act_bytes * replicated * m.hidden + norm + FP32 * tokens * m.vocab / sh.tp
 
 
+def output_weight_grad_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding = Sharding()) -> float:
+    """What a postponed output-layer weight gradient (dW = dY^T X, split-backward schedules)
+    holds from the loss's backward to its W pass, per micro-batch on the last stage: the
+    layer's input X (``T x hidden``, sequence-parallel shard) and the logits' gradient dY
+    (``T x vocab/tp``), both in the activation dtype, as the zero-bubble implementation's
+    ``WeightGradStore.put(total_input, grad_output, ...)`` keeps them."""
+    tokens = mb.b * mb.s / sh.cp
+    replicated = tokens / sh.tp if sh.sp else tokens
+    return mb.act_bytes * (replicated * m.hidden + tokens * m.vocab / sh.tp)
+
+
 def loss_transient_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding = Sharding()) -> float:
     """Bytes the loss's backward holds beyond the saved fp32 probabilities (the gradients of
     the logits), per micro-batch on the last stage: ``loss_bytes_per_logit - 4`` per logit."""

@@ -30,6 +30,7 @@ from simulator.model.activations import (
     head_activation_bytes,
     layer_activation_bytes,
     loss_transient_bytes,
+    output_weight_grad_bytes,
 )
 from simulator.pipelines import peak_held
 from simulator.plan.plan import Plan, StagePlan, build_plan, zero_sharded
@@ -94,7 +95,8 @@ def _stage_activations(plan: Plan, stage: StagePlan) -> tuple[float, float]:
 
     The peak follows the stage's pass order: a chunk's forward takes its layers' activations
     (and the embedding's, on the first model chunk), its weight-gradient pass gives them back;
-    the output layer's logits live from the loss forward to the loss backward (B).
+    the output layer's logits live from the loss forward to the loss backward (B), and under a
+    split-backward schedule the output layer's input and the logits' gradient until its W.
     """
     s = plan.scenario
     m, rc, mb, sh = s.model, s.parallelism.recompute, plan.micro_batch, plan.sharding
@@ -108,7 +110,15 @@ def _stage_activations(plan: Plan, stage: StagePlan) -> tuple[float, float]:
     total = peak_held(stage.order, chunk_bytes)
     if stage.is_last:
         heads = [c for c, ch in enumerate(stage.chunks) if ch.has_head]
-        total += head * peak_held(stage.order, lambda c: float(c in heads), released_by="B")
+
+        def is_head(c: int) -> float:
+            return float(c in heads)
+
+        # a postponed output-layer weight gradient keeps its input and the logits' gradient
+        # until its W (:func:`~simulator.model.activations.output_weight_grad_bytes`)
+        kept_for_w = output_weight_grad_bytes(m, mb, sh) if plan.schedule.split_backward else 0.0
+        total += (head - kept_for_w) * peak_held(stage.order, is_head, released_by="B")
+        total += kept_for_w * peak_held(stage.order, is_head, released_by="W")
     rebuilt = 0.0
     if rc != "none":  # backward recomputes one layer at a time: what it dropped comes back
         rebuilt = max(

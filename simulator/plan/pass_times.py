@@ -80,8 +80,10 @@ def pass_times(
 ) -> PassTimes:
     """Per-stage f, b, w durations (s) and the stage-to-stage trip (s): ``send_bytes`` between
     ranks ``stage_stride`` apart, over the network when any two adjacent stages sit on
-    different hosts (the slowest trip; the search takes one), else over NVLink (module doc);
-    free without ``network``."""
+    different hosts (the slowest trip: the search takes one, so a pipeline whose stages share
+    hosts in pairs has its NVLink trips priced as network ones), else over NVLink (module
+    doc); free without ``network`` (:func:`simulator.api.memory_report` gives the ledger the
+    network, so that it holds the order ``run`` simulates)."""
     cm = ComputeModel.for_scenario(s)
     f, b, w = [], [], []
     for r in range(s.parallelism.pp):

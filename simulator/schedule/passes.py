@@ -16,6 +16,7 @@ from simulator.model.activations import (
     embedding_activation_bytes,
     head_activation_bytes,
     loss_transient_bytes,
+    output_weight_grad_bytes,
 )
 from simulator.pipelines import Overlapped
 from simulator.plan.memory import root_kept
@@ -325,11 +326,15 @@ def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
     _, hb = _blocks(b)
     gather = _end_gather(b, st.rank, "head", j)
     grads = loss_transient_bytes(b.plan.scenario.model, b.plan.micro_batch, b.plan.sharding)
-    if b.plan.schedule.split_backward:
-        return b.task(
+    if b.plan.schedule.split_backward:  # W keeps its input and the logits' gradient, and
+        # needs no parameters: ZeRO-3 releases the gathered head here, as it does a layer's
+        t = b.task(
             st.rank, "compute", "loss", hb.b, [gather], phase="input_grad", microbatch=j,
-            flops=hb.flops_b, mem_alloc=grads, mem_free=_head_bytes(b) + grads,
+            flops=hb.flops_b, mem_alloc=grads,
+            mem_free=_head_bytes(b) + grads - _held_for_w(b) + dp.gathered_bytes(b, "head"),
         )  # fmt: skip
+        b.bind(("lossB", st.rank, j), t)
+        return t
     add = accumulation(b, st.rank, "head")  # eager frameworks: grad += new after the first
     t = b.task(
         st.rank, "compute", "loss", hb.b + hb.w + (add.w if add else 0.0), [gather],
@@ -346,19 +351,25 @@ def output_weight_grad(b: GraphBuilder, st: RankState, j: int) -> int:
     """Split schedules: the output layer's weight gradient, the first of the last chunk's W
     pass. Zero-bubble implementations postpone every linear layer's weight gradient, the
     output layer's included (sail-sg/zero-bubble-pipeline-parallelism wraps Megatron's
-    linear autograd function, which the output layer's ``ColumnParallelLinear`` runs). Its
-    input stays held from the forward; the ledger frees the head's activations with the
-    loss's backward (the logits dominate them)."""
+    linear autograd function, which the output layer's ``ColumnParallelLinear`` runs). It
+    frees what the loss's backward left it (:func:`_held_for_w`); ZeRO-3's gathered head was
+    released after that backward, so its reduce-scatter frees only the gradient."""
     _, hb = _blocks(b)
     add = accumulation(b, st.rank, "head")  # eager frameworks: grad += new after the first
     t = b.task(
-        st.rank, "compute", "output_weight_grad", hb.w + (add.w if add else 0.0), [],
-        phase="weight_grad", microbatch=j, flops=hb.flops_w,
-        mem_alloc=dp.unsharded_grad_bytes(b, "head"),
+        st.rank, "compute", "output_weight_grad", hb.w + (add.w if add else 0.0),
+        [("lossB", st.rank, j)], phase="weight_grad", microbatch=j, flops=hb.flops_w,
+        mem_alloc=dp.unsharded_grad_bytes(b, "head"), mem_free=_held_for_w(b),
     )  # fmt: skip
     b.w_task[(st.rank, "head", j)] = t
-    dp.fsdp_reduce(b, st.rank, "head", j, [t], st.dp_tasks)
+    dp.fsdp_reduce(b, st.rank, "head", j, [t], st.dp_tasks, free_params=False)
     return t
+
+
+def _held_for_w(b: GraphBuilder) -> float:
+    """Bytes a postponed output-layer weight gradient keeps from B to W."""
+    plan = b.plan
+    return output_weight_grad_bytes(plan.scenario.model, plan.micro_batch, plan.sharding)
 
 
 def weight_grad(

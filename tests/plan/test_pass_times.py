@@ -56,3 +56,24 @@ def test_full_recompute_adds_the_forward_to_b():
         assert t1.b[r] - t0.b[r] == pytest.approx(t0.f[r], rel=1e-9)
     for r in (0, 3):  # the embedding and the head are not recomputed
         assert 0 < t1.b[r] - t0.b[r] < t0.f[r]
+
+
+def test_the_memory_report_holds_the_order_run_simulates(monkeypatch):
+    # review finding: the ledger built its plan without the network, so the search ran
+    # with a free trip and gave other orders than `run` simulates
+    from simulator.plan import memory
+
+    s, plan = _plan()
+    assert plan.schedule.times.comm > 0
+    seen = []
+    real = api.memory_ledger
+
+    def spy(arg):
+        seen.append(arg)
+        return real(arg)
+
+    monkeypatch.setattr(api, "memory_ledger", spy)
+    report = {st: r.total for r in api.memory_report(s).ranks for st in r.stages}
+    (ledger_plan,) = seen
+    assert [st.order for st in ledger_plan.stages] == [st.order for st in plan.stages]
+    assert report == {r.stages[0]: r.total for r in memory.memory_ledger(plan)}

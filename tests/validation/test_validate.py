@@ -20,7 +20,7 @@ from simulator.validation import summary_frame, validate
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 10 + 6 + 5 + 10 + 49 + 54 + 6 + 3 + 3 + 10 + 6
+    assert len(frame) == 10 + 6 + 5 + 10 + 51 + 54 + 6 + 3 + 3 + 10 + 6
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: one ZB-1p row at the 5%
@@ -53,10 +53,12 @@ def test_every_row_within_tolerance():
     assert abs(llama.loc["llama3-405b-8k", "error"]) <= 0.10
     assert 0.10 < llama.loc["llama3-405b-16k-128k", "error"] < 0.25
     zb = frame[frame["group"].str.startswith("Zero-bubble")]
-    # the searched ZB-2p within 2% on all 11 rows at the paper's micro-batch; ZB-1p within
+    # the searched ZB-2p within 2% on all 12 rows at the paper's micro-batch; ZB-1p within
     # 5% but for one row at +5.0%; ZB-2p* (half the micro-batch) within 8%
     star = zb["row"].str.endswith("ZB-2p*")
     assert (zb[zb["row"].str.contains(": zb-2p") & ~star]["error"].abs() <= 0.02).all()
+    # (a regression bound at today's worst ZB-1p row, +5.0%, not a tolerance: the group's is
+    # 5%, which that row misses with its reason)
     assert (zb[zb["row"].str.contains(": zb-1p")]["error"].abs() <= 0.051).all()
     assert (zb[star]["error"].abs() <= 0.08).all() and star.sum() == 9
     v = zb["row"].str.contains(": zb-v")  # PyTorch's fixed pattern: optimistic, within 7%

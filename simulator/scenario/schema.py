@@ -229,10 +229,10 @@ class PipelineConfig(Frozen):
     ``first_stage_layers``/``last_stage_layers`` give the first and last stages fewer layers to
     make room for the embedding and output layer, as Llama 3 405B does (126 layers on 16 stages:
     7 + 14 x 8 + 7); the middle stages split the rest evenly. Under dualpipe and zb-v, whose
-    stage 0 holds both ends, they give the first and last model chunks' layers. With interleaving each stage
-    splits its layers over its chunks, the lighter chunk next to the embedding or the output
-    layer; an end stage with one layer fewer than chunks leaves that chunk to the embedding (or
-    output layer) alone.
+    stage 0 holds both ends, they give the first and last model chunks' layers. With
+    interleaving each stage splits its layers over its chunks, the lighter chunk next to the
+    embedding or the output layer; an end stage with one layer fewer than chunks leaves that
+    chunk to the embedding (or output layer) alone.
     """
 
     schedule: Annotated[str, AfterValidator(_known_schedule)] = "1f1b"

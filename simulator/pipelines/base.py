@@ -234,6 +234,21 @@ def _stage_totals(layers: int, p: int, first: int | None, last: int | None) -> l
     return [first, *mid, last]
 
 
+def end_chunk_sizes(layers: int, n: int, first: int | None, last: int | None) -> list[int]:
+    """Layers of ``n`` model chunks whose first and last hold ``first`` and ``last`` and the
+    others split the rest evenly (schedules whose stages hold two chunks: DualPipe, ZB-V).
+    Raises ValueError."""
+    if first is None or last is None:
+        raise ValueError("give both first_stage_layers and last_stage_layers")
+    middle = layers - first - last
+    if n < 3 or middle <= 0 or middle % (n - 2):
+        raise ValueError(
+            f"{layers} layers minus {first} first and {last} last do not split evenly "
+            f"over the {n - 2} middle chunks"
+        )
+    return [first, *[middle // (n - 2)] * (n - 2), last]
+
+
 def peak_held(
     order: Iterable[Item],
     weight: Callable[[int], float],

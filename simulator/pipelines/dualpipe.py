@@ -18,7 +18,14 @@ from __future__ import annotations
 
 from collections import deque
 
-from simulator.pipelines.base import Hop, Item, Overlapped, Pass, PipelineSchedule
+from simulator.pipelines.base import (
+    Hop,
+    Item,
+    Overlapped,
+    Pass,
+    PipelineSchedule,
+    end_chunk_sizes,
+)
 
 
 class DualPipe(PipelineSchedule):
@@ -52,15 +59,7 @@ class DualPipe(PipelineSchedule):
             if layers % p:
                 raise ValueError(f"{layers} layers do not split into {p} equal chunks")
             return [layers // p] * p
-        if first is None or last is None:
-            raise ValueError("give both first_stage_layers and last_stage_layers")
-        middle = layers - first - last
-        if p < 3 or middle <= 0 or middle % (p - 2):
-            raise ValueError(
-                f"{layers} layers minus {first} first and {last} last do not split evenly "
-                f"over the {p - 2} middle chunks"
-            )
-        return [first, *[middle // (p - 2)] * (p - 2), last]
+        return end_chunk_sizes(layers, p, first, last)
 
     def check(self, p: int, m: int, v: int) -> str | None:
         if v > 1:

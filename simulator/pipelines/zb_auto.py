@@ -270,9 +270,10 @@ class ZBAuto(PipelineSchedule):
         return None
 
     def orders(self, p: int, m: int, v: int) -> list[list[Item]]:
-        times = self.times or PassTimes.uniform(p)
-        return [list(o) for o in search(p, m, times, self.pending * p)[0]]
+        return [list(o) for o in self._searched(p, m)]
 
     def order(self, p: int, r: int, m: int, v: int) -> list[Item]:
-        times = self.times or PassTimes.uniform(p)
-        return list(search(p, m, times, self.pending * p)[0][r])
+        return list(self._searched(p, m)[r])
+
+    def _searched(self, p: int, m: int) -> Orders:
+        return search(p, m, self.times or PassTimes.uniform(p), self.pending * p)[0]

@@ -22,7 +22,7 @@ optimizer's synchronisation is dropped (post-validation), so steps overlap.
 
 from __future__ import annotations
 
-from simulator.pipelines.base import Hop, Item, PipelineSchedule
+from simulator.pipelines.base import Hop, Item, PipelineSchedule, end_chunk_sizes
 
 
 class ZBV(PipelineSchedule):
@@ -67,15 +67,7 @@ class ZBV(PipelineSchedule):
                 f"{layers} layers do not split into {n} equal chunks (2 per stage), nor into "
                 f"{n} chunks with the end ones a layer lighter (2 x pp x k - 2 layers)"
             )
-        if first is None or last is None:
-            raise ValueError("give both first_stage_layers and last_stage_layers")
-        middle = layers - first - last
-        if middle <= 0 or middle % (n - 2):
-            raise ValueError(
-                f"{layers} layers minus {first} first and {last} last do not split evenly "
-                f"over the {n - 2} middle chunks"
-            )
-        return [first, *[middle // (n - 2)] * (n - 2), last]
+        return end_chunk_sizes(layers, n, first, last)
 
     def check(self, p: int, m: int, v: int) -> str | None:
         if v > 1:
@@ -89,37 +81,24 @@ class ZBV(PipelineSchedule):
         count = {(k, c): 0 for k in "FBW" for c in (0, 1)}
         out: list[Item] = []
 
-        def put(kind: str, c: int) -> None:
-            j = count[(kind, c)]
-            count[(kind, c)] = j + 1
-            if j < m:
-                out.append((kind, c, j))
+        def put(*passes: str) -> None:
+            """Each pass as kind and local chunk ("F1"): the chunk's next of that kind."""
+            for x in passes:
+                kind, c = x[0], int(x[1])
+                j = count[(kind, c)]
+                count[(kind, c)] = j + 1
+                if j < m:
+                    out.append((kind, c, j))
 
-        for _ in range(2 * (p - r) - 1):
-            put("F", 0)
-        for _ in range(r):
-            put("F", 1)
-            put("F", 0)
-        for _ in range(p - r):
-            put("F", 1)
-            put("B", 1)
-            put("W", 1)
+        put(*["F0"] * (2 * (p - r) - 1))
+        put(*["F1", "F0"] * r)
+        put(*["F1", "B1", "W1"] * (p - r))
         while count[("F", 1)] < count[("F", 0)] or count[("F", 0)] < n:
             if count[("F", 0)] < n:
-                put("F", 0)
-            put("B", 0)
-            put("W", 0)
-            put("F", 1)
-            put("B", 1)
-            put("W", 1)
-        for _ in range(r):
-            put("B", 0)
-            put("B", 1)
-        for _ in range(p - r):
-            put("B", 0)
-            put("W", 0)
-        while count[("W", 1)] < count[("B", 1)]:
-            put("W", 1)
-        while count[("W", 0)] < count[("B", 0)]:
-            put("W", 0)
+                put("F0")
+            put("B0", "W0", "F1", "B1", "W1")
+        put(*["B0", "B1"] * r)
+        put(*["B0", "W0"] * (p - r))
+        put(*["W1"] * (count[("B", 1)] - count[("W", 1)]))
+        put(*["W0"] * (count[("B", 0)] - count[("W", 0)]))
         return out

@@ -27,8 +27,10 @@ terms; full recompute keeps only the layer input ``e T h`` (split by sp).
 Eager frameworks keep more (:mod:`simulator.scenario.framework`): eager SwiGLU a fourth ffn-sized
 tensor, eager RMSNorm an fp32 copy of each norm's input (4 T h bytes per norm, split by sp).
 
-MoE layers save the router probabilities (fp32), the dispatched tokens and the expert hidden
-activations for ``T x top_k x capacity_factor`` token-copies, and the expert outputs that the
+MoE layers save the router probabilities (fp32, of the tokens the rank routes: ``T / t`` under
+sequence parallelism), the dispatched tokens and the expert hidden activations for
+``T x top_k x capacity_factor`` token-copies (``x etp / t`` when the expert TP degree differs
+from TP: :attr:`~simulator.model.ops.Sharding.expert_share`), and the expert outputs that the
 combine's gate gradient needs.
 """
 
@@ -86,8 +88,8 @@ def _ffn_bytes(m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding) -> floa
     if not m.is_moe_layer(layer):
         return per_ffn * e * tokens * m.ffn / sh.tp
     moe = m.moe
-    routed = tokens * moe.top_k * (moe.capacity_factor or 1.0)
-    out = 4.0 * tokens * moe.experts  # fp32 router probabilities
+    routed = tokens * sh.expert_share * moe.top_k * (moe.capacity_factor or 1.0)
+    out = 4.0 * tokens * sh.router_share * moe.experts  # fp32 router probabilities
     out += 2 * e * routed * m.hidden  # dispatched tokens in, expert outputs back
     out += per_ffn * e * routed * moe.expert_ffn / sh.etp
     out += per_ffn * e * tokens * moe.expert_ffn * moe.shared_experts / sh.tp

@@ -56,6 +56,21 @@ class Sharding:
     def etp(self) -> int:
         return self.expert_tp or self.tp
 
+    @property
+    def expert_share(self) -> float:
+        """The share of the CP shard's tokens whose routed copies a rank's experts see: 1
+        when expert TP = TP (the TP group's tokens, gathered); etp / tp when they differ (MoE
+        parallel folding: each rank dispatches its own 1/tp of them under sequence
+        parallelism and its expert-TP group gathers etp such shares)."""
+        return 1.0 if self.etp == self.tp else self.etp / self.tp
+
+    @property
+    def router_share(self) -> float:
+        """The share of the CP shard's tokens a rank's router scores: its own 1/tp under
+        sequence parallelism (Megatron-core routes the rank's sequence-parallel hidden states
+        before any dispatch), else all."""
+        return 1.0 / self.tp if self.sp else 1.0
+
 
 @dataclass(frozen=True)
 class Op:
@@ -382,9 +397,10 @@ def ffn_ops(
     e = act_bytes
     ops: list[Op] = []
     moe = m.moe if m.is_moe_layer(layer) else None
-    routed = tokens * moe.top_k * (moe.capacity_factor or 1.0) if moe else 0.0
+    routed = tokens * shard.expert_share * moe.top_k * (moe.capacity_factor or 1.0) if moe else 0.0
+    scored = tokens * shard.router_share
     for lin in ffn_linears(m, layer):
-        rows = routed if lin.group == "expert" else tokens
+        rows = {"expert": routed, "router": scored}.get(lin.group, tokens)
         op = gemm_op(lin, rows, shard, e)
         ops.append(op)
         if lin.name.endswith("_up"):
@@ -399,7 +415,7 @@ def ffn_ops(
             )
         if lin.name == "router":
             ops.append(
-                _elementwise("router_topk", tokens * moe.experts, tokens * moe.top_k, 4.0, 5.0)
+                _elementwise("router_topk", scored * moe.experts, scored * moe.top_k, 4.0, 5.0)
             )
     return ops
 

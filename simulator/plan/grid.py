@@ -6,6 +6,14 @@ innermost a tensor-parallel group fills one NVLink domain. Expert parallelism is
 DP x CP (Megatron-LM): an EP group is ``ep`` consecutive data-parallel indices with the same
 tp and pp coordinates; the expert-data-parallel group links the EP groups' equals.
 
+With an expert tensor-parallel degree ``etp`` other than ``tp`` the MoE layers fold their own
+grid over each stage's ranks (Megatron-core's "MoE parallel folding", Liu et al. 2025,
+arXiv:2504.14960; its expert rank generator lays out ``tp-ep-dp``, ``tp`` being the expert
+TP): a stage's ranks in the order tp, then (dp, cp) flattened as above, are cut into expert-TP
+groups of ``etp`` consecutive ones, ``ep`` consecutive expert-TP groups make an EP group (its
+members the same place in each), and the expert-data-parallel group is the rest. With ``etp``
+= ``tp`` this is the layout above, rank for rank.
+
 >>> g = RankGrid(dp=2, pp=2, cp=1, tp=4)
 >>> g.rank(tp=1, cp=0, pp=1, dp=1), g.group(5, "tp"), g.group(5, "dp")
 (13, (4, 5, 6, 7), (5, 13))
@@ -29,6 +37,11 @@ class RankGrid:
     tp: int
     ep: int = 1
     order: tuple[str, ...] = DIMS
+    etp: int | None = None  # expert tensor parallelism; None: tp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
 
     @property
     def size(self) -> int:
@@ -104,21 +117,38 @@ class RankGrid:
         offsets = self.group(0, *dims)  # ascending: the group of rank 0
         return [tuple([f + o for o in offsets]) for f in firsts if f != own]
 
-    def ep_group(self, rank: int) -> tuple[int, ...]:
-        """The expert-parallel group: ``ep`` consecutive (dp, cp) positions, same tp and pp."""
+    def _position(self, rank: int) -> tuple[int, dict[str, int]]:
+        """``rank``'s place among its stage's ranks in the expert layers' order: tp
+        innermost, then (dp, cp) flattened, cp inner (module doc); and its coordinates."""
         c = self.coords(rank)
-        flat = c["dp"] * self.cp + c["cp"]
-        start = flat - flat % self.ep
-        out = []
-        for f in range(start, start + self.ep):
-            out.append(self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp))
-        return tuple(out)
+        return c["tp"] + self.tp * (c["dp"] * self.cp + c["cp"]), c
+
+    def _at(self, pos: int, pp: int) -> int:
+        """The rank at expert-layer place ``pos`` of stage ``pp`` (:meth:`_position`)."""
+        flat, tp = divmod(pos, self.tp)
+        return self.rank(tp=tp, pp=pp, dp=flat // self.cp, cp=flat % self.cp)
+
+    def expert_tp_group(self, rank: int) -> tuple[int, ...]:
+        """The expert tensor-parallel group: ``etp`` consecutive expert-layer places of
+        ``rank``'s stage (its TP group when ``etp`` = ``tp``), ascending."""
+        pos, c = self._position(rank)
+        etp = self.expert_tp
+        start = pos - pos % etp
+        return tuple(sorted(self._at(p, c["pp"]) for p in range(start, start + etp)))
+
+    def ep_group(self, rank: int) -> tuple[int, ...]:
+        """The expert-parallel group: ``rank``'s place in each of ``ep`` consecutive
+        expert-TP groups of its stage; with ``etp`` = ``tp``, ``ep`` consecutive (dp, cp)
+        positions with the same tp and pp."""
+        pos, c = self._position(rank)
+        etp = self.expert_tp
+        block = etp * self.ep
+        start = pos - pos % block + pos % etp
+        return tuple(self._at(start + j * etp, c["pp"]) for j in range(self.ep))
 
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
-        """Ranks holding the same experts: the same place in every EP group of the DP x CP."""
-        c = self.coords(rank)
-        flat = c["dp"] * self.cp + c["cp"]
-        out = []
-        for f in range(flat % self.ep, self.dp * self.cp, self.ep):
-            out.append(self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp))
-        return tuple(out)
+        """Ranks holding the same experts: the same place in every EP group of the stage."""
+        pos, c = self._position(rank)
+        block = self.expert_tp * self.ep
+        places = range(pos % block, self.tp * self.cp * self.dp, block)
+        return tuple(self._at(p, c["pp"]) for p in places)

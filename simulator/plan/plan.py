@@ -141,7 +141,7 @@ def params_of_key(s: Scenario, key) -> tuple[float, float]:
 
 def grid_of(s: Scenario) -> RankGrid:
     p = s.parallelism
-    return RankGrid(dp=s.dp, pp=p.pp, cp=p.cp, tp=p.tp, ep=p.ep, order=tuple(p.order))
+    return RankGrid(dp=s.dp, pp=p.pp, cp=p.cp, tp=p.tp, ep=p.ep, order=tuple(p.order), etp=p.etp)
 
 
 def micro_batch_of(s: Scenario, param_bytes: float) -> MicroBatch:

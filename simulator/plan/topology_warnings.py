@@ -34,20 +34,23 @@ from simulator.topology import Topology
 
 # Groups whose traffic is per layer (slide 42: TP belongs inside the node; EP and CP are the
 # other per-layer collectives). DP and PP are expected to cross nodes and are not flagged.
-_PER_LAYER = ("tp", "cp", "ep")
+_PER_LAYER = ("tp", "cp", "ep", "etp")
 
 
 def rank_grid(scenario: Scenario) -> RankGrid:
     """The scenario's rank grid (degrees and layout order)."""
     p = scenario.parallelism
-    return RankGrid(dp=scenario.dp, pp=p.pp, cp=p.cp, tp=p.tp, ep=p.ep, order=tuple(p.order))
+    return RankGrid(
+        dp=scenario.dp, pp=p.pp, cp=p.cp, tp=p.tp, ep=p.ep, order=tuple(p.order), etp=p.etp
+    )
 
 
 def communication_groups(scenario: Scenario) -> dict[str, list[tuple[int, ...]]]:
     """Each kind of process group that communicates, with every group of that kind.
 
     ``dp`` is the gradient group (data x context parallel, as Megatron's distributed optimizer
-    reduces over DP x CP); ``ep`` and ``edp`` (expert data parallel) exist for MoE models.
+    reduces over DP x CP); ``ep``, ``edp`` (expert data parallel) and, with an expert
+    tensor-parallel degree other than tp, ``etp`` exist for MoE models.
     """
     grid = rank_grid(scenario)
     p = scenario.parallelism
@@ -59,7 +62,9 @@ def communication_groups(scenario: Scenario) -> dict[str, list[tuple[int, ...]]]
     if scenario.model.moe is not None:
         if p.ep > 1:
             out["ep"] = sorted({grid.ep_group(r) for r in range(grid.size)})
-        if grid.dp * grid.cp > p.ep:
+        if p.etp != p.tp and p.etp > 1:
+            out["etp"] = sorted({grid.expert_tp_group(r) for r in range(grid.size)})
+        if grid.dp * grid.cp * grid.tp > p.ep * p.etp:
             out["edp"] = sorted({grid.expert_dp_group(r) for r in range(grid.size)})
     return out
 

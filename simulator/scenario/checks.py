@@ -72,7 +72,7 @@ def _model_split(s: Scenario) -> list[Finding]:
             out.append(
                 (("parallelism", "ep"), f"ep = {p.ep} does not divide the {m.moe.experts} experts")
             )
-        if (s.dp * p.cp) % p.ep:
+        if p.etp == p.tp and (s.dp * p.cp) % p.ep:
             # the rank grid carves each EP group out of dp x cp (Megatron-LM)
             out.append(
                 (
@@ -81,16 +81,27 @@ def _model_split(s: Scenario) -> list[Finding]:
                     f"(expert-parallel groups are carved out of the data-parallel ranks)",
                 )
             )
-        if p.expert_tp is not None and p.expert_tp != p.tp:
-            out.append(
-                (
-                    ("parallelism", "expert_tp"),
-                    f"expert_tp = {p.expert_tp} must equal tp = {p.tp}: the expert and "
-                    f"tensor-parallel communication groups are modelled as the same ranks; "
-                    f"decoupled expert groups (Megatron's expert_tensor_parallel_size) are "
-                    f"not modelled",
+        if p.etp != p.tp:
+            stage = p.tp * p.cp * s.dp
+            if stage % (p.etp * p.ep):
+                # MoE parallel folding: expert TP x EP x expert DP over a stage's ranks
+                out.append(
+                    (
+                        ("parallelism", "expert_tp"),
+                        f"expert_tp x ep = {p.etp} x {p.ep} must divide a pipeline stage's "
+                        f"tp x cp x dp = {p.tp} x {p.cp} x {s.dp} = {stage} ranks (the MoE "
+                        f"layers fold expert TP, EP and expert DP over them)",
+                    )
                 )
-            )
+            if p.tp > 1 and not p.sequence_parallel:
+                out.append(
+                    (
+                        ("parallelism", "expert_tp"),
+                        f"expert_tp = {p.etp} other than tp = {p.tp} needs "
+                        f"sequence_parallel: true (each rank dispatches its own share of the "
+                        f"tokens; Megatron-LM requires sequence parallelism for MoE with TP)",
+                    )
+                )
         if m.moe.expert_ffn % p.etp:
             out.append(
                 (

@@ -268,13 +268,15 @@ class ParallelismConfig(Frozen):
 
     EP is carved out of DP x CP for MoE layers (as Megatron does), so ep need not enter the
     product ``dp x tp x pp x cp = gpus``. ``expert_tp`` (default ``tp``) is the tensor-parallel
-    degree inside experts. ``zero`` 0-3, or ``fsdp`` for 3. ``bucket_size`` (B) is the gradient
-    bucket of DDP / ZeRO-2; ZeRO-3 gathers ``fsdp_unit_layers`` layers at a time and prefetches
-    ``fsdp_prefetch`` units ahead; ``fsdp_backward_prefetch`` is PyTorch FSDP's policy for the
-    backward's gathers (``pre``, its default, issues the next gather before the current unit's
-    gradient; ``post`` after it; ``none`` only when the unit is reached). ``order`` lays the
-    rank grid out innermost first (Llama 3: tp, cp, pp, dp): consecutive ranks, hence GPUs of
-    one node, share the innermost groups.
+    degree inside experts; other than ``tp``, the MoE layers fold expert TP x EP x expert DP
+    over each stage's ``tp x cp x dp`` ranks (Megatron-core's MoE parallel folding; it needs
+    sequence parallelism when tp > 1). ``zero`` 0-3, or ``fsdp`` for 3. ``bucket_size`` (B) is
+    the gradient bucket of DDP / ZeRO-2; ZeRO-3 gathers ``fsdp_unit_layers`` layers at a time
+    and prefetches ``fsdp_prefetch`` units ahead; ``fsdp_backward_prefetch`` is PyTorch FSDP's
+    policy for the backward's gathers (``pre``, its default, issues the next gather before the
+    current unit's gradient; ``post`` after it; ``none`` only when the unit is reached).
+    ``order`` lays the rank grid out innermost first (Llama 3: tp, cp, pp, dp): consecutive
+    ranks, hence GPUs of one node, share the innermost groups.
     """
 
     dp: PosInt | None = None

@@ -156,7 +156,7 @@ class GraphBuilder:
 
     # -- groups ------------------------------------------------------------------------
     def group(self, rank: int, kind: str | tuple) -> tuple[tuple[int, ...], int]:
-        """``rank``'s group of ``kind`` (tp, cp, dp, ep, edp, pp_next, pp_prev, or
+        """``rank``'s group of ``kind`` (tp, cp, dp, ep, edp, etp, pp_next, pp_prev, or
         ``("pp_to", stage)``: a pipeline pair to any stage) and the index of its symmetric
         copies (-1 in full mode), memoised."""
         key = (rank, kind)
@@ -193,6 +193,8 @@ class GraphBuilder:
             return g.ep_group(rank)
         if kind == "edp":
             return g.expert_dp_group(rank)
+        if kind == "etp":
+            return g.expert_tp_group(rank)
         r = self.plan.stage_of(rank)
         if kind == "pp_next":
             return (rank, self.stage_rank(rank, r + 1))

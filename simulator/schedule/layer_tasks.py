@@ -204,9 +204,14 @@ def _local_dispatch(b: GraphBuilder, cost: LayerCost) -> bool:
     s/tp tokens, then the dispatched tokens are all-gathered over TP for the TP-sharded
     experts, and their outputs reduce-scattered back before the combine). Without expert
     parallelism the hidden states are all-gathered over TP and routed locally (Megatron's
-    all-gather dispatcher: s x h over TP, not the s x top-k x h the all-to-all one moves)."""
+    all-gather dispatcher: s x h over TP, not the s x top-k x h the all-to-all one moves).
+    With an expert TP degree other than tp (MoE parallel folding, :mod:`simulator.plan.grid`)
+    the dispatch is always of the rank's own tokens (the checks ask for sequence parallelism
+    with tp > 1), the gather and scatter over the expert-TP group."""
     par = b.plan.scenario.parallelism
-    return cost.experts is not None and b.plan.sharding.sp and par.tp > 1 and par.ep > 1
+    if cost.experts is None:
+        return False
+    return (b.plan.sharding.sp and par.tp > 1 and par.ep > 1) or par.etp != par.tp
 
 
 def _mlp_gathers(b: GraphBuilder, cost: LayerCost) -> bool:
@@ -220,13 +225,14 @@ def _mlp_gathers(b: GraphBuilder, cost: LayerCost) -> bool:
 
 def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, kw):
     """Dispatch all-to-all, the routed experts' ``phase`` pass, combine all-to-all; where the
-    dispatch is of local tokens (:func:`_local_dispatch`), a TP all-gather of the dispatched
-    tokens after the dispatch and a TP reduce-scatter of the experts' outputs before the
-    combine (the backward runs the same shapes: the combine's all-to-all, the reduce-scatter's
+    dispatch is of local tokens (:func:`_local_dispatch`), an expert-TP all-gather of the
+    dispatched tokens after the dispatch and an expert-TP reduce-scatter of the experts'
+    outputs before the combine (the TP group when expert TP = TP; none when expert TP is 1;
+    the backward runs the same shapes: the combine's all-to-all, the reduce-scatter's
     all-gather twin, ..., so one sequence serves both passes)."""
-    m, mb = b.plan.scenario.model, b.plan.micro_batch
+    m, mb, grid = b.plan.scenario.model, b.plan.micro_batch, b.plan.grid
     moe = m.moe
-    tokens = mb.b * mb.s / b.plan.grid.cp
+    tokens = mb.b * mb.s / grid.cp
     size = mb.act_bytes * tokens * moe.top_k * (moe.capacity_factor or 1.0) * m.hidden
     local = _local_dispatch(b, cost)
     grp = b.group(rank, "ep")
@@ -235,12 +241,17 @@ def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, 
         "stream": "ep",
         "collective": "all_to_all",
         "group": grp,
-        "size": size / b.plan.grid.tp if local else size,
+        "size": size / grid.tp if local else size,
     }
     dispatch = b.comm(name="ep_dispatch", tag=tag + (phase, "d"), deps=deps, **common, **kw)
     last = then(list(deps), dispatch)
-    if local:
-        tp = {"rank": rank, "stream": "tp", "group": b.group(rank, "tp"), "size": size}
+    etp = grid.expert_tp
+    local = local and etp > 1
+    if local:  # the etp ranks' dispatched tokens gathered: size / tp from each
+        folded = etp != grid.tp
+        group = b.group(rank, "etp" if folded else "tp")
+        gathered = size / grid.tp * etp if folded else size
+        tp = {"rank": rank, "stream": "tp", "group": group, "size": gathered}
         gather = b.comm(
             name="ep_tp_all_gather", collective="all_gather", tag=tag + (phase, "dg"),
             deps=last, **tp, **kw,

@@ -58,14 +58,39 @@ def test_shards_add_up_to_the_whole(shard):
 
 
 def test_expert_parallel_keeps_per_rank_work_balanced():
+    """Each rank's routed experts do the expert work of its own tokens' top-k copies, however
+    the experts are spread (ep) and split (expert TP): with expert TP = TP the TP group's
+    ranks share their tokens and split the columns; with expert TP other than TP (MoE
+    parallel folding) an expert-TP group gathers etp ranks' tokens (etp / tp of the CP
+    shard's, under sequence parallelism) and splits the columns etp ways."""
     m = ModelConfig(name="mixtral-8x7b", layers=1)
     s, b = 4096, 2
     tokens = b * s
-    for ep, etp in [(1, 1), (4, 1), (8, 2)]:
-        ops = layer_ops(m, 0, b, s, Sharding(ep=ep, expert_tp=etp))
+    full = 2 * tokens * m.moe.top_k * 3 * m.hidden * m.moe.expert_ffn  # forward, FLOP
+    for tp, sp, ep, etp, share in [
+        (1, False, 1, 1, 1),  # nothing split
+        (1, False, 4, 1, 1),  # EP spreads the experts: the rank's own tokens' copies
+        (1, False, 8, 2, 1),  # folded: 2 ranks' tokens, half the columns
+        (4, True, 2, 4, 1 / 4),  # expert TP = TP: the TP group's tokens, a quarter of columns
+        (4, True, 8, 1, 1 / 4),  # folded: the rank's own quarter, whole experts
+        (8, True, 4, 2, 1 / 8),  # folded: 2 ranks' eighths, half the columns
+    ]:
+        sh = Sharding(tp=tp, sp=sp, ep=ep, expert_tp=etp)
+        ops = layer_ops(m, 0, b, s, sh)
         expert = sum(op.f_flops for op in ops if op.name in ("expert_up", "expert_down"))
-        expected = 2 * tokens * m.moe.top_k * 3 * m.hidden * m.moe.expert_ffn / etp
-        assert expert == pytest.approx(expected, rel=1e-12)
+        assert expert == pytest.approx(full * share, rel=1e-12), (tp, ep, etp)
+
+
+def test_router_scores_the_ranks_own_tokens_under_sequence_parallelism():
+    """Megatron-core routes each rank's sequence-parallel hidden states (s / tp tokens)
+    before any dispatch: the router GEMM's rows are the local tokens, all of them without
+    sequence parallelism."""
+    m = ModelConfig(name="mixtral-8x7b", layers=1)
+    s, b = 4096, 2
+    for tp, sp, rows in [(1, False, b * s), (4, False, b * s), (4, True, b * s / 4)]:
+        ops = layer_ops(m, 0, b, s, Sharding(tp=tp, sp=sp))
+        router = next(op for op in ops if op.name == "router")
+        assert router.f_flops == pytest.approx(2 * rows * m.hidden * m.moe.experts, rel=1e-12)
 
 
 def test_backward_phases_of_a_gemm():

@@ -54,14 +54,22 @@ def test_ep_must_divide_dp_x_cp():
     assert "dp x cp = 3 x 1 = 3" in problem.message
 
 
-def test_expert_tp_other_than_tp_is_refused():
+def test_expert_tp_other_than_tp_folds_or_is_refused_with_the_reason():
+    # 128 GPUs, tp 4 x pp 4 -> dp 8: a stage's 32 ranks fold expert TP x EP x expert DP
+    load_scenario(MIXTRAL, ["parallelism.expert_tp=1"])  # 1 x 8 x 4
+    load_scenario(MIXTRAL, ["parallelism.expert_tp=2"])  # 2 x 8 x 2
     with pytest.raises(ScenarioError) as info:
-        load_scenario(MIXTRAL, ["parallelism.expert_tp=1"])
+        load_scenario(MIXTRAL, ["parallelism.expert_tp=8"])  # 8 x 8 = 64 > 32
     [problem] = info.value.problems
     assert problem.field == "parallelism.expert_tp"
-    assert "must equal tp" in problem.message
-    assert str(problem.position) == "--set parallelism.expert_tp=1"
-    load_scenario(MIXTRAL, ["parallelism.expert_tp=4"])  # equal to tp: accepted
+    assert "expert_tp x ep = 8 x 8 must divide" in problem.message
+    assert "4 x 1 x 8 = 32 ranks" in problem.message
+    assert str(problem.position) == "--set parallelism.expert_tp=8"
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(MIXTRAL, ["parallelism.expert_tp=1", "parallelism.sequence_parallel=false"])
+    [problem] = info.value.problems
+    assert problem.field == "parallelism.expert_tp"
+    assert "needs sequence_parallel: true" in problem.message
 
 
 def test_accelerator_without_bf16_is_refused_at_load():

@@ -207,3 +207,41 @@ def test_moe_without_expert_parallelism_gathers_hidden_states_and_routes_locally
     ]  # fmt: skip
     assert "ep_tp_all_gather" not in names and "ep_dispatch" not in names
     assert names.count("tp_all_gather") == names.count("tp_reduce_scatter") == 2
+
+
+@pytest.mark.parametrize("etp", [1, 2])
+def test_folded_moe_dispatches_over_its_own_groups(etp):
+    # MoE parallel folding (expert TP other than TP): each rank all-to-alls its own s/tp
+    # tokens over the folded EP group, gathers etp ranks' dispatched tokens over its
+    # expert-TP group (none with expert TP 1), and reduces its expert gradients over the
+    # expert-DP group of tp x cp x dp / (etp x ep) ranks.
+    from simulator import api
+
+    s = api.load(
+        "scenarios/examples/mixtral-8x22b.yaml",
+        ["model.layers=8", "training.global_batch=32", f"parallelism.expert_tp={etp}"],
+    )
+    par, m, t = s.parallelism, s.model, s.training
+    assert (par.tp, par.ep, s.dp) == (4, 8, 8) and par.sequence_parallel
+    plan = api.build_plan(s, api.build_topology(s.cluster))
+    grid, rank = plan.grid, plan.ranks[0]
+    step = api.build_step(plan, None, False)
+    tasks = [x for x in step.graph.tasks if x.rank == rank]
+    layer0 = [x for x in tasks if x.microbatch == 0 and x.layer == 0 and x.phase == "forward"]
+    comms = {x.name: x.comm for x in layer0 if x.comm is not None}
+    routed = 2 * t.micro_batch * t.seq_len * m.moe.top_k * m.hidden  # bf16 bytes, all tokens
+    assert comms["ep_dispatch"].group == grid.ep_group(rank)
+    assert comms["ep_dispatch"].size_bytes == pytest.approx(routed / par.tp)
+    assert comms["ep_combine"].size_bytes == pytest.approx(routed / par.tp)
+    if etp == 1:
+        assert "ep_tp_all_gather" not in comms and "ep_tp_reduce_scatter" not in comms
+        # two TP groups' ranks of the stage: replicas 0 and 1 (Llama 3's order, tp cp pp dp,
+        # puts pp inside dp, so they are 16 ranks apart)
+        both = [grid.rank(tp=i, cp=0, pp=0, dp=d) for d in (0, 1) for i in range(4)]
+        assert rank == 0 and grid.ep_group(rank) == tuple(both) == (0, 1, 2, 3, 16, 17, 18, 19)
+    else:
+        gather = comms["ep_tp_all_gather"]
+        assert gather.group == grid.expert_tp_group(rank) and len(gather.group) == etp
+        assert gather.size_bytes == pytest.approx(routed / par.tp * etp)
+    [edp] = {x.comm.group for x in tasks if x.name.startswith("edp_")}
+    assert edp == grid.expert_dp_group(rank) and len(edp) == 4 * 8 // (etp * 8)

@@ -447,7 +447,7 @@ def validate(
         typer.Option(
             "--group",
             help="megatron, megatron_table2, nccl, nccl_time, zero_bubble, throughput, llama3, "
-            "zero, korthikanti, layer_timing, nvidia_h100 (repeatable; default all).",
+            "zero, korthikanti, layer_timing, nvidia_h100, moe_folding (repeatable; default all).",
         ),
     ] = None,
     workers: Annotated[

@@ -20,7 +20,7 @@ from simulator.validation import summary_frame, validate
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 10 + 6 + 5 + 10 + 51 + 54 + 6 + 3 + 3 + 10 + 7
+    assert len(frame) == 10 + 6 + 5 + 10 + 51 + 54 + 6 + 3 + 3 + 10 + 7 + 2
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: one ZB-1p row at the 5%
@@ -113,6 +113,40 @@ def test_a_run_that_does_not_fit_does_not_reproduce_a_published_one(monkeypatch)
         )
         row = validation.megatron_rows({"tolerance": 0.10, "rows": [{"published": 137}]})[0]
         assert row["error"] == pytest.approx(0.0, abs=1e-12) and row["within"] is not oom
+
+
+def test_ratio_rows_compare_step_time_ratios_and_need_both_runs_to_fit():
+    # a row's ratio: the baseline's step time over the row's, against the published MFUs'
+    # ratio (same model, batch and GPUs); each row runs its scenario, then the baseline's
+    # overrides of it
+    from simulator import validation
+
+    spec = {
+        "tolerance": 0.05,
+        "rows": [
+            {"name": "r", "scenario": "a.yaml", "baseline_set": ["x=1"], "published": 49.3,
+             "published_baseline": 46.3, "unit": "x"},
+        ],
+    }  # fmt: skip
+    seen = []
+
+    def each(oom_row, oom_base, base_s):
+        def run(fn, jobs):
+            seen.extend(jobs)
+            return [
+                {"step_time_s": 4.0, "oom": oom_row},
+                {"step_time_s": base_s, "oom": oom_base},
+            ]
+
+        return run
+
+    [row] = validation.ratio_rows(spec, "g", each(False, False, 4.2))
+    assert seen == [("a.yaml", ()), ("a.yaml", ("x=1",))]
+    assert row["published"] == pytest.approx(49.3 / 46.3) and row["simulated"] == 1.05
+    assert row["error"] == pytest.approx(1.05 / (49.3 / 46.3) - 1) and row["within"]
+    assert not validation.ratio_rows(spec, "g", each(False, False, 4.6))[0]["within"]  # +8%
+    assert not validation.ratio_rows(spec, "g", each(True, False, 4.2))[0]["within"]
+    assert not validation.ratio_rows(spec, "g", each(False, True, 4.2))[0]["within"]
 
 
 def test_validate_command_json():

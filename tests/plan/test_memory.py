@@ -344,3 +344,32 @@ def test_zero2_gradient_buckets_double_buffered_up_to_the_largest_one():
     [big] = memory_ledger(load_scenario_text(text, overrides=["parallelism.bucket_size=100 GB"]))
     grads = 2 * count_params(load_scenario_text(text).model).total  # fp16, 2 B per parameter
     assert big.buffers - small.buffers == pytest.approx(2 * grads - 2 * 1e6, rel=1e-12)
+
+
+@pytest.mark.parametrize("etp", [4, 2, 1])
+def test_folded_experts_ledger_agrees_with_the_timeline(etp):
+    # MoE parallel folding: a rank holds expert_ffn / etp of ep-th of the experts (whole
+    # experts at etp 1), its optimizer shards over the expert-DP group of tp x cp x dp /
+    # (etp x ep) ranks, and its routed activations are etp / tp of the CP shard's tokens'
+    from simulator import api
+    from simulator.model.params import layer_params
+
+    s = load_scenario(
+        "scenarios/examples/mixtral-8x22b.yaml",
+        ["model.layers=8", "training.global_batch=32", f"parallelism.expert_tp={etp}"],
+    )
+    report = api.memory_report(s)
+    ledger = {r.stages[0]: r for r in report.ranks}
+    run = api.run(s).summary
+    for rank, peak in run["peak_memory_by_rank"].items():
+        stage = ledger[run["stage_of_rank"][rank]]
+        # the ledger adds each kind's own peak: an upper bound, within 1% here
+        assert peak <= stage.total * (1 + 1e-9) and stage.total <= 1.01 * peak
+    # 2 layers a stage; bf16 parameters: attention split over TP 4, the two norms and the
+    # router whole, the experts over EP 8 and expert TP (the middle stages hold no embedding
+    # or head)
+    m = s.model
+    layer = layer_params(m, 0)
+    whole = 2 * m.hidden + m.hidden * m.moe.experts  # norms, router
+    per_layer = (layer.dense - whole) / 4 + whole + layer.expert / (8 * etp)
+    assert ledger[1].params == pytest.approx(2 * 2 * per_layer, rel=1e-9)

@@ -11,7 +11,8 @@ Terms, each from the lecture 8 / DESIGN.md ledger:
 - TP: four all-reduce-sized collectives per layer and micro-batch (two forward, two backward;
   two more under full recompute) of ``b s h`` activations, busbw factor ``2(t-1)/t``;
 - CP: the K/V ring, ``cp - 1`` steps forward and twice that backward; EP: four all-to-alls
-  per MoE layer of the routed tokens, factor ``(e-1)/e``; both exposed;
+  per MoE layer of the routed tokens, factor ``(e-1)/e``, over NVLink when the EP group's
+  GPUs fit in one domain (folded with expert TP 1, a TP group's neighbours); both exposed;
 - DP: the gradient reduction ``2(d-1)/d`` x gradient bytes (ZeRO-3 x 1.5: two all-gathers and
   a reduce-scatter), hidden behind one micro-batch's backward; PP: two sends per micro-batch.
 
@@ -69,6 +70,11 @@ class Choice:
     schedule: str
     micro_batch: int
     recompute: str
+    expert_tp: int | None = None  # None: tp (experts split over the attention's TP)
+
+    @property
+    def etp(self) -> int:
+        return self.expert_tp or self.tp
 
     @property
     def virtual_stages(self) -> int:
@@ -88,6 +94,17 @@ def bubble_fraction(c: Choice, micro_batches: int) -> float:
     if c.schedule in ("zb-h2", "zb-2p", "zb-v"):  # ZB-2p and ZB-V: none at equal passes
         return 0.0
     return base
+
+
+def _expert_span(c: Choice) -> int:
+    """Consecutive GPUs an EP group spans with the layout tp, cp, pp, dp: one rank of each
+    TP group over ep data-parallel replicas with the experts split over TP; with expert TP
+    other than TP (folded), ep x etp places of a stage, within its tp x cp ranks or over
+    replicas (pp x tp x cp GPUs apart) beyond them."""
+    if c.etp == c.tp:
+        return c.ep * c.tp * c.cp * c.pp
+    places = c.ep * c.etp
+    return places if places <= c.tp * c.cp else places * c.pp
 
 
 def estimate_step_s(c: Choice, m: ModelShape, hw: Machine) -> float:
@@ -113,10 +130,14 @@ def estimate_step_s(c: Choice, m: ModelShape, hw: Machine) -> float:
         cp = layers_here * micro * 3 * (c.cp - 1) * kv / bw
     ep = 0.0
     if c.ep > 1 and m.moe_layers:
-        bw = nv if c.ep * c.tp * c.cp * c.pp <= hw.domain else hw.nic_Bps
+        bw = nv if _expert_span(c) <= hw.domain else hw.nic_Bps
         routed = tokens_mb / c.tp * m.top_k * m.hidden * 2
         ep = m.moe_layers / c.pp * micro * 4 * (c.ep - 1) / c.ep * routed / bw
-    per_rank = (m.active_params + (m.params - m.active_params) / c.ep) / (c.tp * c.pp)
+    experts = m.params - m.active_params
+    if c.etp == c.tp:
+        per_rank = (m.active_params + experts / c.ep) / (c.tp * c.pp)
+    else:  # folded: the experts split etp ways, the rest tp ways
+        per_rank = (m.active_params / c.tp + experts / (c.ep * c.etp)) / c.pp
     d = c.dp * c.cp
     dp = 0.0
     if d > 1:

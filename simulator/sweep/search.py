@@ -168,23 +168,30 @@ def enumerate_choices(s: Scenario, hw: Machine) -> tuple[list[Choice], list[Cand
                         )
                     )
                     continue
-                for ep in _expert_degrees(s, tp, cp, dp):
-                    choices += _variants(s, tp, pp, cp, ep, dp)
+                for ep, etp in _expert_degrees(s, tp, cp, dp):
+                    choices += _variants(s, tp, pp, cp, ep, dp, etp)
     return choices, rejected
 
 
-def _expert_degrees(s: Scenario, tp: int, cp: int, dp: int) -> list[int]:
+def _expert_degrees(s: Scenario, tp: int, cp: int, dp: int) -> list[tuple[int, int | None]]:
+    """(ep, expert TP) pairs: every power-of-two EP that divides the experts, with the experts
+    split over the attention's TP (expert TP None) and, under TP, folded with expert TP 1
+    (Megatron-core's MoE parallel folding: whole experts, EP over a stage's neighbours)."""
     moe = s.model.moe
     if moe is None:
-        return [1]
-    return [
-        e
-        for e in _powers_of_two(min(MAX_DEGREE, moe.experts))
-        if moe.experts % e == 0 and (dp * cp * tp) % (e * tp) == 0
-    ]
+        return [(1, None)]
+    out: list[tuple[int, int | None]] = []
+    for e in _powers_of_two(min(MAX_DEGREE, moe.experts)):
+        if moe.experts % e:
+            continue
+        if (dp * cp) % e == 0:
+            out.append((e, None))
+        if tp > 1 and (dp * cp * tp) % e == 0:
+            out.append((e, 1))
+    return out
 
 
-def _variants(s: Scenario, tp, pp, cp, ep, dp) -> list[Choice]:
+def _variants(s: Scenario, tp, pp, cp, ep, dp, etp=None) -> list[Choice]:
     per_replica = s.training.global_batch // dp
     zeros = (0, 1) if pp > 1 else (0, 1, 2, 3)
     if dp * cp == 1:
@@ -201,7 +208,7 @@ def _variants(s: Scenario, tp, pp, cp, ep, dp) -> list[Choice]:
                 continue
             for zero in zeros:
                 for rc in RECOMPUTE:
-                    out.append(Choice(tp, pp, cp, ep, dp, zero, schedule, mb, rc))
+                    out.append(Choice(tp, pp, cp, ep, dp, zero, schedule, mb, rc, etp))
     return out
 
 
@@ -230,7 +237,7 @@ def overrides_of(s: Scenario, c: Choice) -> dict[str, Any]:
         "parallelism.pp": c.pp,
         "parallelism.cp": c.cp,
         "parallelism.ep": c.ep,
-        "parallelism.expert_tp": None,
+        "parallelism.expert_tp": c.expert_tp,
         "parallelism.zero": c.zero,
         "parallelism.sequence_parallel": c.tp > 1,
         "parallelism.recompute": c.recompute,
@@ -283,7 +290,7 @@ def screen(
     out = []
     for cand in ranked:
         c = cand.choice
-        combo = (c.tp, c.pp, c.cp, c.ep)
+        combo = (c.tp, c.pp, c.cp, c.ep, c.etp)
         if fitting >= top:
             out.append(
                 replace(
@@ -299,7 +306,7 @@ def screen(
                     cand,
                     status="not simulated",
                     reason=f"{PER_COMBO} faster variants of tp{c.tp} pp{c.pp} "
-                    f"cp{c.cp} ep{c.ep} are simulated",
+                    f"cp{c.cp} ep{c.ep}{_folded(c)} are simulated",
                 )
             )
             continue
@@ -405,11 +412,17 @@ def rejection_summary(candidates: pd.DataFrame) -> pd.DataFrame:
                 "status": status,
                 "count": len(grp),
                 "reason": _clip(ex["reason"]),
-                "example": f"tp{ex.tp} pp{ex.pp} cp{ex.cp} ep{ex.ep} dp{ex.dp} z{ex.zero} "
-                f"{ex.schedule} mb{ex.micro_batch} {ex.recompute}",
+                "example": f"tp{ex.tp} pp{ex.pp} cp{ex.cp} ep{ex.ep}{_folded(ex)} dp{ex.dp} "
+                f"z{ex.zero} {ex.schedule} mb{ex.micro_batch} {ex.recompute}",
             }
         )
     return pd.DataFrame(rows).sort_values("count", ascending=False).reset_index(drop=True)
+
+
+def _folded(c) -> str:
+    """`` etp1`` for a plan whose expert TP differs from its TP (None or NaN: the same)."""
+    etp = c.expert_tp
+    return "" if etp is None or etp != etp else f" etp{int(etp)}"
 
 
 def _clip(text: str, n: int = 80) -> str:
@@ -417,7 +430,7 @@ def _clip(text: str, n: int = 80) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-KEYS = ["dp", "tp", "pp", "cp", "ep", "zero", "schedule", "micro_batch", "recompute"]
+KEYS = ["dp", "tp", "pp", "cp", "ep", "expert_tp", "zero", "schedule", "micro_batch", "recompute"]
 
 
 def search_plans(
@@ -463,6 +476,7 @@ def _ranked(results: pd.DataFrame, chosen: list[Choice], screened: list[Candidat
     for r in results[results["point"] >= 0].to_dict("records"):
         c = chosen[int(r["point"])]
         row = {k: getattr(c, k) for k in KEYS}
+        row["expert_tp"] = c.etp  # the degree itself: tp's when not folded
         row.update(
             estimate_s=est[c],
             step_time_s=r.get("step_time_s"),

@@ -166,3 +166,53 @@ def test_plan_says_when_its_simulated_candidates_all_lose_to_the_scenarios_own_p
     assert "none of the 1 simulated beats it (best 1.2 s)" in text  # the OOM one not counted
     faster = pd.DataFrame([{"status": "ok", "step_time_s": 0.9}])
     assert "beats it" not in PlanSearch("s", 8, pd.DataFrame(), faster, results).headline()
+
+
+def test_estimate_puts_a_folded_expert_group_on_nvlink():
+    # 64 GPUs in 8-GPU domains, TP 2 x CP 4 x PP 2 x DP 4, EP 8: with the experts split over
+    # TP an EP group takes one rank of each of 8 replicas' TP groups, 8 x 2 x 4 x 2 = 128 GPUs
+    # apart at most (the NIC); folded with expert TP 1 it is the 8 GPUs of the stage's
+    # tp x cp block (NVLink, 0.8 x 450 GB/s payload). The four all-to-alls per MoE layer and
+    # micro-batch of the rank's routed tokens differ by exactly that bandwidth.
+    hw = Machine(gpus=64, domain=8, nvlink_Bps=450e9, nic_Bps=50e9, peak_flops=1e15)
+    shape = ModelShape(
+        layers=4, moe_layers=4, hidden=1024, attn_dim=1024, kv_dim=256, params=8e9,
+        active_params=2e9, top_k=2, global_batch=64, seq_len=4096, grad_bytes=2,
+    )  # fmt: skip
+    base = {"tp": 2, "pp": 2, "cp": 4, "ep": 8, "dp": 4, "zero": 0, "schedule": "1f1b",
+            "micro_batch": 1, "recompute": "none"}  # fmt: skip
+    split, folded = Choice(**base), Choice(**base, expert_tp=1)
+    micro, tokens_mb = 64 // 4, 4096 / 4
+    routed = tokens_mb / 2 * 2 * 1024 * 2  # the rank's tokens x top-2 x hidden x bf16
+    a2a = 4 / 2 * micro * 4 * (7 / 8) * routed  # bytes over both passes, per rank
+    bubble = 1 - (2 - 1) / (micro + 2 - 1)
+    nic, nv = a2a / 50e9, a2a / (450e9 * 0.8)
+    # the folded rank holds 4x the expert parameters (whole, over EP 8 instead of 8 x TP 2)
+    # but reduces them over no data-parallel peers here: the DP term is the dense part's
+    gap = estimate_step_s(split, shape, hw) - estimate_step_s(folded, shape, hw)
+    dp_gap = 2 * 15 / 16 * 2 * ((2e9 + 6e9 / 8) / 4 - (2e9 / 2 + 6e9 / 8) / 2) / 50e9
+    assert gap == pytest.approx((nic - nv) / bubble + dp_gap, rel=1e-9)
+
+
+def test_plan_search_tries_folded_experts_under_tp():
+    from simulator.scenario import load_scenario_text
+    from simulator.sweep.search import _expert_degrees, enumerate_choices, machine_of, overrides_of
+
+    s = load_scenario_text("""
+model: {name: mixtral-8x7b, layers: 4}
+cluster: {accelerator: H100, topology: {include: topologies/dgx-h100-superpod.yaml, nodes: 2}}
+parallelism: {tp: 2, ep: 4}
+training: {global_batch: 16, micro_batch: 1, seq_len: 4096}
+""")
+    # at tp 2, dp 8: ep over dp x cp with experts split over TP, or folded over tp x dp
+    assert _expert_degrees(s, 2, 1, 8) == [
+        (1, None), (1, 1), (2, None), (2, 1), (4, None), (4, 1), (8, None), (8, 1)
+    ]  # fmt: skip
+    # tp 1: nothing to fold
+    assert _expert_degrees(s, 1, 1, 16) == [(1, None), (2, None), (4, None), (8, None)]
+    choices, _ = enumerate_choices(s, machine_of(s))
+    folded = [c for c in choices if c.expert_tp == 1]
+    assert folded and all(c.tp > 1 for c in folded)
+    c = folded[0]
+    over = overrides_of(s, c)
+    assert over["parallelism.expert_tp"] == 1 and over["parallelism.sequence_parallel"]

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from simulator import api
-from simulator.scenario import Scenario, ScenarioError, load_scenario_text
+from simulator.scenario import Scenario, ScenarioError, load_scenario_text, yaml_source
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [
@@ -244,3 +244,44 @@ def tweaked(draw):
 @given(tweaked())
 def test_tweaked_scenarios(text):
     _load(text)
+
+
+# The loader parses with libyaml where PyYAML has it, and again with the pure-Python parser
+# when libyaml refuses a document (yaml_source._FAST_LOADER). The user must not be able to
+# tell: the same data, positions and messages as the pure-Python parser alone, for accepted
+# and refused documents alike.
+def _outcome(parse, text: str):
+    try:
+        data, positions = parse(text)
+    except ScenarioError as exc:
+        return "refused", str(exc)
+    return "parsed", repr(data), repr(positions)  # repr: NaN equals NaN here
+
+
+def _pure_python(text: str):
+    try:
+        return yaml_source._parse(text, "fuzz.yaml", yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise yaml_source._scenario_error(exc, text, "fuzz.yaml") from None
+
+
+@pytest.mark.skipif(yaml_source._FAST_LOADER is None, reason="PyYAML without libyaml")
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@_with_reproducers
+@given(
+    st.one_of(
+        mutated(),
+        st.text(max_size=200),
+        st.builds(
+            lambda seed, cut, junk: (
+                (t := yaml.safe_dump(seed, sort_keys=False))[:cut] + junk + t[cut:]
+            ),
+            st.sampled_from(SEEDS),
+            st.integers(0, 400),
+            st.text(max_size=5),
+        ),
+    )
+)
+def test_libyaml_parses_as_the_pure_python_parser(text):
+    fast = _outcome(lambda t: yaml_source.parse_yaml(t, "fuzz.yaml"), text)
+    assert fast == _outcome(_pure_python, text)

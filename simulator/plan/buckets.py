@@ -34,12 +34,12 @@ def gradient_buckets(keys_backward: Sequence[Key], cap_params: float, params_of:
         d, e = params_of(key)
         total = d + e
         left = total
-        if not keys and left >= cap:  # whole buckets of this key alone, made at once
-            whole = int(left // cap)
-            frac = cap / total
-            out.extend([Bucket((key,), d * frac, e * frac)] * whole)
-            left -= whole * cap
         while left > 0:
+            if not keys and left >= cap:  # whole buckets of this key alone, made at once
+                whole = int(left // cap)
+                out.extend([Bucket((key,), d * cap / total, e * cap / total)] * whole)
+                left -= whole * cap
+                continue
             take = min(left, cap - dense - expert)
             frac = take / total
             keys.append(key)

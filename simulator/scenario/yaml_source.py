@@ -14,6 +14,7 @@ from anywhere).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,34 @@ MAX_FILE_BYTES = 2**20
 """Largest file read (1 MiB). Scenarios are a few kB; a 50 MB file took minutes to refuse."""
 
 _FAST_LOADER: type | None = getattr(yaml, "CSafeLoader", None)
-"""libyaml's parser under PyYAML's safe constructor: the same data and marks, about 30 times
-faster than the pure-Python parser (0.15 ms against 4.4 ms for the 405B example), which made
-parsing two thirds of the loader fuzz's time. Its error messages are terser (no offending
-character, a stream end reported on the next line), so a document it refuses is parsed again
-by the pure-Python parser, whose message and position the user sees. None where PyYAML was
-built without libyaml; the pure-Python parser then does everything."""
+"""libyaml's parser under PyYAML's safe constructor, about 30 times faster than the
+pure-Python parser (0.15 ms against 4.4 ms for the 405B example), which made parsing two
+thirds of the loader fuzz's time. Its error messages are terser (no offending character, a
+stream end reported on the next line), so a document it refuses is parsed again by the
+pure-Python parser, whose message and position the user sees. The two do not accept the same
+language at its edges: libyaml takes tabs the pure-Python parser refuses (``a: 1<TAB>``),
+reads an empty tagged scalar (``! ``) as ``''`` where the other reads None, differs on
+byte-order marks and YAML 1.1's extra line breaks (U+0085, U+2028, U+2029) inside a document,
+on some block scalar headers and on ``?`` in flow collections, and places the end of a stream
+without a final newline on the next line (found by fuzzing both). So libyaml parses only
+documents that end with a newline and hold no character :data:`_UNSURE` matches; the rest go
+to the pure-Python parser alone, and whether a file loads does not depend on how PyYAML was
+built. None where PyYAML was built without libyaml."""
+
+_UNSURE = re.compile(
+    "[^\n -~\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]|[!|>?%@`]"
+)
+"""A character outside the subset on which libyaml and the pure-Python parser were fuzzed to
+agree (``tests/properties/test_loader_fuzz.py``): control characters but the newline, the
+byte-order mark, U+0085, U+2028 and U+2029, surrogates and non-characters, and the YAML
+indicators of tags (!), block scalars (| >), complex keys (?), directives (%) and reserved
+use (@ `)."""
+
+
+def _libyaml_reads_alike(text: str) -> bool:
+    """Whether libyaml may parse ``text`` (see :data:`_FAST_LOADER`)."""
+    return _FAST_LOADER is not None and text.endswith("\n") and _UNSURE.search(text) is None
+
 
 Positions = dict[FieldPath, Position]
 _PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
@@ -72,7 +95,15 @@ class _Builder:
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
-        return self.loader.construct_object(node, deep=True)
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except (ValueError, TypeError, OverflowError) as exc:  # 2001-13-14, !!int x
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            raise ScenarioError.single(
+                _mark(node, self.source),
+                ".".join(map(str, path)),
+                f"YAML: cannot read {node.value!r} as {kind} ({exc})",
+            ) from None
 
     def _mapping(self, node: yaml.MappingNode, path: FieldPath) -> dict[str, Any]:
         """A mapping; keys merged in by ``<<`` yield to keys written beside it (YAML 1.1)."""
@@ -142,10 +173,10 @@ def parse_yaml(text: str, source: str) -> tuple[Any, Positions]:
 
     libyaml parses first where PyYAML has it; a YAML error there is reported as the
     pure-Python parser words it (the caps and checks of the builder are the same in both)."""
-    if _FAST_LOADER is not None:
+    if _libyaml_reads_alike(text):
         try:
             return _parse(text, source, _FAST_LOADER)
-        except yaml.YAMLError:
+        except (yaml.YAMLError, UnicodeError):  # e.g. a lone surrogate, given as str by the API
             pass  # parsed again below for the pure-Python parser's message
     try:
         return _parse(text, source, yaml.SafeLoader)

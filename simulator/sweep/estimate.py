@@ -100,7 +100,10 @@ def _expert_span(c: Choice) -> int:
     """Consecutive GPUs an EP group spans with the layout tp, cp, pp, dp: one rank of each
     TP group over ep data-parallel replicas with the experts split over TP; with expert TP
     other than TP (folded), ep x etp places of a stage, within its tp x cp ranks or over
-    replicas (pp x tp x cp GPUs apart) beyond them."""
+    replicas (pp x tp x cp GPUs apart) beyond them. Megatron's default order is assumed
+    whatever the scenario's ``order``: the span only picks NVLink or the NIC for the
+    estimate's all-to-alls, which rank candidates; the simulation places the groups as
+    ordered."""
     if c.etp == c.tp:
         return c.ep * c.tp * c.cp * c.pp
     places = c.ep * c.etp

@@ -393,6 +393,7 @@ def _candidate_rows(cands: list[Candidate]) -> pd.DataFrame:
     rows = []
     for k in cands:
         row = asdict(k.choice)
+        row["expert_tp"] = k.choice.etp  # the degree, as in the ranked table: tp's when not folded
         row.update(estimate_s=k.estimate_s, status=k.status, reason=k.reason)
         rows.append(row)
     return pd.DataFrame(rows)

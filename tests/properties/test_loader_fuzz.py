@@ -181,8 +181,8 @@ def test_mutated_scenarios(text):
 
 
 # Issue 14's 10,000 examples, as two tests of 5,000 that the two test workers run side by
-# side (one test of 10,000 took a minute on one core). Hypothesis seeds each parameter apart,
-# under CI's derandomised profile too, so the halves draw different documents.
+# side (one test of 10,000 took a minute on one core). Hypothesis's pytest plugin folds each
+# test's id into its seed (derandomised too), so the halves draw different documents.
 @pytest.mark.slow
 @pytest.mark.parametrize("half", ["first", "second"])
 @settings(max_examples=5_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -259,10 +259,34 @@ def test_tweaked_scenarios(text):
     _load(text)
 
 
-# The loader parses with libyaml where PyYAML has it, and again with the pure-Python parser
-# when libyaml refuses a document (yaml_source._FAST_LOADER). The user must not be able to
-# tell: the same data, positions and messages as the pure-Python parser alone, for accepted
-# and refused documents alike.
+# The loader parses with libyaml where PyYAML has it and the document holds only characters
+# on which the two parsers agree (yaml_source._UNSURE), and again with the pure-Python parser
+# when libyaml refuses it (yaml_source._FAST_LOADER). The user must not be able to tell: the
+# same data, positions and messages as the pure-Python parser alone, for accepted and refused
+# documents alike. The examples are documents on which the parsers themselves differ (tabs,
+# tags, block scalar headers, '?' in flow, byte-order marks inside a document).
+_CHARS = st.one_of(
+    st.sampled_from(list(" \n:-[]{},#&*'\".0a1~=<;$^()+_/\\xuU09eNLP\t!|>?%@`\r\x85\u2028\ufeff")),
+    st.characters(min_codepoint=0xA0),
+    st.sampled_from(["---", "...", ": ", "- "]),
+)
+_YAMLISH = st.builds(
+    lambda text, end: text + end,
+    st.lists(_CHARS, max_size=40).map("".join),
+    st.sampled_from(["", "\n"]),
+)
+_PARSERS_DIFFER = [
+    "0\t",
+    "a: 1\t\n",
+    "! ",
+    '[\\"?]',
+    "|#,-#~~~%-:",
+    "\n\ufeff.",
+    "---",
+    "a: \ud800",
+]
+
+
 def _outcome(parse, text: str):
     try:
         data, positions = parse(text)
@@ -284,6 +308,7 @@ def _pure_python(text: str):
 @given(
     st.one_of(
         mutated(),
+        _YAMLISH,
         st.text(max_size=200),
         st.builds(
             lambda seed, cut, junk: (t := _dump(seed))[:cut] + junk + t[cut:],
@@ -296,3 +321,24 @@ def _pure_python(text: str):
 def test_libyaml_parses_as_the_pure_python_parser(text):
     fast = _outcome(lambda t: yaml_source.parse_yaml(t, "fuzz.yaml"), text)
     assert fast == _outcome(_pure_python, text)
+
+
+for _text in _PARSERS_DIFFER:
+    test_libyaml_parses_as_the_pure_python_parser = example(_text)(
+        test_libyaml_parses_as_the_pure_python_parser
+    )
+
+
+@pytest.mark.skipif(yaml_source._FAST_LOADER is None, reason="PyYAML without libyaml")
+def test_the_parsers_differ_on_these_documents():
+    """The examples above are documents libyaml reads otherwise (so the test above would fail
+    on them if the loader let libyaml parse them); the lone surrogate is the API's case."""
+    differ = 0
+    for text in _PARSERS_DIFFER[:-1]:
+        try:
+            fast = _outcome(lambda t: yaml_source._parse(t, "fuzz.yaml", yaml.CSafeLoader), text)
+        except yaml.YAMLError as exc:
+            fast = "refused", str(yaml_source._scenario_error(exc, text, "fuzz.yaml"))
+        pure = _outcome(_pure_python, text)
+        differ += fast[0] != pure[0] or (fast[0] == "parsed" and fast != pure)
+    assert differ == len(_PARSERS_DIFFER) - 1

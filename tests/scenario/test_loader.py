@@ -99,6 +99,15 @@ def test_valid_scenario_derives_dp():
         ),
         # YAML syntax error
         (BASE.replace("  tp: 2", "  tp: [2"), "s.yaml:8:5", "", "YAML syntax"),
+        # a scalar YAML cannot construct (a date that does not exist, a tagged non-number):
+        # a ValueError from PyYAML's constructor, which was a traceback (review)
+        (
+            BASE.replace("global_batch: 64", "global_batch: 2001-13-14"),
+            "s.yaml:10:17",
+            "training.global_batch",
+            "cannot read '2001-13-14' as timestamp",
+        ),
+        (BASE.replace("  tp: 2", "  tp: !!int two"), "s.yaml:7:7", "parallelism.tp", "as int"),
         # duplicate key
         (
             BASE.replace("  pp: 2\n", "  pp: 2\n  pp: 4\n"),

@@ -187,8 +187,10 @@ def test_estimate_puts_a_folded_expert_group_on_nvlink():
     a2a = 4 / 2 * micro * 4 * (7 / 8) * routed  # bytes over both passes, per rank
     bubble = 1 - (2 - 1) / (micro + 2 - 1)
     nic, nv = a2a / 50e9, a2a / (450e9 * 0.8)
-    # the folded rank holds 4x the expert parameters (whole, over EP 8 instead of 8 x TP 2)
-    # but reduces them over no data-parallel peers here: the DP term is the dense part's
+    # the folded rank holds 2x the expert parameters (experts whole over EP 8, not split over
+    # EP 8 x TP 2) and the same dense ones; the estimate reduces every gradient a rank holds over
+    # its dp x cp peers (16 here), experts included (it does not tell the expert data-parallel
+    # group apart, 4 ranks here: a ranking estimate, not the simulation)
     gap = estimate_step_s(split, shape, hw) - estimate_step_s(folded, shape, hw)
     dp_gap = 2 * 15 / 16 * 2 * ((2e9 + 6e9 / 8) / 4 - (2e9 / 2 + 6e9 / 8) / 2) / 50e9
     assert gap == pytest.approx((nic - nv) / bubble + dp_gap, rel=1e-9)

@@ -694,7 +694,9 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations, steps=N
                 "%s: the steady state does not repeat (%s); %s",
                 scenario.name or "scenario",
                 why,
-                f"trying a {longer.head}-micro-batch warm-up" if longer else "simulating all",
+                f"trying a {longer.head}-micro-batch warm-up and a period of {longer.period}"
+                if longer
+                else "simulating all",
             )
             step = perturb(built(longer is not None, longer), perturbations)
     return _result(scenario, step, sim, track_links)
@@ -758,13 +760,24 @@ def _longer_warm_up(plan: Plan, tried: SteadyState) -> SteadyState | None:
     """After ``tried`` did not repeat, once: a warm-up four times as long, where stages of
     unequal speed take that long to settle (zero-bubble schedules, whose deferred weight
     gradients fill the faster stages' slack over several micro-batches: ZB-H1 on 4 unequal
-    stages settles after 12), if that still halves the micro-batches; else None."""
-    q = tried.period
-    longer = SteadyState(-(-4 * tried.head // q) * q, q, tried.tail)
+    stages settles after 12), if that still halves the micro-batches. Else twice the period
+    and a warm-up up to twice as long, as long as fits in half the micro-batches: a 1F1B
+    pipeline whose end stages are a layer lighter can settle into a state that repeats every
+    two micro-batches, not every one (the 28.3B zero-bubble model on 32 stages: 27.32 and
+    28.12 ms between successive micro-batches on every stage), and needs a warm-up of about
+    1.5p to reach it. None when neither fits."""
+    q, m = tried.period, plan.micro_batches
     p, v = plan.scenario.parallelism.pp, plan.chunks_per_stage
-    if 2 * longer.reduced > plan.micro_batches or plan.schedule.check(p, longer.reduced, v):
+    longer = SteadyState(-(-4 * tried.head // q) * q, q, tried.tail)
+    if 2 * longer.reduced <= m and not plan.schedule.check(p, longer.reduced, v):
+        return longer
+    q2 = 2 * q
+    tail = tried.tail + (m - tried.tail) % q2  # so that whole periods are left out
+    head = min(-(-2 * tried.head // q2) * q2, (m // 2 - 2 * q2 - tail) // q2 * q2)
+    doubled = SteadyState(head, q2, tail)
+    if head <= tried.head or plan.schedule.check(p, doubled.reduced, v):
         return None
-    return longer
+    return doubled
 
 
 def _result(scenario, step, sim, track_links) -> RunResult:

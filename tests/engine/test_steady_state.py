@@ -135,7 +135,8 @@ def test_a_slow_rank_repeats_too():
 def test_a_schedule_that_does_not_repeat_is_simulated_in_full(caplog):
     # ZB-H1 on this 4-stage cut: the stages differ (embedding on the first, loss on the
     # last) and the deferred weight gradients take about 12 micro-batches to settle; with 40
-    # the check fails and a longer warm-up would not halve them: the full run
+    # the check fails, a warm-up four times as long would not halve them, twice the period
+    # with an 8-micro-batch warm-up is tried and fails too: the full run
     path, over = EX + "pipeline-zb-h1.yaml", "training.global_batch=40"
     assert _repeats(path, over)
     with caplog.at_level(logging.INFO, logger="simulator.api"):
@@ -152,8 +153,30 @@ def test_a_longer_warm_up_is_tried_once(caplog):
     path, over = EX + "pipeline-zb-h1.yaml", "training.global_batch=96"
     with caplog.at_level(logging.INFO, logger="simulator.api"):
         a = _run(path, over)
-    assert "trying a 16-micro-batch warm-up" in caplog.text
+    assert "trying a 16-micro-batch warm-up and a period of 1" in caplog.text
     assert_same_run(a, _run(path, over, repeat=False))
+
+
+def test_a_state_that_repeats_every_two_micro_batches():
+    # 1F1B on the zero-bubble paper's 14.6B model cut into 24 stages whose end stages hold a
+    # layer fewer: each stage settles into a state that repeats every two micro-batches
+    # (successive micro-batches 0.1 ms apart in turn), not every one, so the first check
+    # (period 1, 24-micro-batch warm-up) fails; four times the warm-up would not halve the
+    # 144 micro-batches, twice the period with a 44-micro-batch warm-up repeats (a 24 one
+    # would not), and equals the full run
+    path = "scenarios/validation/zerobubble-14.6b-24.yaml"
+    over = ["training.micro_batch=1", "training.global_batch=144"]
+    over.append("parallelism.pipeline.schedule=1f1b")
+    plan = api.build_plan(api.load(path, over))
+    first = api.build_step(plan, repeat=True).steady
+    assert first == SteadyState(24, 1, 24)
+    assert api._longer_warm_up(plan, first) == SteadyState(44, 2, 24)
+    topo = build_topology(plan.scenario.cluster)
+    for tried in (first, SteadyState(24, 2, 24)):
+        with pytest.raises(api.NotRepeating):
+            api.simulate(api.build_step(plan, None, True, tried), topo)
+    api.simulate(api.build_step(plan, None, True, SteadyState(44, 2, 24)), topo)  # repeats
+    assert_same_run(_run(path, *over), _run(path, *over, repeat=False))
 
 
 def test_tracked_links_are_simulated_in_full():

@@ -24,7 +24,7 @@ from simulator import metrics
 from simulator.collectives import BUSBW_FACTORS, bus_bandwidth, plan_collective
 from simulator.engine import NetworkModel, paused_gc, run_engine, time_collective
 from simulator.engine.executor import channels_Bps, hop_bandwidth
-from simulator.engine.steady_state import expand, expand_memory, find_repeat
+from simulator.engine.steady_state import SHIFT_DIFFERS, expand, expand_memory, find_repeat
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
 from simulator.model.params import count_params
@@ -689,7 +689,7 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations, steps=N
             break
         except NotRepeating as why:
             tries += 1
-            longer = _longer_warm_up(plan, step.steady) if step.steady and tries == 1 else None
+            longer = _longer_warm_up(plan, step.steady, str(why)) if tries == 1 else None
             log.info(
                 "%s: the steady state does not repeat (%s); %s",
                 scenario.name or "scenario",
@@ -756,7 +756,7 @@ class StepCache:
         return step
 
 
-def _longer_warm_up(plan: Plan, tried: SteadyState) -> SteadyState | None:
+def _longer_warm_up(plan: Plan, tried: SteadyState | None, why: str = "") -> SteadyState | None:
     """After ``tried`` did not repeat, once: a warm-up four times as long, where stages of
     unequal speed take that long to settle (zero-bubble schedules, whose deferred weight
     gradients fill the faster stages' slack over several micro-batches: ZB-H1 on 4 unequal
@@ -765,12 +765,17 @@ def _longer_warm_up(plan: Plan, tried: SteadyState) -> SteadyState | None:
     pipeline whose end stages are a layer lighter can settle into a state that repeats every
     two micro-batches, not every one (the 28.3B zero-bubble model on 32 stages: 27.32 and
     28.12 ms between successive micro-batches on every stage), and needs a warm-up of about
-    1.5p to reach it. None when neither fits."""
+    1.5p to reach it; only when ``why`` (the check's reason) says the periods differ in time,
+    not when, say, a task outside the micro-batches ran during them. None when neither fits."""
+    if tried is None:
+        return None
     q, m = tried.period, plan.micro_batches
     p, v = plan.scenario.parallelism.pp, plan.chunks_per_stage
     longer = SteadyState(-(-4 * tried.head // q) * q, q, tried.tail)
     if 2 * longer.reduced <= m and not plan.schedule.check(p, longer.reduced, v):
         return longer
+    if not why.startswith(SHIFT_DIFFERS):
+        return None
     q2 = 2 * q
     tail = tried.tail + (m - tried.tail) % q2  # so that whole periods are left out
     head = min(-(-2 * tried.head // q2) * q2, (m // 2 - 2 * q2 - tail) // q2 * q2)

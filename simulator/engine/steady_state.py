@@ -35,6 +35,9 @@ import pandas as pd
 from simulator.pipelines import SteadyState
 
 TOLERANCE_S = 1e-9  # a twin's start and end may differ from +delta by this much (s)
+SHIFT_DIFFERS = "the second period is not the first shifted"
+"""How :func:`find_repeat`'s reason starts when every task has its twin but not at one
+shift: the state may repeat over more micro-batches (``api._longer_warm_up``)."""
 _KEY = ["rank", "stream", "kind", "phase", "name", "layer", "microbatch"]
 _TEXT = ["stream", "kind", "phase", "name"]
 
@@ -83,7 +86,7 @@ def find_repeat(frame: pd.DataFrame, steady: SteadyState, full: int) -> Repeat |
     delta = float(np.median(d_start))
     off = max(np.abs(d_start - delta).max(), np.abs(d_end - delta).max())
     if not off <= TOLERANCE_S:
-        return f"the second period is not the first shifted (off by up to {off:.3g} s)"
+        return f"{SHIFT_DIFFERS} (off by up to {off:.3g} s)"
     copies, rem = divmod(full - steady.reduced, q)
     if rem or copies < 1:
         return f"{full} micro-batches are not {steady.reduced} plus whole periods of {q}"

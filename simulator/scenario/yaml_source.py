@@ -51,7 +51,7 @@ _UNSURE = re.compile(
 )
 """A character outside the subset on which libyaml and the pure-Python parser were fuzzed to
 agree (``tests/properties/test_loader_fuzz.py``): control characters but the newline, the
-byte-order mark, U+0085, U+2028 and U+2029, surrogates and non-characters, and the YAML
+byte-order mark, U+0085, U+2028 and U+2029, surrogates, U+FFFE and U+FFFF, and the YAML
 indicators of tags (!), block scalars (| >), complex keys (?), directives (%) and reserved
 use (@ `)."""
 
@@ -97,7 +97,9 @@ class _Builder:
             return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
         try:
             return self.loader.construct_object(node, deep=True)
-        except (ValueError, TypeError, OverflowError) as exc:  # 2001-13-14, !!int x
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:  # 2001-13-14, !!int x, !!int '', !!bool x: PyYAML's own errors
             kind = str(node.tag).rsplit(":", 1)[-1]
             raise ScenarioError.single(
                 _mark(node, self.source),
@@ -171,17 +173,34 @@ def _reader_position(exc: yaml.reader.ReaderError, text: str, source: str) -> Po
 def parse_yaml(text: str, source: str) -> tuple[Any, Positions]:
     """Parse one YAML document; return its data and the position of every path in it.
 
-    libyaml parses first where PyYAML has it; a YAML error there is reported as the
+    libyaml parses first where PyYAML has it and the text is one it reads as the pure-Python
+    parser does (:func:`_libyaml_reads_alike`); a YAML error there is reported as the
     pure-Python parser words it (the caps and checks of the builder are the same in both)."""
     if _libyaml_reads_alike(text):
         try:
             return _parse(text, source, _FAST_LOADER)
-        except (yaml.YAMLError, UnicodeError):  # e.g. a lone surrogate, given as str by the API
+        except (yaml.YAMLError, UnicodeError):  # UnicodeError: a backstop, not seen
             pass  # parsed again below for the pure-Python parser's message
     try:
         return _parse(text, source, yaml.SafeLoader)
     except yaml.YAMLError as exc:
         raise _scenario_error(exc, text, source) from None
+    except ScenarioError:  # a ValueError too
+        raise
+    except ValueError:  # the scanner's chr() on a "\U" escape past U+10FFFF
+        where, escape = _escape_past_unicode(text, source)
+        message = f"YAML: the escape {escape} is past the last Unicode character, U+10FFFF"
+        raise ScenarioError.single(where, "", message) from None
+
+
+def _escape_past_unicode(text: str, source: str) -> tuple[Position, str]:
+    """Where the first ``\\U`` escape past U+10FFFF is written, and the escape."""
+    for found in re.finditer(r"\\U([0-9A-Fa-f]{8})", text):
+        if int(found.group(1), 16) > 0x10FFFF:
+            at = found.start()
+            line = text.count("\n", 0, at) + 1
+            return Position(source, line, at - text.rfind("\n", 0, at)), found.group(0)
+    return Position(source, 1, 1), "\\U"
 
 
 def _parse(text: str, source: str, loader_class: type) -> tuple[Any, Positions]:

@@ -108,6 +108,15 @@ def test_valid_scenario_derives_dp():
             "cannot read '2001-13-14' as timestamp",
         ),
         (BASE.replace("  tp: 2", "  tp: !!int two"), "s.yaml:7:7", "parallelism.tp", "as int"),
+        (BASE.replace("  tp: 2", "  tp: !!int ''"), "s.yaml:7:7", "parallelism.tp", "as int"),
+        (BASE.replace("  pp: 2", "  pp: !!bool x"), "s.yaml:8:7", "parallelism.pp", "as bool"),
+        # an escape past U+10FFFF: a ValueError from the pure-Python scanner
+        (
+            BASE.replace("name: t", 'name: "\\U00110000"'),
+            "s.yaml:1:8",
+            "",
+            "the escape \\U00110000 is past the last Unicode character",
+        ),
         # duplicate key
         (
             BASE.replace("  pp: 2\n", "  pp: 2\n  pp: 4\n"),

@@ -769,18 +769,14 @@ def _longer_warm_up(plan: Plan, tried: SteadyState | None, why: str = "") -> Ste
     not when, say, a task outside the micro-batches ran during them. None when neither fits."""
     if tried is None:
         return None
-    q, m = tried.period, plan.micro_batches
-    p, v = plan.scenario.parallelism.pp, plan.chunks_per_stage
-    longer = SteadyState(-(-4 * tried.head // q) * q, q, tried.tail)
+    m, p, v = plan.micro_batches, plan.scenario.parallelism.pp, plan.chunks_per_stage
+    longer = tried.longer_warm_up()
     if 2 * longer.reduced <= m and not plan.schedule.check(p, longer.reduced, v):
         return longer
     if not why.startswith(SHIFT_DIFFERS):
         return None
-    q2 = 2 * q
-    tail = tried.tail + (m - tried.tail) % q2  # so that whole periods are left out
-    head = min(-(-2 * tried.head // q2) * q2, (m // 2 - 2 * q2 - tail) // q2 * q2)
-    doubled = SteadyState(head, q2, tail)
-    if head <= tried.head or plan.schedule.check(p, doubled.reduced, v):
+    doubled = tried.doubled_period(m)
+    if doubled is None or plan.schedule.check(p, doubled.reduced, v):
         return None
     return doubled
 

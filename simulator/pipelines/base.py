@@ -172,6 +172,20 @@ class SteadyState:
     def reduced(self) -> int:
         return self.head + 2 * self.period + self.tail
 
+    def longer_warm_up(self) -> SteadyState:
+        """The same period with a warm-up four times as long (whole periods)."""
+        q = self.period
+        return SteadyState(-(-4 * self.head // q) * q, q, self.tail)
+
+    def doubled_period(self, m: int) -> SteadyState | None:
+        """Twice the period and a warm-up up to twice as long (whole new periods), running at
+        most half of ``m`` micro-batches and leaving out whole new periods (the tail grown by
+        less than one to make it so); None when the warm-up would not grow."""
+        q2 = 2 * self.period
+        tail = self.tail + (m - self.tail) % q2
+        head = min(-(-2 * self.head // q2) * q2, (m // 2 - 2 * q2 - tail) // q2 * q2)
+        return SteadyState(head, q2, tail) if head > self.head else None
+
 
 def steady_state(schedule: PipelineSchedule, p: int, m: int, v: int) -> SteadyState | None:
     """The steady state of ``schedule`` with ``m`` micro-batches, when running the

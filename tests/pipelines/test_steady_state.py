@@ -1,6 +1,8 @@
 """Where each schedule's order repeats (pipelines.steady_state), against its closed form."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simulator.pipelines import SteadyState, get_schedule, steady_state
 
@@ -40,3 +42,37 @@ def test_no_repeat_unless_it_halves_the_micro_batches():
     assert steady_state(get_schedule("1f1b"), 4, 20, 1) == SteadyState(4, 1, 4)
     # interleaved: the reduced count must itself suit the schedule (a multiple of p)
     assert steady_state(get_schedule("interleaved"), 16, 16, 2) is None
+
+
+@given(
+    q=st.integers(1, 32),
+    head_periods=st.integers(1, 8),
+    tail_periods=st.integers(1, 8),
+    m=st.integers(1, 4096),
+)
+def test_doubled_period_fits_and_leaves_out_whole_periods(q, head_periods, tail_periods, m):
+    # the retry after a state that did not repeat (api._longer_warm_up): find_repeat needs
+    # the micro-batches left out to be whole periods, and the retry must still halve them
+    tried = SteadyState(head_periods * q, q, tail_periods * q)
+    doubled = tried.doubled_period(m)
+    if doubled is None:
+        # only when no longer warm-up of whole new periods (the next is at most 2q longer)
+        # fits in half the micro-batches with two new periods and the tail
+        tail = tried.tail + (m - tried.tail) % (2 * q)
+        assert tried.head + 2 * q + 2 * (2 * q) + tail > m // 2
+        return
+    assert doubled.period == 2 * q
+    assert doubled.head % (2 * q) == 0 and tried.head < doubled.head <= 2 * tried.head
+    assert tried.tail <= doubled.tail < tried.tail + 2 * q
+    assert 2 * doubled.reduced <= m
+    assert (m - doubled.reduced) % doubled.period == 0
+
+
+def test_doubled_period_of_the_28b_pipeline():
+    # 1F1B on 32 stages, 256 micro-batches: (32, 1, 32) did not repeat; four times the
+    # warm-up runs 162 > 128 micro-batches; twice the period with a 64 warm-up runs 100
+    tried = SteadyState(32, 1, 32)
+    assert tried.longer_warm_up() == SteadyState(128, 1, 32)
+    assert tried.doubled_period(256) == SteadyState(64, 2, 32)
+    assert tried.doubled_period(144) == SteadyState(36, 2, 32)  # capped: 36 + 4 + 32 = 72
+    assert tried.doubled_period(70) is None  # no warm-up past 32 fits in 35

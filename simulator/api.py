@@ -689,7 +689,7 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations, steps=N
             break
         except NotRepeating as why:
             tries += 1
-            longer = _longer_warm_up(plan, step.steady, str(why)) if tries == 1 else None
+            longer = _next_steady_state(plan, step.steady, str(why)) if tries == 1 else None
             log.info(
                 "%s: the steady state does not repeat (%s); %s",
                 scenario.name or "scenario",
@@ -756,7 +756,7 @@ class StepCache:
         return step
 
 
-def _longer_warm_up(plan: Plan, tried: SteadyState | None, why: str = "") -> SteadyState | None:
+def _next_steady_state(plan: Plan, tried: SteadyState | None, why: str = "") -> SteadyState | None:
     """After ``tried`` did not repeat, once: a warm-up four times as long, where stages of
     unequal speed take that long to settle (zero-bubble schedules, whose deferred weight
     gradients fill the faster stages' slack over several micro-batches: ZB-H1 on 4 unequal
@@ -770,15 +770,14 @@ def _longer_warm_up(plan: Plan, tried: SteadyState | None, why: str = "") -> Ste
     if tried is None:
         return None
     m, p, v = plan.micro_batches, plan.scenario.parallelism.pp, plan.chunks_per_stage
-    longer = tried.longer_warm_up()
-    if 2 * longer.reduced <= m and not plan.schedule.check(p, longer.reduced, v):
-        return longer
-    if not why.startswith(SHIFT_DIFFERS):
-        return None
-    doubled = tried.doubled_period(m)
-    if doubled is None or plan.schedule.check(p, doubled.reduced, v):
-        return None
-    return doubled
+
+    def fits(s: SteadyState | None) -> bool:
+        return s is not None and 2 * s.reduced <= m and not plan.schedule.check(p, s.reduced, v)
+
+    candidates = [tried.longer_warm_up()]
+    if why.startswith(SHIFT_DIFFERS):
+        candidates.append(tried.doubled_period(m))
+    return next((s for s in candidates if fits(s)), None)
 
 
 def _result(scenario, step, sim, track_links) -> RunResult:

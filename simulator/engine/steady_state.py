@@ -37,7 +37,7 @@ from simulator.pipelines import SteadyState
 TOLERANCE_S = 1e-9  # a twin's start and end may differ from +delta by this much (s)
 SHIFT_DIFFERS = "the second period is not the first shifted"
 """How :func:`find_repeat`'s reason starts when every task has its twin but not at one
-shift: the state may repeat over more micro-batches (``api._longer_warm_up``)."""
+shift: the state may repeat over more micro-batches (``api._next_steady_state``)."""
 _KEY = ["rank", "stream", "kind", "phase", "name", "layer", "microbatch"]
 _TEXT = ["stream", "kind", "phase", "name"]
 

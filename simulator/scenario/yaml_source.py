@@ -179,7 +179,7 @@ def parse_yaml(text: str, source: str) -> tuple[Any, Positions]:
     if _libyaml_reads_alike(text):
         try:
             return _parse(text, source, _FAST_LOADER)
-        except (yaml.YAMLError, UnicodeError):  # UnicodeError: a backstop, not seen
+        except yaml.YAMLError:
             pass  # parsed again below for the pure-Python parser's message
     try:
         return _parse(text, source, yaml.SafeLoader)

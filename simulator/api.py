@@ -188,6 +188,7 @@ def network_model(topo: Topology) -> NetworkModel:
             topo.host_of,
             topo.nvls_switch,
             topo.meta.get("shape") if topo.meta.get("kind") == "torus" else None,
+            layout=topo.own_layout,
         )
     return model
 

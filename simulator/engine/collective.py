@@ -253,7 +253,7 @@ class CollectiveRunner:
         ):
             src = np.array([t.src for t in transfers], dtype=np.int64)
             dst = np.array([t.dst for t in transfers], dtype=np.int64)
-            found = path_ids(src, dst, np.arange(len(transfers)), self.links.index)
+            found = path_ids(src, dst, np.arange(len(transfers)), self.links)
             if found is not None:
                 ids, lengths = found
                 return lengths.tolist(), _segment_sums(self.links.latency[ids], lengths)
@@ -276,7 +276,7 @@ class CollectiveRunner:
         if same is None:
             return None
         devices = [d for g in groups for d in g if type(d) is int]
-        return same(np.array(devices, dtype=np.int64), self.links.index)
+        return same(np.array(devices, dtype=np.int64), self.links)
 
     def _route_phase(
         self, groups, mappings, phase, class_of: list[int], n_classes: int
@@ -314,7 +314,7 @@ class CollectiveRunner:
         devices = np.array(groups, dtype=np.int64)  # copy x position
         src = devices[:, [position[t.src] for t in transfers]].T.ravel()
         dst = devices[:, [position[t.dst] for t in transfers]].T.ravel()
-        routed = spread_ids(src, dst, self.links.index)
+        routed = spread_ids(src, dst, self.links)
         if routed is None:
             return None
         ids, shares, lengths = routed

@@ -28,6 +28,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from functools import partial
 
+import numpy as np
 import simpy
 
 from simulator.collectives import Locality, plan_collective
@@ -51,8 +52,19 @@ class DeadlockError(RuntimeError):
 def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
     """The capacity (B/s) of the slowest link on the paths between neighbours of ``devices``
     taken as a ring: the bandwidth NCCL's tuning model calls Simple's bus bandwidth (inf for
-    fewer than two devices). ``router.path(src, dst, key)`` gives a path's links."""
+    fewer than two devices). ``router.path(src, dst, key)`` gives a path's links; a router
+    with ``path_ids`` routes the whole ring at once (a 1,024-GPU ring: 1,024 paths)."""
     best = math.inf
+    path_ids = getattr(router, "path_ids", None)
+    if path_ids is not None and len(devices) > 1:
+        src = np.array(devices, dtype=np.int64)
+        dst = np.roll(src, -1)
+        apart = src != dst
+        src, dst = src[apart], dst[apart]
+        found = path_ids(src, dst, np.zeros(src.size, np.int64), links)
+        if found is not None:
+            ids = found[0]
+            return float(links.capacity[ids].min()) if ids.size else best
     for a, b in zip(devices, devices[1:] + devices[:1], strict=True):
         if a != b:
             ids = links.ids(router.path(a, b, 0))

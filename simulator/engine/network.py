@@ -53,7 +53,15 @@ VECTOR_CLASSES = 64
 
 
 class LinkTable:
-    """A topology's directed links as arrays: capacity (B/s), latency (s), index by (u, v)."""
+    """A topology's directed links as arrays: capacity (B/s), latency (s), index by (u, v).
+
+    Made from a graph, the links are numbered in ``graph.edges`` order; made from a builder's
+    :class:`~simulator.topology.graph.LinkLayout` (:meth:`from_layout`), in the order the
+    builder added them, and ``layout`` is that layout (routers that numbered their links
+    as they built them then look nothing up: ``FatTreeRouter.links``). ``index`` ((u, v) ->
+    id) is made when first asked for: routers that compute ids need none."""
+
+    layout: object = None
 
     def __init__(self, graph: nx.DiGraph):
         # One pass over the adjacency dicts, in ``graph.edges`` order: 4x faster than the
@@ -65,12 +73,28 @@ class LinkTable:
                 bandwidth.append(d["bandwidth"])
                 efficiency.append(d.get("efficiency", 1.0))
                 latency.append(d.get("latency", 0.0))
+        self._set(edges, np.array(bandwidth, float), np.array(efficiency, float), latency)
+
+    @classmethod
+    def from_layout(cls, layout) -> LinkTable:
+        """The links of a builder's ``layout`` (a LinkLayout), in its order: no pass over the
+        graph (0.13 s for the 131K links of 16K GPUs)."""
+        table = cls.__new__(cls)
+        table._set(layout.edges, layout.bandwidth, layout.efficiency, layout.latency)
+        table.layout = layout
+        return table
+
+    def _set(self, edges, bandwidth, efficiency, latency) -> None:
         self.edges = edges
-        self.index = dict(zip(edges, range(len(edges)), strict=True))
-        self.bandwidth = np.array(bandwidth, dtype=float)
-        self.efficiency = np.array(efficiency, dtype=float)
-        self.latency = np.array(latency, dtype=float)
+        self.bandwidth = bandwidth
+        self.efficiency = efficiency
+        self.latency = np.asarray(latency, dtype=float)
         self.capacity = self.bandwidth * self.efficiency
+
+    @cached_property
+    def index(self) -> dict:
+        """(u, v) -> link id."""
+        return dict(zip(self.edges, range(len(self.edges)), strict=True))
 
     def __len__(self) -> int:
         return len(self.edges)

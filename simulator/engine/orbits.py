@@ -82,13 +82,14 @@ class LinkOrbits:
 
 
 def link_orbits(
-    label_of_device: Mapping[int, int], router, index: dict, capacity: np.ndarray
+    label_of_device: Mapping[int, int], router, links, capacity: np.ndarray
 ) -> LinkOrbits | None:
-    """:class:`LinkOrbits` of ``label_of_device`` on ``router`` (links named by ``index``),
-    or None when the router cannot list its devices' own links."""
+    """:class:`LinkOrbits` of ``label_of_device`` on ``router`` (links named by ``links``:
+    a link table, or its (u, v) -> id dict), or None when the router cannot list its
+    devices' own links."""
     list_ids = getattr(router, "device_link_ids", None)
     if list_ids is None or not label_of_device:
         return None
     devices = np.fromiter(label_of_device.keys(), np.int64, len(label_of_device))
-    ids = list_ids(devices, index)
+    ids = list_ids(devices, links)
     return None if ids is None else LinkOrbits(label_of_device, ids, capacity)

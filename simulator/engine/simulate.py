@@ -63,9 +63,15 @@ class NetworkModel:
     links: LinkTable = field(init=False)
     geometry_cache: dict = field(default_factory=dict)
     route_cache: dict = field(default_factory=dict)
+    # the builder's numbering of ``graph``'s links (Topology.own_layout), or None: read them
+    # from the graph
+    layout: object = None
 
     def __post_init__(self):
-        self.links = LinkTable(self.graph)
+        if self.layout is not None and self.layout.graph is self.graph:
+            self.links = LinkTable.from_layout(self.layout)
+        else:
+            self.links = LinkTable(self.graph)
 
     @property
     def locality(self) -> Locality:
@@ -84,7 +90,7 @@ class NetworkModel:
         net = FlowNetwork(env, self.links, track_links)
         orbits = None
         if orbit_labels:
-            orbits = link_orbits(orbit_labels, self.router, self.links.index, self.links.capacity)
+            orbits = link_orbits(orbit_labels, self.router, self.links, self.links.capacity)
         runner = CollectiveRunner(
             net,
             self.router,

@@ -39,9 +39,10 @@ from __future__ import annotations
 import math
 
 import networkx as nx
+import numpy as np
 
-from simulator.topology.fat_tree_routes import SpreadTable
-from simulator.topology.graph import Node, Path, Topology, add_link, ecmp_hash
+from simulator.topology.fat_tree_routes import FatTreeLinks, SpreadTable
+from simulator.topology.graph import LinkRecorder, Node, Path, Topology, ecmp_hash
 from simulator.topology.nvswitch import NVSwitchRouter, add_nvswitch_domain
 
 MAX_FANOUT = 32  # spines per pod and cores: enough ECMP width without millions of edges
@@ -76,21 +77,29 @@ def fat_tree_topology(
     switch-to-switch link).
     """
     g = nx.DiGraph(name=name or f"fat-tree {nodes}x{gpus_per_node}")
+    links = LinkRecorder(g)
+    # link ids by structure, as they are added (FatTreeLinks): each GPU's own six links
+    own = np.full((nodes * gpus_per_node, 6), -1, np.int64)
     nvlink = (nvlink_bandwidth, nvlink_latency, nvlink_efficiency)
     host_of, nvls_switch = _hosts(
-        g, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls
+        links, own, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls
     )
     nic = (nic_bandwidth, nic_latency, nic_efficiency)
-    leaves, leaf_of, down = _leaves(g, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic)
+    leaves, leaf_of, down = _leaves(
+        links, own, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic
+    )
     over = list(oversubscription) + [1.0] * 3
     pods: dict[str, int] = {}
     spines: list[list[str]] = []
     cores: list[str] = []
+    leaf_links = pod_links = None
     if levels >= 2 and len(leaves) > 1:
         per_pod = leaves_per_pod if (levels >= 3 and leaves_per_pod) else len(leaves)
-        pods, spines, uplink = _spines(g, leaves, per_pod, down, over[0], nic, switch_latency)
+        pods, spines, uplink, leaf_links = _spines(
+            links, leaves, per_pod, down, over[0], nic, switch_latency
+        )
         if levels >= 3 and len(spines) > 1:
-            cores = _cores(g, spines, per_pod * uplink, over[1], nic, switch_latency)
+            cores, pod_links = _cores(links, spines, per_pod * uplink, over[1], nic, switch_latency)
     elif len(leaves) > 1:
         if rail_optimized and gpus_per_node > 1 and nodes <= nodes_per_leaf:
             raise ValueError(
@@ -103,6 +112,9 @@ def fat_tree_topology(
 
     rails = gpus_per_node if pxn and rail_optimized and gpus_per_node > 1 else 0
     router = FatTreeRouter(host_of, leaf_of, pods, spines, cores, ecmp_flows, rails)
+    layout = links.layout()
+    if layout is not None:
+        router.links = FatTreeLinks.of(layout, own, leaf_links, pod_links, len(leaves))
     return Topology(
         graph=g,
         devices=sorted(host_of),
@@ -119,29 +131,33 @@ def fat_tree_topology(
             "cores": len(cores),
             "leaf_downlinks": down,
         },
+        layout=layout,
     )
 
 
-def _hosts(g, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls):
+def _hosts(links, own, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls):
     """Each host's NVSwitch domain and one NIC per GPU on PCIe; (device -> host, NVLS
-    switch of each host)."""
+    switch of each host). Fills ``own``'s GPU <-> NVSwitch and GPU <-> NIC columns."""
+    g = links.graph
     host_of: dict[int, int] = {}
     nvls_switch: dict[int, Node] = {}
     for h in range(nodes):
         first = h * gpus_per_node
-        sw = add_nvswitch_domain(g, h, first, gpus_per_node, *nvlink)
+        sw, nvlinks = add_nvswitch_domain(links, h, first, gpus_per_node, *nvlink)
+        own[first : first + gpus_per_node, 0:2] = nvlinks
         if nvls:
             nvls_switch[h] = sw
         for d in range(first, first + gpus_per_node):
             host_of[d] = h
             g.add_node(f"nic{d}", kind="nic", host=h)
-            add_link(g, d, f"nic{d}", pcie_bandwidth, pcie_latency, "pcie")
+            own[d, 2], own[d, 5] = links.add(d, f"nic{d}", pcie_bandwidth, pcie_latency, "pcie")
     return host_of, nvls_switch
 
 
-def _leaves(g, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic):
+def _leaves(links, own, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic):
     """Leaf switches (one per rail per leaf group, or one top-of-rack) and the NIC links;
-    (leaves, device -> its leaf, downlinks per leaf)."""
+    (leaves, device -> its leaf, downlinks per leaf). Fills ``own``'s NIC <-> leaf columns."""
+    g = links.graph
     nic_bandwidth, nic_latency, nic_efficiency = nic
     nodes_per_leaf = min(nodes_per_leaf, nodes)  # a small cluster fills one leaf group
     groups = math.ceil(nodes / nodes_per_leaf)
@@ -159,20 +175,23 @@ def _leaves(g, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic):
                 d = h * gpus_per_node + i
                 leaf = f"leaf{grp}.{i if rail_optimized else 0}"
                 leaf_of[d] = leaf
-                add_link(
-                    g, f"nic{d}", leaf, nic_bandwidth, nic_latency / 2, "network", nic_efficiency
+                own[d, 3], own[d, 4] = links.add(
+                    f"nic{d}", leaf, nic_bandwidth, nic_latency / 2, "network", nic_efficiency
                 )
     return leaves, leaf_of, down
 
 
-def _spines(g, leaves, per_pod, down, over, nic, switch_latency):
+def _spines(links, leaves, per_pod, down, over, nic, switch_latency):
     """Spines of each pod, every leaf of the pod linked to each; (leaf -> pod, spines per pod,
-    one uplink's bandwidth). The uplinks carry a leaf's downlink bandwidth over ``over``."""
+    one uplink's bandwidth, each leaf's (leaf -> spine, spine -> leaf) link ids per spine of
+    its pod). The uplinks carry a leaf's downlink bandwidth over ``over``."""
+    g = links.graph
     nic_bandwidth, _, nic_efficiency = nic
     n_spines = min(MAX_FANOUT, max(1, math.ceil(down / over)))
     uplink = down * nic_bandwidth / over / n_spines
     pods: dict[str, int] = {}
     spines: list[list[str]] = []
+    ids = []
     for p in range(math.ceil(len(leaves) / per_pod)):
         pod_spines = [f"spine{p}.{s}" for s in range(n_spines)]
         spines.append(pod_spines)
@@ -180,24 +199,31 @@ def _spines(g, leaves, per_pod, down, over, nic, switch_latency):
             g.add_node(sp, kind="spine", pod=p)
         for leaf in leaves[p * per_pod : (p + 1) * per_pod]:
             pods[leaf] = p
-            for sp in pod_spines:
-                add_link(g, leaf, sp, uplink, switch_latency, "network", nic_efficiency)
-    return pods, spines, uplink
+            ids.append(
+                [links.add(leaf, sp, uplink, switch_latency, "network", nic_efficiency)
+                 for sp in pod_spines]
+            )  # fmt: skip
+    return pods, spines, uplink, np.array(ids, np.int64).reshape(len(leaves), n_spines, 2)
 
 
-def _cores(g, spines, spine_down, over, nic, switch_latency):
-    """Core switches linking every pod's spines; the core links carry a spine's downlink
+def _cores(links, spines, spine_down, over, nic, switch_latency):
+    """Core switches linking every pod's spines; (the cores, each pod's (spine -> core,
+    core -> spine) link ids by spine and core). The core links carry a spine's downlink
     bandwidth over ``over``."""
+    g = links.graph
     nic_bandwidth, _, nic_efficiency = nic
     n_cores = min(MAX_FANOUT, max(1, math.ceil(spine_down / over / nic_bandwidth)))
     core_link = spine_down / over / n_cores
     cores = [f"core{c}" for c in range(n_cores)]
-    for c in cores:
+    ids = np.full((len(spines), len(spines[0]), n_cores, 2), -1, np.int64)
+    for k, c in enumerate(cores):
         g.add_node(c, kind="core")
-        for pod_spines in spines:
-            for sp in pod_spines:
-                add_link(g, sp, c, core_link, switch_latency, "network", nic_efficiency)
-    return cores
+        for p, pod_spines in enumerate(spines):
+            for i, sp in enumerate(pod_spines):
+                ids[p, i, k] = links.add(
+                    sp, c, core_link, switch_latency, "network", nic_efficiency
+                )
+    return cores, ids
 
 
 class FatTreeRouter:
@@ -220,51 +246,57 @@ class FatTreeRouter:
         self.ecmp_flows = ecmp_flows
         self._nvswitch = NVSwitchRouter(host_of)
         self._table: SpreadTable | None = None
+        # the link ids its builder gave, by structure (None: look them up by (u, v))
+        self.links: FatTreeLinks | None = None
 
-    def spread_ids(self, src, dst, index: dict):
+    def spread_ids(self, src, dst, links):
         """:meth:`spread` of the connections ``src[i]`` -> ``dst[i]`` (integer arrays of
-        devices) as link ids under ``index`` ((u, v) -> id): (ids, shares, route length per
+        devices) as link ids under ``links`` (an (u, v) -> id dict, or a link table with
+        ``index`` and ``layout``: see :meth:`_spread_table`): (ids, shares, route length per
         connection), routes concatenated in order, identical to ``spread`` one at a time.
         None where that is not guaranteed (hashed ECMP, whose paths depend on each pair's
         hash; pods of unequal spines; an endpoint that is not a device): route one by one.
         """
         if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
             return None
-        return self._spread_table(index).routes(src, dst)
+        return self._spread_table(links).routes(src, dst)
 
-    def path_ids(self, src, dst, key, index: dict):
+    def path_ids(self, src, dst, key, links):
         """:meth:`path` of the connections ``src[i]`` -> ``dst[i]`` with ``key[i]`` (integer
-        arrays) as link ids under ``index``: (ids, path length per connection), paths
+        arrays) as link ids under ``links``: (ids, path length per connection), paths
         concatenated in order, identical to ``path`` one at a time; None where the endpoints
         are not devices or the pods' spines differ in number."""
         if len({len(p) for p in self.spines}) > 1:
             return None
-        return self._spread_table(index).paths(src, dst, key)
+        return self._spread_table(links).paths(src, dst, key)
 
-    def spread_representatives(self, devices, index: dict):
+    def spread_representatives(self, devices, links):
         """Groups of links that every route crosses all or none of, each with the same share
         (a leaf's uplinks and its downlinks, a pod's links to and from the cores), as an
         array mapping each link id to its group's first (itself when in no group); covers
         the leaves of ``devices`` (an integer array) and of every device routed before by
-        :meth:`spread_ids` under ``index``. None with hashed ECMP (its sub-flows cross some
+        :meth:`spread_ids` under ``links``. None with hashed ECMP (its sub-flows cross some
         links of a group only)."""
         if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
             return None
-        return self._spread_table(index).representatives(devices)
+        return self._spread_table(links).representatives(devices)
 
-    def device_link_ids(self, devices, index: dict):
-        """Each device's own links as ids under ``index``: an (n, 6) array of GPU ->
+    def device_link_ids(self, devices, links):
+        """Each device's own links as ids under ``links``: an (n, 6) array of GPU ->
         NVSwitch, NVSwitch -> GPU, GPU -> NIC, NIC -> leaf, leaf -> NIC, NIC -> GPU (-1 where
         the topology has no such link); None where the table cannot be built (pods of
         unequal spines)."""
         if len({len(p) for p in self.spines}) > 1:
             return None
-        return self._spread_table(index).device_link_ids(devices)
+        return self._spread_table(links).device_link_ids(devices)
 
-    def _spread_table(self, index: dict) -> SpreadTable:
+    def _spread_table(self, links) -> SpreadTable:
+        """The table of ids under ``links``: an (u, v) -> id dict, or a link table (its
+        ``index``; or, when its ``layout`` is the one this router's builder numbered, the
+        ids the builder recorded, with nothing to look up). Kept for the last ``links``."""
         table = self._table
-        if table is None or table.index is not index:
-            table = self._table = SpreadTable(self, index)
+        if table is None or table.key is not links:
+            table = self._table = SpreadTable(self, links)
         return table
 
     def relay(self, src: Node, dst: Node) -> int | None:

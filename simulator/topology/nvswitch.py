@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import networkx as nx
 
-from simulator.topology.graph import Node, Path, Topology, add_link
+from simulator.topology.graph import LinkRecorder, Node, Path, Topology
 
 
 def add_nvswitch_domain(
-    g: nx.DiGraph,
+    links: LinkRecorder,
     host: int,
     first_device: int,
     gpus: int,
@@ -25,14 +25,17 @@ def add_nvswitch_domain(
     latency: float,
     efficiency: float,
     device_kind: str = "gpu",
-) -> str:
-    """Add ``gpus`` devices numbered from ``first_device`` around switch ``nvswitch{host}``."""
+) -> tuple[str, list[tuple[int, int]]]:
+    """Add ``gpus`` devices numbered from ``first_device`` around switch ``nvswitch{host}``
+    to ``links.graph``; (the switch, each device's (GPU -> switch, switch -> GPU) link ids)."""
+    g = links.graph
     switch = f"nvswitch{host}"
     g.add_node(switch, kind="nvswitch", host=host)
+    ids = []
     for d in range(first_device, first_device + gpus):
         g.add_node(d, kind=device_kind, host=host)
-        add_link(g, d, switch, bandwidth, latency / 2, "nvlink", efficiency)
-    return switch
+        ids.append(links.add(d, switch, bandwidth, latency / 2, "nvlink", efficiency))
+    return switch, ids
 
 
 class NVSwitchRouter:
@@ -68,7 +71,8 @@ def nvswitch_topology(
     fraction.
     """
     g = nx.DiGraph(name=name or f"NVSwitch x{gpus}")
-    switch = add_nvswitch_domain(g, 0, 0, gpus, bandwidth, latency, efficiency)
+    links = LinkRecorder(g)
+    switch, _ = add_nvswitch_domain(links, 0, 0, gpus, bandwidth, latency, efficiency)
     host_of = dict.fromkeys(range(gpus), 0)
     return Topology(
         graph=g,
@@ -78,4 +82,5 @@ def nvswitch_topology(
         nvls_switch={0: switch} if nvls else {},
         name=g.graph["name"],
         meta={"kind": "nvswitch"},
+        layout=links.layout(),
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from simulator.topology.graph import Node, Path, Topology, add_link, ecmp_hash
+from simulator.topology.graph import LinkRecorder, Node, Path, Topology, ecmp_hash
 
 
 def _coords(d: int, shape: tuple[int, ...]) -> list[int]:
@@ -52,6 +52,7 @@ def torus_topology(
     n = 1
     for s in shape:
         n *= s
+    links = LinkRecorder(g)
     for d in range(n):
         g.add_node(d, kind="tpu", coords=tuple(_coords(d, shape)))
     for d in range(n):
@@ -62,7 +63,7 @@ def torus_topology(
             if c[dim] + 1 < size or (wraparound and size > 2):
                 nb = list(c)
                 nb[dim] = (c[dim] + 1) % size
-                add_link(g, d, _index(nb, shape), link_bandwidth, latency, "ici", efficiency)
+                links.add(d, _index(nb, shape), link_bandwidth, latency, "ici", efficiency)
     host_of = {d: d for d in range(n)}  # every chip is its own scale-up "host"
     return Topology(
         graph=g,
@@ -71,6 +72,7 @@ def torus_topology(
         router=TorusRouter(shape, wraparound),
         name=g.graph["name"],
         meta={"kind": "torus", "shape": shape, "wraparound": wraparound},
+        layout=links.layout(),
     )
 
 

@@ -1,0 +1,135 @@
+"""Links numbered by their builder (``LinkLayout``, ``FatTreeLinks``) against the graph.
+
+The engine's link table is made from the builder's layout when the topology has one, and a
+fat-tree's router then computes link ids from the structure it recorded instead of looking
+each (u, v) up. Both must name the same links, with the same attributes, as the table read
+from the graph does: compared here link by link, by name (the two number them differently).
+"""
+
+import dataclasses
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from simulator import api
+from simulator.engine.executor import hop_bandwidth
+from simulator.engine.network import LinkTable
+from simulator.topology.fat_tree import fat_tree_topology
+from simulator.topology.graph import LinkRecorder
+from simulator.topology.nvswitch import nvswitch_topology
+from simulator.topology.torus import torus_topology
+from tests.topology.test_fat_tree_routes import SMALL
+
+BUILT = {
+    **{
+        f"fat-tree, {k}": (lambda kw=kw: fat_tree_topology(nic_bandwidth=50e9, **kw))
+        for k, kw in SMALL.items()
+    },
+    "nvswitch": lambda: nvswitch_topology(8, 450e9, nvls=True),
+    "torus": lambda: torus_topology((4, 2, 3), 100e9),
+    "mesh": lambda: torus_topology((3, 2), 100e9, wraparound=False),
+}
+
+
+def _attributes(table: LinkTable) -> dict:
+    return {
+        e: (table.bandwidth[i], table.efficiency[i], table.latency[i], table.capacity[i])
+        for i, e in enumerate(table.edges)
+    }
+
+
+@pytest.mark.parametrize("name", list(BUILT))
+def test_the_layout_lists_the_graphs_links_with_their_attributes(name):
+    topo = BUILT[name]()
+    assert topo.own_layout is not None
+    from_layout = LinkTable.from_layout(topo.layout)
+    from_graph = LinkTable(topo.graph)
+    assert len(from_layout) == len(from_graph) == topo.graph.number_of_edges()
+    assert _attributes(from_layout) == _attributes(from_graph)
+    # the index, made on demand, numbers the layout's own order
+    assert [from_layout.index[e] for e in from_layout.edges] == list(range(len(from_layout)))
+
+
+def _named(table: LinkTable, ids: np.ndarray) -> list:
+    return [table.edges[i] if i >= 0 else None for i in np.asarray(ids).ravel().tolist()]
+
+
+@pytest.mark.parametrize("shape", list(SMALL))
+def test_a_fat_trees_recorded_ids_name_the_links_its_index_names(shape):
+    topo = fat_tree_topology(nic_bandwidth=50e9, **SMALL[shape])
+    router, n = topo.router, topo.num_devices
+    fixed, looked_up = LinkTable.from_layout(topo.layout), LinkTable(topo.graph)
+    devices = np.arange(n)
+    assert _named(fixed, router.device_link_ids(devices, fixed)) == _named(
+        looked_up, router.device_link_ids(devices, looked_up.index)
+    )
+    rng = np.random.default_rng(7)
+    src, dst = rng.integers(0, n, 200), rng.integers(0, n, 200)
+    a = router.spread_ids(src, dst, fixed)
+    b = router.spread_ids(src, dst, looked_up.index)
+    assert _named(fixed, a[0]) == _named(looked_up, b[0])
+    assert a[1].tolist() == b[1].tolist() and a[2].tolist() == b[2].tolist()
+    keys = rng.integers(0, 2**32, 200)
+    a, b = router.path_ids(src, dst, keys, fixed), router.path_ids(src, dst, keys, looked_up)
+    assert _named(fixed, a[0]) == _named(looked_up, b[0]) and a[1].tolist() == b[1].tolist()
+    # the groups of links routes cross together: the same groups, each led by the same link
+    rep_a = router.spread_representatives(devices, fixed)
+    rep_b = router.spread_representatives(devices, looked_up.index)
+    groups = {
+        e: fixed.edges[rep_a[i]] for i, e in enumerate(fixed.edges) if rep_a[i] != i
+    }  # fmt: skip
+    assert groups == {
+        e: looked_up.edges[rep_b[i]] for i, e in enumerate(looked_up.edges) if rep_b[i] != i
+    }
+
+
+def test_a_copy_with_its_own_graph_is_read_from_its_graph():
+    # a degraded copy (api._degraded) changes a link of a copied graph: the builder's layout
+    # describes the original alone, so the copy's links come from its graph, slowed link
+    # included
+    topo = fat_tree_topology(nic_bandwidth=50e9, **SMALL["rails"])
+    graph = topo.graph.copy()
+    graph.edges[0, "nic0"]["bandwidth"] /= 4
+    copy = dataclasses.replace(topo, graph=graph)
+    assert copy.own_layout is None and topo.own_layout is topo.layout
+    model = api.network_model(copy)
+    assert model.links.layout is None
+    assert model.links.bandwidth[model.links.index[(0, "nic0")]] == 64e9 / 4
+    assert api.network_model(topo).links.layout is topo.layout
+
+
+def test_a_link_added_twice_leaves_no_layout():
+    links = LinkRecorder(nx.DiGraph())
+    assert links.add("a", "b", 1.0, 0.0, "x") == (0, 1)
+    assert links.add("b", "c", 1.0, 0.0, "x", both=False) == (2, -1)
+    assert links.layout().edges == [("a", "b"), ("b", "a"), ("b", "c")]
+    links.add("a", "b", 2.0, 0.0, "x")  # the graph keeps one a -> b, with the new bandwidth
+    assert links.layout() is None
+
+
+class _OneByOne:
+    """A router without ``path_ids``: hop_bandwidth walks the ring path by path."""
+
+    def __init__(self, router):
+        self.path = router.path
+
+
+@pytest.mark.parametrize("shape", ["rails", "tor pods", "rail pods"])
+def test_the_rings_slowest_hop_is_the_same_routed_at_once(shape):
+    topo = fat_tree_topology(nic_bandwidth=50e9, pcie_bandwidth=40e9, **SMALL[shape])
+    links = LinkTable.from_layout(topo.layout)
+    rng = np.random.default_rng(3)
+    rings = [tuple(range(4)), tuple(range(0, topo.num_devices, 4)), (5, 5), (2,)]
+    rings += [tuple(rng.permutation(topo.num_devices)[:9].tolist()) for _ in range(5)]
+    for ring in rings:
+        at_once = hop_bandwidth(links, topo.router, ring)
+        assert at_once == hop_bandwidth(links, _OneByOne(topo.router), ring)
+    # the definition, read off the graph: the slowest link on either way round the pair
+    pair = (0, topo.num_devices - 1)
+    slowest = min(
+        topo.graph.edges[e]["bandwidth"] for a, b in (pair, pair[::-1]) for e in topo.path(a, b)
+    )
+    assert hop_bandwidth(links, topo.router, pair) == slowest
+    # without oversubscription, the 40 GB/s PCIe link between hosts
+    assert shape == "tor pods" or slowest == 40e9

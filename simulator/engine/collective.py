@@ -275,8 +275,11 @@ class CollectiveRunner:
         same = getattr(self.router, "spread_representatives", None)
         if same is None:
             return None
-        devices = [d for g in groups for d in g if type(d) is int]
-        return same(np.array(devices, dtype=np.int64), self.links)
+        try:  # devices alone, every copy as long as the group: one array
+            devices = np.array(groups, dtype=np.int64).ravel()
+        except (TypeError, ValueError):  # an NVLS switch among them: the devices only
+            devices = np.array([d for g in groups for d in g if type(d) is int], dtype=np.int64)
+        return same(devices, self.links)
 
     def _route_phase(
         self, groups, mappings, phase, class_of: list[int], n_classes: int

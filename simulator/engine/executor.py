@@ -129,6 +129,9 @@ class Executor:
         self._shape_of = compiled.shape_of
         self._launches: list[tuple | None] = [None] * compiled.shapes  # per shape: _routed
         self._copy_devices: dict[int, list[list[int]]] = {}
+        # rank r on device r (api places ranks on the devices in order): copies need no
+        # mapping, 8K pipeline pairs at a stage of a 16K-GPU job
+        self._ranks_are_devices = all(r == d for r, d in device_of.items())
         self._bar = None
         self._finished = 0  # tasks finished, for the progress bar
         self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
@@ -333,7 +336,11 @@ class Executor:
             return []
         cached = self._copy_devices.get(index)
         if cached is None:
-            cached = [[self.device_of[r] for r in g] for g in self.graph.copy_sets[index]]
+            groups = self.graph.copy_sets[index]
+            if self._ranks_are_devices:  # the usual placement: the groups as they are
+                cached = [list(g) for g in groups]
+            else:
+                cached = [[self.device_of[r] for r in g] for g in groups]
             self._copy_devices[index] = cached
         return cached
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
 import simpy
 
 from simulator.collectives import CollectivePlan, Locality
+from simulator.collector import paused_gc
 from simulator.engine.clock import Clock
 from simulator.engine.collective import CollectiveRunner
 from simulator.engine.executor import Executor
@@ -18,33 +17,6 @@ from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats
 from simulator.engine.orbits import link_orbits
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the block (re-enabled after, if it was on).
-
-    A run allocates hundreds of thousands of long-lived objects (tasks, dependency lists,
-    trace records) and nothing cyclic that must be reclaimed before it ends, so the
-    collector's repeated passes over them are pure overhead: about 1.7 s of a 6 s GPT-3 175B
-    simulation (benchmarks/RESULTS.md). Reference counting still frees everything acyclic.
-
-    On the way out the objects made in the block are moved to the oldest generation without
-    being traversed (``gc.freeze`` then ``gc.unfreeze``): re-enabled as is, the collector's
-    first pass would walk all of them at once (1.5 s after a GPT-3 175B step). They are
-    still collected, by the next full collection, as any long-lived object is.
-    """
-    enabled = gc.isenabled()
-    frozen_before = gc.get_freeze_count()  # a caller's own frozen objects stay frozen
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            if frozen_before == 0:
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
 
 
 @dataclass

@@ -160,3 +160,28 @@ def test_a_one_level_rail_optimized_fabric_says_which_setting_to_change():
     assert fat_tree_topology(nodes=2, levels=1, rail_optimized=False).num_devices == 16
     with pytest.raises(ValueError, match="raise nodes_per_leaf"):
         fat_tree_topology(nodes=4, levels=1, nodes_per_leaf=2, rail_optimized=False)
+
+
+def test_a_large_topology_is_built_without_collector_passes():
+    # build_topology pauses the cyclic collector (simulator.collector.paused_gc): the same
+    # 1,024-GPU fat-tree (70K dicts and tuples) built with the collector on sets off passes;
+    # through build_topology none runs, and the collector is on again after
+    import gc
+
+    passes = []
+
+    def count(phase, info):
+        if phase == "start":
+            passes.append(info["generation"])
+
+    over = ["cluster.gpus=1024", "cluster.topology.nodes=128"]
+    scenario = api.load("scenarios/examples/gpt3-175b-dgx-a100.yaml", over)
+    gc.callbacks.append(count)
+    try:
+        fat_tree_topology(nodes=128, gpus_per_node=8, nic_bandwidth=50e9)
+        with_collector = len(passes)
+        topo = api.build_topology(scenario.cluster)
+    finally:
+        gc.callbacks.remove(count)
+    assert with_collector > 0
+    assert topo.num_devices == 1024 and len(passes) == with_collector and gc.isenabled()

@@ -441,8 +441,8 @@ class FlowNetwork:
         neighbours = self._neighbours
         while stack:
             near = neighbours[stack.pop()]
-            if len(near) > len(groups_of):  # walk the shorter of the two
-                near = [other for other in groups_of if other in near]
+            if len(near) > len(groups_of):  # walk the shorter of the two, in C
+                near = groups_of.keys() & near
             for other in near:
                 if other not in seen and other in groups_of:
                     seen.add(other)

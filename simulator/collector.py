@@ -21,10 +21,11 @@ def paused_gc() -> Iterator[None]:
     simulation (benchmarks/RESULTS.md); building the Llama 3 cluster's topology, 0.3-0.5 s
     of 0.9-1.2 s. Reference counting still frees everything acyclic.
 
-    On the way out the objects made in the block are moved to the oldest generation without
-    being traversed (``gc.freeze`` then ``gc.unfreeze``): re-enabled as is, the collector's
-    first pass would walk all of them at once (1.5 s after a GPT-3 175B step). They are
-    still collected, by the next full collection, as any long-lived object is.
+    On the way out every object the collector tracks (those made in the block, and the
+    caller's younger ones with them) is moved to the oldest generation without being
+    traversed (``gc.freeze`` then ``gc.unfreeze``): re-enabled as is, the collector's first
+    pass would walk all of them at once (1.5 s after a GPT-3 175B step). They are still
+    collected, by the next full collection, as any long-lived object is.
     """
     enabled = gc.isenabled()
     frozen_before = gc.get_freeze_count()  # a caller's own frozen objects stay frozen

@@ -189,8 +189,12 @@ def link_utilisation(
     """
     if chosen is not None:
         busiest = [i for i in chosen if link_bytes[i] > 0]
-    else:
-        busiest = [int(i) for i in np.argsort(-link_bytes)[:top] if link_bytes[i] > 0]
+    else:  # the most loaded, equal loads by name (not by how the links were numbered)
+        loaded = np.flatnonzero(link_bytes > 0)
+        if loaded.size > top:
+            cut = np.partition(link_bytes[loaded], loaded.size - top)[loaded.size - top]
+            loaded = loaded[link_bytes[loaded] >= cut]
+        busiest = sorted(loaded.tolist(), key=lambda i: (-link_bytes[i], names[i]))[:top]
     if not samples or not busiest:
         return pd.DataFrame(columns=["link", "start_s", "end_s", "utilisation"])
     weights: dict[int, np.ndarray] = {}  # per class: its copies on each busy link

@@ -3,10 +3,10 @@ flows, and an executor for TaskGraphs. Knows nothing of transformers or topology
 it takes a graph and a router from the caller.
 """
 
+from simulator.collector import paused_gc
 from simulator.engine.simulate import (
     EngineRun,
     NetworkModel,
-    paused_gc,
     run_engine,
     run_taskgraph,
     run_taskgraph_with_memory,

@@ -167,6 +167,18 @@ class CollectiveRunner:
         out = []
         size = plan.size_bytes or 1.0
         same = self._same_links(groups)
+        # Routes with each group of ``same`` folded to its first link, where the classes are
+        # this run's alone and link loads are not tracked (the full links name every link a
+        # flow loads), and every group's links have one capacity: the folded route's links
+        # and counts are then the rating the full one would be reduced to, entry for entry
+        # in the same order, so the same bits (the 16K connections of a 1,024-rank tree and
+        # its copies cross 68 links each through 32 spines, 6 folded)
+        fold = (
+            this_run
+            and not self.network.track_links
+            and same is not None
+            and bool((self.links.capacity[same] == self.links.capacity).all())
+        )
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE and not phase.lockstep
             # per class (one per transfer, or per merged kind): its factor, and the class of
@@ -188,7 +200,7 @@ class CollectiveRunner:
                 class_of.append(k)
             tails = _tails(latency, phase, class_of, len(factors))
             # every copy's route of each class, in (transfer, copy) order
-            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails))
+            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails), fold)
             if routes is None:
                 if mappings is None:
                     mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
@@ -301,7 +313,7 @@ class CollectiveRunner:
         ]
 
     def _spread_phase(
-        self, group, groups, phase, class_of: list[int], n_classes: int
+        self, group, groups, phase, class_of: list[int], n_classes: int, folded: bool = False
     ) -> list[tuple[np.ndarray, np.ndarray]] | None:
         """As :meth:`_route_phase`, every connection of the phase routed at once by the
         router's ``spread_ids`` (identical routes, as arrays); None when the router has none,
@@ -317,7 +329,9 @@ class CollectiveRunner:
         devices = np.array(groups, dtype=np.int64)  # copy x position
         src = devices[:, [position[t.src] for t in transfers]].T.ravel()
         dst = devices[:, [position[t.dst] for t in transfers]].T.ravel()
-        routed = spread_ids(src, dst, self.links)
+        routed = spread_ids(src, dst, self.links, folded=True) if folded else None
+        if routed is None:
+            routed = spread_ids(src, dst, self.links)
         if routed is None:
             return None
         ids, shares, lengths = routed

@@ -58,7 +58,7 @@ class LinkTable:
     Made from a graph, the links are numbered in ``graph.edges`` order; made from a builder's
     :class:`~simulator.topology.graph.LinkLayout` (:meth:`from_layout`), in the order the
     builder added them, and ``layout`` is that layout (routers that numbered their links
-    as they built them then look nothing up: ``FatTreeRouter.links``). ``index`` ((u, v) ->
+    as they built them then look nothing up: ``FatTreeRouter.recorded``). ``index`` ((u, v) ->
     id) is made when first asked for: routers that compute ids need none."""
 
     layout: object = None

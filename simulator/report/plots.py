@@ -95,10 +95,12 @@ def mean_utilisation(links: pd.DataFrame) -> pd.Series:
 
 
 def most_utilised_per_level(utilisation: pd.Series, per_level: int = 2) -> list[str]:
-    """The ``per_level`` most utilised links of each level, levels bottom up."""
-    frame = pd.DataFrame({"u": utilisation})
+    """The ``per_level`` most utilised links of each level, levels bottom up; of equally
+    utilised links the first by name (not by their order in ``utilisation``, which follows
+    how the links were numbered: a 16-way spread loads 16 links alike)."""
+    frame = pd.DataFrame({"u": utilisation, "name": utilisation.index})
     frame["level"] = [link_level(n) for n in frame.index]
-    frame = frame[frame["u"] > 0].sort_values("u", ascending=False, kind="stable")
+    frame = frame[frame["u"] > 0].sort_values(["u", "name"], ascending=[False, True])
     chosen = frame.groupby("level", sort=False).head(per_level)
     order = {lv: i for i, lv in enumerate(sorted(set(chosen["level"]), key=_level_key))}
     return sorted(chosen.index, key=lambda n: (order[chosen.at[n, "level"]], -chosen.at[n, "u"]))

@@ -114,7 +114,7 @@ def fat_tree_topology(
     router = FatTreeRouter(host_of, leaf_of, pods, spines, cores, ecmp_flows, rails)
     layout = links.layout()
     if layout is not None:
-        router.links = FatTreeLinks.of(layout, own, leaf_links, pod_links, len(leaves))
+        router.recorded = FatTreeLinks.of(layout, own, leaf_links, pod_links, len(leaves))
     return Topology(
         graph=g,
         devices=sorted(host_of),
@@ -247,19 +247,26 @@ class FatTreeRouter:
         self._nvswitch = NVSwitchRouter(host_of)
         self._table: SpreadTable | None = None
         # the link ids its builder gave, by structure (None: look them up by (u, v))
-        self.links: FatTreeLinks | None = None
+        self.recorded: FatTreeLinks | None = None
 
-    def spread_ids(self, src, dst, links):
+    def forget_links(self) -> None:
+        """Drop the recorded ids and the table of ids last used (Topology.release)."""
+        self.recorded = None
+        self._table = None
+
+    def spread_ids(self, src, dst, links, folded: bool = False):
         """:meth:`spread` of the connections ``src[i]`` -> ``dst[i]`` (integer arrays of
         devices) as link ids under ``links`` (an (u, v) -> id dict, or a link table with
         ``index`` and ``layout``: see :meth:`_spread_table`): (ids, shares, route length per
         connection), routes concatenated in order, identical to ``spread`` one at a time.
         None where that is not guaranteed (hashed ECMP, whose paths depend on each pair's
         hash; pods of unequal spines; an endpoint that is not a device): route one by one.
+        ``folded``: each group of :meth:`spread_representatives` as its first link alone
+        (``SpreadTable.routes``).
         """
         if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
             return None
-        return self._spread_table(links).routes(src, dst)
+        return self._spread_table(links).routes(src, dst, folded)
 
     def path_ids(self, src, dst, key, links):
         """:meth:`path` of the connections ``src[i]`` -> ``dst[i]`` with ``key[i]`` (integer
@@ -275,8 +282,8 @@ class FatTreeRouter:
         (a leaf's uplinks and its downlinks, a pod's links to and from the cores), as an
         array mapping each link id to its group's first (itself when in no group); covers
         the leaves of ``devices`` (an integer array) and of every device routed before by
-        :meth:`spread_ids` under ``links``. None with hashed ECMP (its sub-flows cross some
-        links of a group only)."""
+        :meth:`spread_ids` under ``links`` (every leaf, under the builder's own numbering).
+        None with hashed ECMP (its sub-flows cross some links of a group only)."""
         if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
             return None
         return self._spread_table(links).representatives(devices)

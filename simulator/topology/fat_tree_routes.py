@@ -54,6 +54,7 @@ class FatTreeLinks:
         cores."""
         if leaf_links is None:
             leaf_links = np.zeros((leaves, 0, 2), np.int64)
+        # without cores, (1, 0) arrays: a SpreadTable makes its own (pods, 0) ones then
         pods = 1 if pod_links is None else pod_links.shape[0]
         if pod_links is None:
             pod_links = np.zeros((pods, leaf_links.shape[1], 0, 2), np.int64)
@@ -71,7 +72,7 @@ class FatTreeLinks:
 class SpreadTable:
     """Link ids of a fat-tree's routes under ``links`` (module doc): an edge -> id dict, or
     a link table whose ``index`` is one, or whose ``layout`` is the one the router's builder
-    numbered (``router.links``: :class:`FatTreeLinks`, nothing looked up).
+    numbered (``router.recorded``: :class:`FatTreeLinks`, nothing looked up).
 
     ``router`` is a :class:`~simulator.topology.fat_tree.FatTreeRouter` with ``ecmp_flows``
     = 0 whose devices are ``0 .. n-1`` and whose pods have equally many spines.
@@ -79,7 +80,7 @@ class SpreadTable:
 
     def __init__(self, router, links):
         self.key = links
-        fixed = router.links
+        fixed = router.recorded
         if isinstance(links, dict):
             index, fixed = links, None
         elif fixed is not None and getattr(links, "layout", None) is fixed.layout:
@@ -312,32 +313,38 @@ class SpreadTable:
         return None if (ids < 0).any() else ids
 
     def routes(
-        self, src: np.ndarray, dst: np.ndarray
+        self, src: np.ndarray, dst: np.ndarray, folded: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(link ids, shares, route length per connection) of the connections ``src[i]`` ->
-        ``dst[i]``, routes concatenated in order; None when some endpoint is not a device."""
+        ``dst[i]``, routes concatenated in order; None when some endpoint is not a device.
+
+        ``folded``: each group of links the routes cross all or none of (a leaf's uplinks,
+        its downlinks, a pod's links to and from the cores: :meth:`representatives`) as its
+        first link alone, with the share each of its links carries: 4 + 4 entries for a
+        route through the cores instead of 4 + 2 S + 2 S C (132 on a pod of 32 spines)."""
         if self._outside(src, dst):
             return None
         origin, (src, relayed) = src, self._relays(src, dst)
         kind, leaf_s, leaf_d, pod_s, pod_d = self._kinds(src, dst)
         s, c = self.n_spines, self.n_cores
-        lengths = np.array([0, 2, 4, 4 + 2 * s, 4 + 2 * s + 2 * s * c], np.int64)[kind]
+        span, pod_span = (min(s, 1), min(s * c, 1)) if folded else (s, s * c)
+        lengths = np.array([0, 2, 4, 4 + 2 * span, 4 + 2 * span + 2 * pod_span], np.int64)[kind]
         dev = self.device_links
         columns = {
             **self._local_columns(),
             _POD: lambda a, b, k: [
                 dev[a, 2:4],
                 dev[b, 4:6],
-                self.leaf_up[leaf_s[k]],
-                self.leaf_down[leaf_d[k]],
+                self.leaf_up[leaf_s[k], :span],
+                self.leaf_down[leaf_d[k], :span],
             ],
             _CROSS: lambda a, b, k: [
                 dev[a, 2:4],
                 dev[b, 4:6],
-                self.leaf_up[leaf_s[k]],
-                self.pod_up[pod_s[k]],
-                self.pod_down[pod_d[k]],
-                self.leaf_down[leaf_d[k]],
+                self.leaf_up[leaf_s[k], :span],
+                self.pod_up[pod_s[k], :pod_span],
+                self.pod_down[pod_d[k], :pod_span],
+                self.leaf_down[leaf_d[k], :span],
             ],
         }
         ids = self._fill(kind, lengths, src, dst, columns)
@@ -345,6 +352,13 @@ class SpreadTable:
             return None  # a link spread would not find (a malformed graph): route one by one
         share_of = {_HOST: np.ones(2), _LEAF: np.ones(4), _POD: self.share_pod}
         share_of[_CROSS] = self.share_cross
+        if folded:  # the same shares, one of each group's
+            share_of[_POD] = self.share_pod[: 4 + 2 * span]
+            share_of[_CROSS] = np.concatenate(
+                [self.share_cross[: 4 + span], self.share_cross[4 + s : 4 + s + pod_span],
+                 self.share_cross[4 + s + s * c : 4 + s + s * c + pod_span],
+                 self.share_cross[-span:] if span else self.share_cross[:0]]
+            )  # fmt: skip
         shares = np.empty(ids.size, float)
         start = np.cumsum(lengths) - lengths
         for k, row in share_of.items():

@@ -81,8 +81,9 @@ class LinkLayout:
     (0.13 s for 16K GPUs), and the ids a builder's router may compute from the structure
     instead of looking each (u, v) up.
 
-    ``graph``: the graph described (a copy of it, or a graph changed after, is described by
-    none: :attr:`Topology.layout` is used only while ``topo.graph is layout.graph``);
+    ``graph``: the graph described, as built (a built graph is not changed in place, as
+    :class:`Topology` says; a copy with changes is described by none: :attr:`Topology.layout`
+    is used only while ``topo.graph is layout.graph``);
     ``edges``: (u, v) per link id; ``bandwidth`` (B/s), ``efficiency`` (payload fraction),
     ``latency`` (s) per link id."""
 
@@ -140,8 +141,10 @@ class LinkRecorder:
         starts = [first for first, _ in self._runs]
         lengths = np.diff(np.array([*starts, n], dtype=np.int64))
         attrs = np.array([a for _, a in self._runs], dtype=float).reshape(-1, 3)
-        bandwidth, efficiency, latency = (np.repeat(attrs[:, k], lengths) for k in range(3))
-        return LinkLayout(self.graph, self._edges, bandwidth, efficiency, latency)
+        arrays = [np.repeat(attrs[:, k], lengths) for k in range(3)]
+        for a in arrays:  # shared by every link table made from the layout: not to be changed
+            a.flags.writeable = False
+        return LinkLayout(self.graph, list(self._edges), *arrays)
 
 
 @dataclass
@@ -193,6 +196,9 @@ class Topology:
         collector, which a process holding a large task graph makes seldom: a sweep worker
         piled up a 1,024-GPU fat-tree's 4,500 attribute dicts (3.5 MB) a point, 1.7 GB over
         1,000 points. Emptied, its nodes and edges go at once by reference counting."""
+        forget = getattr(self.router, "forget_links", None)
+        if forget is not None and self.own_layout is not None:
+            forget()  # the builder's router: its recorded ids, the link table it last used
         self.derived.clear()
         self.layout = None
         self.graph.clear()

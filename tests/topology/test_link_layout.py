@@ -64,6 +64,8 @@ def test_a_fat_trees_recorded_ids_name_the_links_its_index_names(shape):
     assert _named(fixed, router.device_link_ids(devices, fixed)) == _named(
         looked_up, router.device_link_ids(devices, looked_up.index)
     )
+    # under the builder's numbering the recorded ids are used: nothing looked up
+    assert router._spread_table(fixed).index is None and "index" not in vars(fixed)
     rng = np.random.default_rng(7)
     src, dst = rng.integers(0, n, 200), rng.integers(0, n, 200)
     a = router.spread_ids(src, dst, fixed)
@@ -133,3 +135,76 @@ def test_the_rings_slowest_hop_is_the_same_routed_at_once(shape):
     assert hop_bandwidth(links, topo.router, pair) == slowest
     # without oversubscription, the 40 GB/s PCIe link between hosts
     assert shape == "tor pods" or slowest == 40e9
+
+
+@pytest.mark.parametrize("shape", list(SMALL))
+@pytest.mark.parametrize("numbering", ["recorded", "looked up"])
+def test_folded_routes_are_the_full_ones_with_one_link_of_each_group(shape, numbering):
+    # spread_ids(folded=True) keeps, of each group of links every route crosses all or none
+    # of (spread_representatives), its first link with its share: the full route with the
+    # other links of each group dropped, entry for entry
+    topo = fat_tree_topology(nic_bandwidth=50e9, **SMALL[shape])
+    router, n = topo.router, topo.num_devices
+    links = LinkTable.from_layout(topo.layout) if numbering == "recorded" else LinkTable(topo.graph)
+    rng = np.random.default_rng(11)
+    src, dst = rng.integers(0, n, 300), rng.integers(0, n, 300)
+    ids, shares, lengths = router.spread_ids(src, dst, links)
+    first = router.spread_representatives(np.arange(n), links)
+    keep = first[ids] == ids
+    connection = np.repeat(np.arange(src.size), lengths)
+    f_ids, f_shares, f_lengths = router.spread_ids(src, dst, links, folded=True)
+    assert f_ids.tolist() == ids[keep].tolist()
+    assert f_shares.tolist() == shares[keep].tolist()
+    assert f_lengths.tolist() == np.bincount(connection[keep], minlength=src.size).tolist()
+    # every group really is folded: through a spine the full route is longer
+    assert (f_lengths < lengths).any() == (topo.meta["spines_per_pod"] > 0)
+
+
+def test_a_symmetric_run_with_folded_routes_is_the_same_run(monkeypatch):
+    # the engine folds the routes of its symmetric copies (CollectiveRunner._route_plan);
+    # unfolded, the classes carry every link and are reduced by their rating instead: the
+    # same trace to the bit (a 64-node data-parallel job through the spines)
+    from simulator.topology.fat_tree import FatTreeRouter
+
+    over = ["cluster.gpus=512", "cluster.topology.nodes=64", "parallelism.pp=2"]
+    over += ["training.global_batch=256", "model.layers=12"]
+    scenario = api.load("scenarios/examples/gpt3-175b-dgx-a100.yaml", over)
+    spread_ids = FatTreeRouter.spread_ids
+    asked = []
+
+    def spy(self, src, dst, links, folded=False):
+        asked.append(folded)
+        return spread_ids(self, src, dst, links, folded)
+
+    monkeypatch.setattr(FatTreeRouter, "spread_ids", spy)
+    folded = api.run(scenario).trace
+    assert any(asked)
+    topo = api.build_topology(scenario.cluster)
+    step = api.build_step(api.build_plan(scenario, topo))
+
+    def link_bytes():  # every link's load, tracked: never folded
+        return api.simulate(step, topo, track_links=True).stats.link_bytes
+
+    tracked = link_bytes()
+    monkeypatch.setattr(FatTreeRouter, "spread_ids", lambda *a, folded=False: spread_ids(*a))
+    assert folded.equals(api.run(scenario).trace)
+    assert tracked.tolist() == link_bytes().tolist()
+    edges = api.network_model(topo).links.edges
+    spine = [i for i, (u, v) in enumerate(edges) if str(v).startswith("spine")]
+    assert (tracked[spine] > 0).all()  # every uplink to a spine carries its share
+
+
+def test_release_forgets_the_routers_recorded_ids_only_for_its_own_topology():
+    topo = fat_tree_topology(nic_bandwidth=50e9, **SMALL["rails"])
+    copy = dataclasses.replace(topo, graph=topo.graph.copy())
+    copy.release()  # a copy shares the router: its ids are the original's, kept
+    assert topo.router.recorded is not None and topo.own_layout is not None
+    topo.release()
+    assert topo.router.recorded is None and topo.layout is None
+
+
+def test_the_layouts_arrays_are_read_only():
+    layout = fat_tree_topology(nic_bandwidth=50e9, **SMALL["rails"]).layout
+    for a in (layout.bandwidth, layout.efficiency, layout.latency):
+        with pytest.raises(ValueError):
+            a[0] = 1.0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from simulator.collectives.plan import CollectivePlan, Kind, Node, Phase, Transfer
 from simulator.plan import nccl_tuning
@@ -173,6 +174,16 @@ def double_binary_trees(n: int) -> list[dict[int, int]]:
     return [first, second]
 
 
+@lru_cache(maxsize=64)
+def _trees_and_depth(n: int) -> tuple[tuple[tuple[tuple[int, int], ...], ...], int]:
+    """NCCL's two trees over ``n`` ranks as (child, parent) pairs in
+    :func:`double_binary_trees`' order, and the deeper one's depth: a function of ``n``
+    alone, made once per ``n`` (a 1,024-rank data-parallel group's trees are planned for
+    every stage and size)."""
+    trees = double_binary_trees(n)
+    return tuple(tuple(t.items()) for t in trees), max(_depth(t) for t in trees)
+
+
 def _depth(parents: dict[int, int]) -> int:
     best = 0
     for r in parents:
@@ -200,19 +211,18 @@ def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
     hosts = _by_host(group, loc)
     g = len(hosts[0]) if hosts else 0
     if len(hosts) < 2 or g < 2 or any(len(h) != g for h in hosts):
-        trees = double_binary_trees(n)
-        depth = max(_depth(t) for t in trees)
-        up = tuple(Transfer(group[c], group[p], size / 2) for t in trees for c, p in t.items())
-        down = tuple(Transfer(group[p], group[c], size / 2) for t in trees for c, p in t.items())
+        trees, depth = _trees_and_depth(n)
+        up = tuple(Transfer(group[c], group[p], size / 2) for t in trees for c, p in t)
+        down = tuple(Transfer(group[p], group[c], size / 2) for t in trees for c, p in t)
         return [Phase(up, 1, depth), Phase(down, 1, depth)]
-    trees = double_binary_trees(len(hosts))
-    depth = max(_depth(t) for t in trees) + g - 1
+    trees, depth = _trees_and_depth(len(hosts))
+    depth += g - 1
     share = size / (2 * g)
     edges: list[tuple[int, int]] = []  # (child, parent) of every channel's two trees
     for c in range(g):
         chains = [[h[(c + i) % g] for i in range(g)] for h in hosts]  # head first
         for t in trees:
-            edges += [(chains[child][0], chains[parent][0]) for child, parent in t.items()]
+            edges += [(chains[child][0], chains[parent][0]) for child, parent in t]
             edges += [(ch[i + 1], ch[i]) for ch in chains for i in range(g - 1)]
     up = tuple(Transfer(child, parent, share) for child, parent in edges)
     down = tuple(Transfer(parent, child, share) for child, parent in edges)

@@ -56,7 +56,7 @@ def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
     with ``path_ids`` routes the whole ring at once (a 1,024-GPU ring: 1,024 paths)."""
     best = math.inf
     path_ids = getattr(router, "path_ids", None)
-    if path_ids is not None and len(devices) > 1:
+    if path_ids is not None and len(devices) > 1 and all(type(d) is int for d in devices):
         src = np.array(devices, dtype=np.int64)
         dst = np.roll(src, -1)
         apart = src != dst

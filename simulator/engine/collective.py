@@ -173,12 +173,7 @@ class CollectiveRunner:
         # and counts are then the rating the full one would be reduced to, entry for entry
         # in the same order, so the same bits (the 16K connections of a 1,024-rank tree and
         # its copies cross 68 links each through 32 spines, 6 folded)
-        fold = (
-            this_run
-            and not self.network.track_links
-            and same is not None
-            and bool((self.links.capacity[same] == self.links.capacity).all())
-        )
+        fold = this_run and not self.network.track_links and same is not None
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE and not phase.lockstep
             # per class (one per transfer, or per merged kind): its factor, and the class of
@@ -200,7 +195,12 @@ class CollectiveRunner:
                 class_of.append(k)
             tails = _tails(latency, phase, class_of, len(factors))
             # every copy's route of each class, in (transfer, copy) order
-            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails), fold)
+            folded = fold and self._alike(same)
+            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails), folded)
+            if folded and not self._alike(same):
+                # routing met a leaf first (a PXN relay's, off the group) whose links differ:
+                # route again with every link, for the rating to keep the slower ones
+                routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails))
             if routes is None:
                 if mappings is None:
                     mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
@@ -241,6 +241,12 @@ class CollectiveRunner:
             max(lat, across if host(t.src, t.src) != host(t.dst, t.dst) else inside)
             for lat, t in zip(latency, transfers, strict=True)
         ]
+
+    def _alike(self, same: np.ndarray) -> bool:
+        """Every link has the capacity of its group's first under ``same`` (the router's
+        representatives so far: they grow as routing meets new leaves)."""
+        capacity = self.links.capacity
+        return bool((capacity[same] == capacity).all())
 
     def _rating(self, links: np.ndarray, counts: np.ndarray, same: np.ndarray | None):
         """A class's (links, counts) for the water-filling with one link of each group of

@@ -240,6 +240,18 @@ class SpreadTable:
         out_shares[front_at] = 1.0
         return out, out_shares, longer
 
+    def _whole_groups(self, kind, leaf_s, leaf_d, pod_s, pod_d) -> bool:
+        """Every group of links the connections cross through spines has all its links (a
+        row with a link missing from the index is no group: :meth:`_same`)."""
+        far = kind >= _POD
+        cross = kind == _CROSS
+        return bool(
+            (self.leaf_up[leaf_s[far]] >= 0).all()
+            and (self.leaf_down[leaf_d[far]] >= 0).all()
+            and (self.pod_up[pod_s[cross]] >= 0).all()
+            and (self.pod_down[pod_d[cross]] >= 0).all()
+        )
+
     def _kinds(self, src: np.ndarray, dst: np.ndarray):
         """(kind of each connection, source and destination leaves and pods), the devices'
         links learned; every endpoint a device (:meth:`_outside` checked first)."""
@@ -327,6 +339,8 @@ class SpreadTable:
         origin, (src, relayed) = src, self._relays(src, dst)
         kind, leaf_s, leaf_d, pod_s, pod_d = self._kinds(src, dst)
         s, c = self.n_spines, self.n_cores
+        if folded and not self._whole_groups(kind, leaf_s, leaf_d, pod_s, pod_d):
+            return None  # a group with a link the index lacks is no group: not folded
         span, pod_span = (min(s, 1), min(s * c, 1)) if folded else (s, s * c)
         lengths = np.array([0, 2, 4, 4 + 2 * span, 4 + 2 * span + 2 * pod_span], np.int64)[kind]
         dev = self.device_links

@@ -208,3 +208,53 @@ def test_the_layouts_arrays_are_read_only():
     for a in (layout.bandwidth, layout.efficiency, layout.latency):
         with pytest.raises(ValueError):
             a[0] = 1.0
+
+
+def _send_with_a_copy(model):
+    """Seconds a 1 GB send 1 -> 8 with its copy 5 -> 12 takes on ``model`` (a rails fabric:
+    PXN relays both through GPUs 0 and 4 and leaf0.0, a leaf neither group's devices are
+    under), and the links its class is rated on."""
+    from simulator.collectives.plan import CollectivePlan, Phase, Transfer
+
+    env, _, runner = model.new_run()
+    plan = CollectivePlan("send_recv", "p2p", (1, 8), 1e9, (Phase((Transfer(1, 8, 1e9),)),))
+    runner.run(plan, lambda: None, [(5, 12)], copies_key=0)
+    env.run()
+    rated = runner.geometry(plan, [(5, 12)], copies_key=0)[0].classes[0].rating[0]
+    return env.now, {model.links.edges[i] for i in rated}
+
+
+def test_a_slowed_uplink_met_first_through_a_relay_is_not_folded_away(monkeypatch):
+    # A copy with a slowed leaf uplink is read from its graph, and its router learns a leaf's
+    # links as routing meets them: the relay's leaf only while the phase is routed, after
+    # the check that every group's links are alike. The folded route must not hide the
+    # slowed link (the time at a quarter of its rate, as with every link routed).
+    from simulator.engine.simulate import NetworkModel
+    from simulator.topology.fat_tree import FatTreeRouter
+
+    topo = fat_tree_topology(nic_bandwidth=50e9, **SMALL["rails"])
+    graph = topo.graph.copy()
+    graph.edges["leaf0.0", "spine0.1"]["bandwidth"] *= 0.25
+    slowed = dataclasses.replace(topo, graph=graph)
+
+    def model():
+        return NetworkModel(slowed.graph, slowed.router, slowed.host_of, slowed.nvls_switch)
+
+    took, rated = _send_with_a_copy(model())
+    assert ("leaf0.0", "spine0.1") in rated
+    spread_ids = FatTreeRouter.spread_ids
+    monkeypatch.setattr(FatTreeRouter, "spread_ids", lambda *a, folded=False: spread_ids(*a))
+    assert _send_with_a_copy(model())[0] == took
+    # two 1 GB sends spread over leaf0.0's two uplinks: 1 GB on the slowed one, at 12.5 GB/s
+    assert took == pytest.approx(2 * 0.5e9 / 12.5e9, rel=1e-3)
+
+
+def test_a_group_missing_a_link_is_not_folded():
+    # under an index that lacks one of a leaf's uplinks the leaf's uplinks are no group:
+    # spread_ids declines to fold (and, unfolded, to route: the link is missing)
+    topo = fat_tree_topology(nic_bandwidth=50e9, **SMALL["rails"])
+    index = dict(LinkTable(topo.graph).index)
+    del index[("leaf0.0", "spine0.1")]
+    src, dst = np.array([0]), np.array([8])  # leaf0.0 -> leaf1.0 through the spines
+    assert topo.router.spread_ids(src, dst, index, folded=True) is None
+    assert topo.router.spread_ids(np.array([1]), np.array([9]), index, folded=True) is not None

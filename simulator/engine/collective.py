@@ -94,6 +94,7 @@ class CollectiveRunner:
         # shapes routed with copies named by ``copies_key`` (an index into this run's task
         # graph's copy sets): meaningless to another run, so kept with this runner only
         self._run_geometry: dict[tuple, list[_Geometry]] = {}
+        self._groups_alike: bool | None = None  # _alike, found once
 
     def _map(self, node: Node, mapping: dict[int, int], first: int) -> Node:
         if isinstance(node, str):
@@ -166,14 +167,14 @@ class CollectiveRunner:
         mappings = None
         out = []
         size = plan.size_bytes or 1.0
-        same = self._same_links(groups)
+        same = self._same_links()
         # Routes with each group of ``same`` folded to its first link, where the classes are
         # this run's alone and link loads are not tracked (the full links name every link a
         # flow loads), and every group's links have one capacity: the folded route's links
         # and counts are then the rating the full one would be reduced to, entry for entry
         # in the same order, so the same bits (the 16K connections of a 1,024-rank tree and
         # its copies cross 68 links each through 32 spines, 6 folded)
-        fold = this_run and not self.network.track_links and same is not None
+        fold = this_run and not self.network.track_links and same is not None and self._alike(same)
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE and not phase.lockstep
             # per class (one per transfer, or per merged kind): its factor, and the class of
@@ -195,12 +196,7 @@ class CollectiveRunner:
                 class_of.append(k)
             tails = _tails(latency, phase, class_of, len(factors))
             # every copy's route of each class, in (transfer, copy) order
-            folded = fold and self._alike(same)
-            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails), folded)
-            if folded and not self._alike(same):
-                # routing met a leaf first (a PXN relay's, off the group) whose links differ:
-                # route again with every link, for the rating to keep the slower ones
-                routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails))
+            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails), fold)
             if routes is None:
                 if mappings is None:
                     mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
@@ -244,9 +240,11 @@ class CollectiveRunner:
 
     def _alike(self, same: np.ndarray) -> bool:
         """Every link has the capacity of its group's first under ``same`` (the router's
-        representatives so far: they grow as routing meets new leaves)."""
-        capacity = self.links.capacity
-        return bool((capacity[same] == capacity).all())
+        representatives, every switch's groups); once per runner."""
+        if self._groups_alike is None:
+            capacity = self.links.capacity
+            self._groups_alike = bool((capacity[same] == capacity).all())
+        return self._groups_alike
 
     def _rating(self, links: np.ndarray, counts: np.ndarray, same: np.ndarray | None):
         """A class's (links, counts) for the water-filling with one link of each group of
@@ -282,22 +280,16 @@ class CollectiveRunner:
             latency.append(float(self.links.latency[ids].sum()))
         return hops, latency
 
-    def _same_links(self, groups) -> np.ndarray | None:
+    def _same_links(self) -> np.ndarray | None:
         """The router's groups of links that routes cross all or none of with equal shares
-        (link id -> its group's first), covering ``groups``' devices; None if it has none.
+        (link id -> its group's first); None if it has none.
 
         Such links carry the same load and have the same capacity (checked per link), so the
         water-filling needs one of each group: the same shares, the same level, the same
         rates to the bit, over a fraction of the entries (an inter-pod route on the 24K-GPU
         cluster crosses 548 links, 4 groups and 36 links of its own)."""
         same = getattr(self.router, "spread_representatives", None)
-        if same is None:
-            return None
-        try:  # devices alone, every copy as long as the group: one array
-            devices = np.array(groups, dtype=np.int64).ravel()
-        except (TypeError, ValueError):  # an NVLS switch among them: the devices only
-            devices = np.array([d for g in groups for d in g if type(d) is int], dtype=np.int64)
-        return same(devices, self.links)
+        return None if same is None else same(self.links)
 
     def _route_phase(
         self, groups, mappings, phase, class_of: list[int], n_classes: int

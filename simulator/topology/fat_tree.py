@@ -277,16 +277,15 @@ class FatTreeRouter:
             return None
         return self._spread_table(links).paths(src, dst, key)
 
-    def spread_representatives(self, devices, links):
+    def spread_representatives(self, links):
         """Groups of links that every route crosses all or none of, each with the same share
         (a leaf's uplinks and its downlinks, a pod's links to and from the cores), as an
-        array mapping each link id to its group's first (itself when in no group); covers
-        the leaves of ``devices`` (an integer array) and of every device routed before by
-        :meth:`spread_ids` under ``links`` (every leaf, under the builder's own numbering).
-        None with hashed ECMP (its sub-flows cross some links of a group only)."""
+        array mapping each link id under ``links`` to its group's first (itself when in no
+        group), every switch's groups. None with hashed ECMP (its sub-flows cross some links
+        of a group only)."""
         if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
             return None
-        return self._spread_table(links).representatives(devices)
+        return self._spread_table(links).representatives()
 
     def device_link_ids(self, devices, links):
         """Each device's own links as ids under ``links``: an (n, 6) array of GPU ->

@@ -106,11 +106,23 @@ class SpreadTable:
         # NIC -> GPU (-1 until the device is first routed)
         self.device_links = np.full((n, 6), -1, np.int64)
         self.device_known = np.zeros(n, bool)
-        # per leaf: leaf -> each spine of its pod, each spine -> leaf
-        self.leaf_up = np.full((len(self.leaf_names), s), -1, np.int64)
-        self.leaf_down = np.full((len(self.leaf_names), s), -1, np.int64)
-        self.leaf_known = np.zeros(len(self.leaf_names), bool)
-        # per pod: (spine, core) for spine for core; (core, spine) for core for spine
+        # Per leaf: leaf -> each spine of its pod, each spine -> leaf; per pod: (spine, core)
+        # for spine for core, (core, spine) for core for spine. Every switch's links are
+        # known from the start (a few thousand rows, looked up once when not recorded), so
+        # the groups of links routes cross alike are complete before anything is routed.
+        if fixed is not None:
+            self.leaf_up, self.leaf_down = fixed.leaf_up[:, :s], fixed.leaf_down[:, :s]
+        else:
+            get = index.get
+            rows = [(name, self.spines[p] if s else []) for name, p in
+                    zip(self.leaf_names, self.pod.tolist(), strict=True)]  # fmt: skip
+            shape = (len(self.leaf_names), s)
+            self.leaf_up = np.array(
+                [[get((leaf, sp), -1) for sp in sps] for leaf, sps in rows], np.int64
+            ).reshape(shape)
+            self.leaf_down = np.array(
+                [[get((sp, leaf), -1) for sp in sps] for leaf, sps in rows], np.int64
+            ).reshape(shape)
         if fixed is not None and c:
             self.pod_up, self.pod_down = fixed.pod_up, fixed.pod_down
         else:
@@ -128,18 +140,14 @@ class SpreadTable:
             ).reshape(len(self.spines), s * c)
         # Links every route crosses all or none of, each with the same share: a leaf's
         # uplinks, its downlinks, a pod's spine -> core and core -> spine links. Each such
-        # group maps to its first link; the map grows as leaves are learned.
-        self.representative = np.arange(len(index) if fixed is None else len(fixed.layout.edges))
-        for rows in (self.pod_up, self.pod_down):
+        # group maps to its first link.
+        ids = len(fixed.layout.edges) if fixed is not None else max(index.values(), default=-1) + 1
+        self.representative = np.arange(ids)
+        for rows in (self.leaf_up, self.leaf_down, self.pod_up, self.pod_down):
             self._same(rows)
-        if fixed is not None:  # every device and leaf known from the start
+        if fixed is not None:  # every device known from the start
             self.device_links[:] = fixed.device
             self.device_known[:] = True
-            if s:
-                self.leaf_up[:], self.leaf_down[:] = fixed.leaf_up, fixed.leaf_down
-                self._same(self.leaf_up)
-                self._same(self.leaf_down)
-            self.leaf_known[:] = True
         # the shares spread gives (the same Python divisions); no spines: one leaf, one pod
         up = [1 / s] * s if s else []
         self.share_pod = np.array([1.0] * 4 + up * 2)
@@ -147,7 +155,7 @@ class SpreadTable:
         self.share_cross = np.array([1.0] * 4 + up + [w_up] * s * c + [w_down] * c * s + up)
 
     def _learn(self, devices: np.ndarray) -> None:
-        """Fill the link ids of ``devices`` and of their leaves met for the first time."""
+        """Fill the link ids of ``devices`` met for the first time."""
         index = self.index
         new = np.unique(devices[~self.device_known[devices]])
         if new.size:
@@ -161,20 +169,6 @@ class SpreadTable:
                 [[get(e, -1) for e in zip(u, v, strict=True)] for u, v in ends], np.int64
             ).T
         self.device_known[new] = True
-        leaves = self.leaf[devices]
-        new = np.unique(leaves[~self.leaf_known[leaves]])
-        if new.size and self.n_spines:
-            get = self.index.get
-            up, down = [], []
-            for k in new.tolist():
-                leaf, spines = self.leaf_names[k], self.spines[self.pod[k]]
-                up.append([get((leaf, sp), -1) for sp in spines])
-                down.append([get((sp, leaf), -1) for sp in spines])
-            self.leaf_up[new] = up
-            self.leaf_down[new] = down
-            self._same(self.leaf_up[new])
-            self._same(self.leaf_down[new])
-        self.leaf_known[new] = True
 
     def _same(self, rows: np.ndarray) -> None:
         """Map the links of each row of ``rows`` to the row's first (rows with a link
@@ -183,11 +177,9 @@ class SpreadTable:
         if rows.size:
             self.representative[rows] = rows[:, :1]
 
-    def representatives(self, devices: np.ndarray) -> np.ndarray:
+    def representatives(self) -> np.ndarray:
         """Link id -> the first link of its group of links that routes cross together with
-        equal shares (itself when none), with the leaves of ``devices`` learned first."""
-        devices = devices[(devices >= 0) & (devices < self.n)]
-        self._learn(devices)
+        equal shares (itself when none)."""
         return self.representative
 
     def device_link_ids(self, devices: np.ndarray) -> np.ndarray:

@@ -117,10 +117,7 @@ class LinkRecorder:
         both: bool = True,
     ) -> tuple[int, int]:
         """Add u -> v (and v -> u when ``both``); their ids (-1 for a direction not added)."""
-        add_edge = self.graph.add_edge  # add_link's work, without a call per link more
-        add_edge(u, v, bandwidth=bandwidth, latency=latency, kind=kind, efficiency=efficiency)
-        if both:
-            add_edge(v, u, bandwidth=bandwidth, latency=latency, kind=kind, efficiency=efficiency)
+        add_link(self.graph, u, v, bandwidth, latency, kind, efficiency, both)
         edges = self._edges
         first = len(edges)
         edges.append((u, v))

@@ -76,8 +76,8 @@ def test_a_fat_trees_recorded_ids_name_the_links_its_index_names(shape):
     a, b = router.path_ids(src, dst, keys, fixed), router.path_ids(src, dst, keys, looked_up)
     assert _named(fixed, a[0]) == _named(looked_up, b[0]) and a[1].tolist() == b[1].tolist()
     # the groups of links routes cross together: the same groups, each led by the same link
-    rep_a = router.spread_representatives(devices, fixed)
-    rep_b = router.spread_representatives(devices, looked_up.index)
+    rep_a = router.spread_representatives(fixed)
+    rep_b = router.spread_representatives(looked_up.index)
     groups = {
         e: fixed.edges[rep_a[i]] for i, e in enumerate(fixed.edges) if rep_a[i] != i
     }  # fmt: skip
@@ -149,7 +149,7 @@ def test_folded_routes_are_the_full_ones_with_one_link_of_each_group(shape, numb
     rng = np.random.default_rng(11)
     src, dst = rng.integers(0, n, 300), rng.integers(0, n, 300)
     ids, shares, lengths = router.spread_ids(src, dst, links)
-    first = router.spread_representatives(np.arange(n), links)
+    first = router.spread_representatives(links)
     keep = first[ids] == ids
     connection = np.repeat(np.arange(src.size), lengths)
     f_ids, f_shares, f_lengths = router.spread_ids(src, dst, links, folded=True)

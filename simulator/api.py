@@ -15,6 +15,8 @@ import logging
 import math
 import os
 from dataclasses import dataclass, replace
+from itertools import repeat
+from operator import eq
 from pathlib import Path
 
 import numpy as np
@@ -373,8 +375,12 @@ def network_facts(topo: Topology) -> NetworkFacts:
     one GPU's bandwidth and per-hop latency to another host, and the bandwidth between two
     GPUs of one host."""
     first = topo.devices[0]
-    mates = [d for d in topo.devices if topo.host_of[d] == topo.host_of[first]]
-    other = next((d for d in topo.devices if topo.host_of[d] != topo.host_of[first]), None)
+    # whether each device shares the first's host, compared in C (16K devices at 16K GPUs)
+    with_first = list(
+        map(eq, map(topo.host_of.__getitem__, topo.devices), repeat(topo.host_of[first]))
+    )
+    mates = [d for d, mate in zip(topo.devices, with_first, strict=True) if mate]
+    other = topo.devices[with_first.index(False)] if not all(with_first) else None
 
     def capacity(path) -> float:
         return min(
@@ -494,7 +500,8 @@ def simulate(
         raise NotRepeating("link loads over time are not repeated: simulate the full step")
     degraded = _degraded(topo, perturbations)
     model = network_model(degraded)
-    device_of = {r: topo.devices[r] for r in range(step.plan.grid.size)}
+    # rank r on the r-th device (the topology has at least as many: checked above)
+    device_of = dict(zip(range(step.plan.grid.size), topo.devices, strict=False))
     run = run_engine(
         model,
         step.graph,

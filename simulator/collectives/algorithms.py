@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import repeat
 
 from simulator.collectives.plan import CollectivePlan, Kind, Node, Phase, Transfer
 from simulator.plan import nccl_tuning
@@ -184,6 +185,14 @@ def _trees_and_depth(n: int) -> tuple[tuple[tuple[tuple[int, int], ...], ...], i
     return tuple(tuple(t.items()) for t in trees), max(_depth(t) for t in trees)
 
 
+@lru_cache(maxsize=64)
+def _tree_ends(n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The children and the parents of both trees' edges over ``n`` ranks, in
+    :func:`_trees_and_depth`'s order."""
+    edges = [e for t in _trees_and_depth(n)[0] for e in t]
+    return tuple(c for c, _ in edges), tuple(p for _, p in edges)
+
+
 def _depth(parents: dict[int, int]) -> int:
     best = 0
     for r in parents:
@@ -211,9 +220,13 @@ def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
     hosts = _by_host(group, loc)
     g = len(hosts[0]) if hosts else 0
     if len(hosts) < 2 or g < 2 or any(len(h) != g for h in hosts):
-        trees, depth = _trees_and_depth(n)
-        up = tuple(Transfer(group[c], group[p], size / 2) for t in trees for c, p in t)
-        down = tuple(Transfer(group[p], group[c], size / 2) for t in trees for c, p in t)
+        depth = _trees_and_depth(n)[1]
+        children, parents = _tree_ends(n)
+        child = list(map(group.__getitem__, children))
+        parent = list(map(group.__getitem__, parents))
+        half = repeat(size / 2)
+        up = tuple(map(Transfer, child, parent, half))
+        down = tuple(map(Transfer, parent, child, half))
         return [Phase(up, 1, depth), Phase(down, 1, depth)]
     trees, depth = _trees_and_depth(len(hosts))
     depth += g - 1

@@ -179,24 +179,14 @@ class CollectiveRunner:
             merge = len(phase.transfers) > MERGE_ABOVE and not phase.lockstep
             # per class (one per transfer, or per merged kind): its factor, and the class of
             # each transfer; the size from the representative's path
-            factors: list[float] = []
-            class_of: list[int] = []
-            numbers: dict[tuple, int] = {}
-            hops, latency = self._paths(phase.transfers)
-            relayed = self._relayed(phase.transfers) if merge else None
-            for j, t in enumerate(phase.transfers):
-                factor = t.bytes_ * phase.steps / size
-                if phase.lockstep:  # a ring moves as one flow over all its hops
-                    kind: tuple = (j // phase.lockstep,)
-                else:
-                    kind = (hops[j], relayed[j], factor) if merge else (j,)
-                k = numbers.setdefault(kind, len(numbers))
-                if k == len(factors):
-                    factors.append(factor)
-                class_of.append(k)
-            tails = _tails(latency, phase, class_of, len(factors))
+            merged = self._merged_at_once(phase, size) if merge else None
+            if merged is not None:
+                factors, class_of, latency, tails, ends = merged
+            else:
+                factors, class_of, latency, tails = self._classes(phase, size, merge)
+                ends = None
             # every copy's route of each class, in (transfer, copy) order
-            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails), fold)
+            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails), fold, ends)
             if routes is None:
                 if mappings is None:
                     mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
@@ -213,10 +203,76 @@ class CollectiveRunner:
             out.append(_Geometry(flows, latency, class_of))
         return out
 
+    def _classes(self, phase, size: float, merge: bool):
+        """(factor of each class, class of each transfer, each transfer's path latency s,
+        each class's tail s) of ``phase``: a class per transfer, per ring (lockstep), or with
+        ``merge`` per kind of transfer (path length, relayed, bytes), numbered in order of
+        first appearance; one transfer at a time."""
+        factors: list[float] = []
+        class_of: list[int] = []
+        numbers: dict[tuple, int] = {}
+        hops, latency = self._paths(phase.transfers)
+        relayed = self._relayed(phase.transfers) if merge else None
+        for j, t in enumerate(phase.transfers):
+            factor = t.bytes_ * phase.steps / size
+            if phase.lockstep:  # a ring moves as one flow over all its hops
+                kind: tuple = (j // phase.lockstep,)
+            else:
+                kind = (hops[j], relayed[j], factor) if merge else (j,)
+            k = numbers.setdefault(kind, len(numbers))
+            if k == len(factors):
+                factors.append(factor)
+            class_of.append(k)
+        return factors, class_of, latency, _tails(latency, phase, class_of, len(factors))
+
+    def _merged_at_once(self, phase, size: float):
+        """:meth:`_classes` of a merged phase as arrays, every transfer at once, plus the
+        transfers' (source, destination) device arrays; None unless every endpoint is a
+        device and the router gives ``path_ids`` and ``relays``.
+
+        The same classes to the bit: the factors and tails are the same element-wise IEEE
+        operations (bytes x steps / size; count x latency + fast), a class's tail the most
+        of its transfers', and the kinds numbered in order of first appearance as the dict
+        numbers them (a 1,024-rank tree phase has 2,046 transfers in 2 or 3 kinds)."""
+        path_ids = getattr(self.router, "path_ids", None)
+        relays = getattr(self.router, "relays", None)
+        transfers = phase.transfers
+        if path_ids is None or relays is None or phase.ring:
+            return None
+        src = np.array([t.src for t in transfers])
+        dst = np.array([t.dst for t in transfers])
+        if src.dtype.kind != "i" or dst.dtype.kind != "i":  # an NVLS switch, say
+            return None
+        src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
+        found = path_ids(src, dst, np.arange(len(transfers)), self.links)
+        if found is None:
+            return None
+        ids, hops = found
+        latency = np.array(_segment_sums(self.links.latency[ids], hops))
+        relayed = relays(src, dst, self.links)
+        factor = np.array([t.bytes_ for t in transfers], dtype=float) * phase.steps / size
+        # kinds: sorted (stably) by (hops, relayed, factor), a new kind where any differs,
+        # each kind numbered by its first transfer's position
+        order = np.lexsort((factor, relayed, hops))
+        h, r, f = hops[order], relayed[order], factor[order]
+        new = np.ones(order.size, bool)
+        new[1:] = (h[1:] != h[:-1]) | (r[1:] != r[:-1]) | (f[1:] != f[:-1])
+        first = order[new]  # each kind's first transfer (lexsort is stable)
+        number = np.empty(first.size, np.int64)
+        number[np.argsort(first)] = np.arange(first.size)
+        class_of = np.empty(order.size, np.int64)
+        class_of[order] = number[np.cumsum(new) - 1]
+        factors = factor[np.sort(first)].tolist()
+        tails = _tails_at_once(latency, phase, class_of, len(factors))
+        return factors, class_of, latency, tails, (src, dst)
+
     def _floored(self, routed: _Geometry, phase, floor: tuple[float, float]) -> _Geometry:
         """``routed`` with its classes' tails under NCCL's per-step latency ``floor``."""
         latency = self._at_least(routed.latency, phase.transfers, floor)
-        tails = _tails(latency, phase, routed.class_of, len(routed.classes))
+        at_once = isinstance(latency, np.ndarray)  # routed by _merged_at_once
+        tails = (_tails_at_once if at_once else _tails)(
+            latency, phase, routed.class_of, len(routed.classes)
+        )
         classes = [replace(c, tail_s=t) for c, t in zip(routed.classes, tails, strict=True)]
         return _Geometry(classes, routed.latency, routed.class_of)
 
@@ -233,6 +289,9 @@ class CollectiveRunner:
         its kind of hop (``floor``: inside a host, across hosts; s)."""
         host = self.host_of.get
         inside, across = floor
+        if isinstance(latency, np.ndarray):  # np.maximum picks as max() does, element-wise
+            crosses = np.array([host(t.src, t.src) != host(t.dst, t.dst) for t in transfers])
+            return np.maximum(latency, np.where(crosses, across, inside))
         return [
             max(lat, across if host(t.src, t.src) != host(t.dst, t.dst) else inside)
             for lat, t in zip(latency, transfers, strict=True)
@@ -311,22 +370,38 @@ class CollectiveRunner:
         ]
 
     def _spread_phase(
-        self, group, groups, phase, class_of: list[int], n_classes: int, folded: bool = False
+        self,
+        group,
+        groups,
+        phase,
+        class_of,
+        n_classes: int,
+        folded: bool = False,
+        ends: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> list[tuple[np.ndarray, np.ndarray]] | None:
         """As :meth:`_route_phase`, every connection of the phase routed at once by the
         router's ``spread_ids`` (identical routes, as arrays); None when the router has none,
-        declines, or an endpoint is not a device (an NVLS switch)."""
+        declines, or an endpoint is not a device (an NVLS switch). ``ends``: the transfers'
+        (source, destination) devices as arrays, when known."""
         spread_ids = getattr(self.router, "spread_ids", None)
         transfers = phase.transfers
-        if spread_ids is None or not all(
-            type(t.src) is int and type(t.dst) is int for t in transfers
+        if spread_ids is None or (
+            ends is None and not all(type(t.src) is int and type(t.dst) is int for t in transfers)
         ):
             return None
-        # a device's position in the group (the last one, as dict(zip(group, copy)) maps it)
-        position = dict(zip(group, range(len(group)), strict=True))
         devices = np.array(groups, dtype=np.int64)  # copy x position
-        src = devices[:, [position[t.src] for t in transfers]].T.ravel()
-        dst = devices[:, [position[t.dst] for t in transfers]].T.ravel()
+        if ends is not None:  # positions by an array over the devices (group: no repeats)
+            position = np.full(max(group) + 1, -1, np.int64)
+            position[list(group)] = np.arange(len(group))
+            at_src, at_dst = position[ends[0]], position[ends[1]]
+            if min(at_src.min(), at_dst.min()) < 0:
+                raise KeyError("a transfer's endpoint is not in the collective's group")
+            src, dst = devices[:, at_src].T.ravel(), devices[:, at_dst].T.ravel()
+        else:
+            # a device's position in the group (the last one, as dict(zip(group, copy)) maps it)
+            position = dict(zip(group, range(len(group)), strict=True))
+            src = devices[:, [position[t.src] for t in transfers]].T.ravel()
+            dst = devices[:, [position[t.dst] for t in transfers]].T.ravel()
         routed = spread_ids(src, dst, self.links, folded=True) if folded else None
         if routed is None:
             routed = spread_ids(src, dst, self.links)
@@ -393,6 +468,16 @@ def _tails(latency: list[float], phase, class_of: list[int], n_classes: int) -> 
         tail = slow_hops * lat + fast
         tails[k] = tail if tails[k] is None else max(tails[k], tail)
     return tails
+
+
+def _tails_at_once(latency: np.ndarray, phase, class_of: np.ndarray, n_classes: int) -> list[float]:
+    """:func:`_tails` over arrays (a phase that is no ring): the same products and sums
+    element-wise, each class's most by ``np.maximum.at``."""
+    slow_hops = phase.latency_count - phase.fast_hops
+    fast = phase.fast_hops * float(latency.min()) if phase.fast_hops else 0.0
+    tails = np.full(n_classes, -np.inf)
+    np.maximum.at(tails, class_of, slow_hops * latency + fast)
+    return tails.tolist()
 
 
 def _segment_sums(values: np.ndarray, lengths: np.ndarray) -> list[float]:

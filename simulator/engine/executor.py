@@ -131,7 +131,7 @@ class Executor:
         self._copy_devices: dict[int, list[list[int]]] = {}
         # rank r on device r (api places ranks on the devices in order): copies need no
         # mapping, 8K pipeline pairs at a stage of a 16K-GPU job
-        self._ranks_are_devices = all(r == d for r, d in device_of.items())
+        self._ranks_are_devices = list(device_of) == list(device_of.values())
         self._bar = None
         self._finished = 0  # tasks finished, for the progress bar
         self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
@@ -226,13 +226,15 @@ class Executor:
 
     def _scale_up_Bps(self) -> float:
         """The hop bandwidth between two devices of one host (inf: no host has two)."""
-        by_host: dict[int, list[int]] = defaultdict(list)
-        host_of = self.runner.host_of
-        for d in sorted(set(self.device_of.values())):
-            by_host[host_of.get(d, d)].append(d)
-        pair = next((tuple(ds[:2]) for ds in by_host.values() if len(ds) > 1), None)
-        if pair is None:
+        devices = sorted(set(self.device_of.values()))
+        hosts = list(map(self.runner.host_of.get, devices, devices))
+        count = Counter(hosts)
+        # the first host (in device order) with two devices, its lowest two
+        host = next((h for h in dict.fromkeys(hosts) if count[h] > 1), None)
+        if host is None:
             return math.inf
+        i = hosts.index(host)
+        pair = (devices[i], devices[hosts.index(host, i + 1)])
         return hop_bandwidth(self.runner.links, self.runner.router, pair)
 
     def _comm_count(self, rank: int, s: float, delta: int) -> None:
@@ -331,14 +333,14 @@ class Executor:
         for i in members:
             self._finish(i, start)
 
-    def _copies(self, index: int) -> list[list[int]]:
+    def _copies(self, index: int) -> list[Sequence[int]]:
         if index < 0:
             return []
         cached = self._copy_devices.get(index)
         if cached is None:
             groups = self.graph.copy_sets[index]
             if self._ranks_are_devices:  # the usual placement: the groups as they are
-                cached = [list(g) for g in groups]
+                cached = list(groups)
             else:
                 cached = [[self.device_of[r] for r in g] for g in groups]
             self._copy_devices[index] = cached

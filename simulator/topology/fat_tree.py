@@ -305,6 +305,12 @@ class FatTreeRouter:
             table = self._table = SpreadTable(self, links)
         return table
 
+    def relays(self, src, dst, links) -> np.ndarray:
+        """Whether :meth:`relay` names a relay for each connection ``src[i]`` -> ``dst[i]``
+        (arrays of devices: :meth:`path_ids` has accepted them), as a boolean array."""
+        relayed = self._spread_table(links).relays(src, dst)[1]
+        return np.zeros(src.size, bool) if relayed is None else relayed
+
     def relay(self, src: Node, dst: Node) -> int | None:
         """The GPU on ``src``'s host and ``dst``'s rail a PXN connection crosses NVLink to
         (None: the connection leaves through ``src``'s own NIC)."""

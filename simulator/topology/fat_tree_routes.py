@@ -194,7 +194,7 @@ class SpreadTable:
             min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= self.n
         )
 
-    def _relays(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def relays(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(where each connection leaves its host from: the PXN relay or itself, which
         connections have a relay; None: none has)."""
         r = self.rails
@@ -265,7 +265,7 @@ class SpreadTable:
         when some endpoint is not a device or a key is outside [0, 2**32)."""
         if self._outside(src, dst) or (key.size and (key.min() < 0 or key.max() >= 2**32)):
             return None
-        origin, (src, relayed) = src, self._relays(src, dst)
+        origin, (src, relayed) = src, self.relays(src, dst)
         kind, leaf_s, leaf_d, pod_s, pod_d = self._kinds(src, dst)
         s, c = self.n_spines, self.n_cores
         lengths = np.array([0, 2, 4, 6, 8], np.int64)[kind]
@@ -328,7 +328,7 @@ class SpreadTable:
         route through the cores instead of 4 + 2 S + 2 S C (132 on a pod of 32 spines)."""
         if self._outside(src, dst):
             return None
-        origin, (src, relayed) = src, self._relays(src, dst)
+        origin, (src, relayed) = src, self.relays(src, dst)
         kind, leaf_s, leaf_d, pod_s, pod_d = self._kinds(src, dst)
         s, c = self.n_spines, self.n_cores
         if folded and not self._whole_groups(kind, leaf_s, leaf_d, pod_s, pod_d):

@@ -48,6 +48,10 @@ def _assert_same_geometry(topo, links, plan, copies):
     assert len(fast) == len(exact)
     for a, b in zip(fast, exact, strict=True):
         assert len(a.classes) == len(b.classes)
+        # each transfer's path latency and class (merged phases: arrays when classified
+        # all at once), which give the tails again under another step latency
+        assert np.asarray(a.latency).tolist() == np.asarray(b.latency).tolist()
+        assert np.asarray(a.class_of).tolist() == np.asarray(b.class_of).tolist()
         for x, y in zip(a.classes, b.classes, strict=True):
             # bit for bit: the same links, copy counts summed in the same order
             assert x.links.tolist() == y.links.tolist()
@@ -55,13 +59,15 @@ def _assert_same_geometry(topo, links, plan, copies):
             assert (x.bytes_, x.tail_s) == (y.bytes_, y.tail_s)
 
 
-def _plan(rng, n_devices, size, copies, transfers):
+def _plan(rng, n_devices, size, copies, transfers, floor=(0.0, 0.0)):
     """A random plan over ``size`` devices with ``copies`` copies and ``transfers``
-    transfers in each of two phases (device-disjoint groups, as the grid's are)."""
+    transfers in each of two phases (device-disjoint groups, as the grid's are), the second
+    pipelined as a tree's (5 latency hops, 2 of them at the phase's least latency), with
+    NCCL's per-step latency ``floor`` (s: inside a host, across hosts)."""
     devices = rng.permutation(n_devices)[: size * (copies + 1)].reshape(copies + 1, size)
     group = tuple(devices[0].tolist())
     phases = []
-    for steps in (1, 3):
+    for steps, hops, fast in ((1, None, 0), (3, 5, 2)):
         ends = rng.integers(0, size, (transfers, 2))
         bytes_ = rng.choice([1.0, 2.0, 0.5], transfers)
         phases.append(
@@ -71,9 +77,11 @@ def _plan(rng, n_devices, size, copies, transfers):
                     for (a, b), w in zip(ends.tolist(), bytes_.tolist(), strict=True)
                 ),
                 steps,
+                latency_hops=hops,
+                fast_hops=fast,
             )
         )
-    plan = CollectivePlan("all_to_all", "direct", group, 1e6, tuple(phases))
+    plan = CollectivePlan("all_to_all", "direct", group, 1e6, tuple(phases), step_latency_s=floor)
     return plan, [tuple(c) for c in devices[1:].tolist()]
 
 
@@ -87,6 +95,9 @@ def test_geometry_equal_on_shipped_topologies(root, name):
     for size, copies, transfers in [(8, min(7, n // 8 - 1), 8), (16, 3, 40), (32, 1, 300)]:
         if size * (copies + 1) <= n:  # 300 transfers: merged into classes of equal kind
             _assert_same_geometry(topo, links, *_plan(rng, n, size, copies, transfers))
+            # NCCL's per-step floor (between the fabric's hop latencies: some raised)
+            floored = _plan(rng, n, size, copies, transfers, floor=(1.5e-6, 4e-6))
+            _assert_same_geometry(topo, links, *floored)
 
 
 @settings(max_examples=30, deadline=None)
@@ -97,8 +108,9 @@ def test_geometry_equal_on_shipped_topologies(root, name):
     copies=st.integers(0, 3),
     transfers=st.integers(1, 12),
     merge=st.booleans(),
+    floor=st.sampled_from([(0.0, 0.0), (1.5e-6, 4e-6)]),
 )
-def test_geometry_equal_for_random_plans(seed, shape, size, copies, transfers, merge):
+def test_geometry_equal_for_random_plans(seed, shape, size, copies, transfers, merge, floor):
     topo = fat_tree_topology(
         **{
             "rails": dict(nodes=9, gpus_per_node=4, nodes_per_leaf=3),  # 3 spines: shares of 1/3
@@ -122,7 +134,8 @@ def test_geometry_equal_for_random_plans(seed, shape, size, copies, transfers, m
     old = collective.MERGE_ABOVE
     collective.MERGE_ABOVE = 0 if merge else old  # merged classes at any size
     try:
-        _assert_same_geometry(topo, links, *_plan(rng, topo.num_devices, size, copies, transfers))
+        plan, others = _plan(rng, topo.num_devices, size, copies, transfers, floor)
+        _assert_same_geometry(topo, links, plan, others)
     finally:
         collective.MERGE_ABOVE = old
 

@@ -11,7 +11,9 @@ Cases (each run in a fresh subprocess, so that its peak RSS is its own):
 - ``dp8`` / ``dp1024``: the same 7.5B model (TP 8, PP 2, 8 micro-batches per replica) at DP 8
   (128 GPUs) and DP 1,024 (16,384 GPUs); target: within 1.5x of each other.
 
-Each case prints the median over ``--repeats`` of: the whole ``api.run`` (``run s``: step
+``--pairs N`` runs dp8 and dp1024 back to back N times and prints the median of the N
+ratios (the flatness target's figure; medians of cases run minutes apart carry the load's
+drift). Each case prints the median over ``--repeats`` of: the whole ``api.run`` (``run s``: step
 builder + engine + metrics) and the topology build (``topo s``, done once before, outside
 ``run s``). A bare heapq loop of 1M events is timed in the parent in the same invocation, and
 every wall time is also shown as a multiple of it (``x heapq``), so numbers taken under
@@ -122,6 +124,12 @@ def main() -> None:
     parser.add_argument("cases", nargs="*", help=f"default: all of {', '.join(CASES)}")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="one JSON line per case")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        help="also run dp8 and dp1024 back to back this many times: the median ratio",
+    )
     args = parser.parse_args()
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
@@ -134,8 +142,9 @@ def main() -> None:
             f"{'case':<10} {'run s':>7} {'x heapq':>8} {'topo s':>7} {'RSS MB':>7} "
             f"{'tasks':>8} {'ranks':>6} {'simulated step s':>16}  runs"
         )
+    rows = {}
     for name in args.cases:
-        row = run_case(name, args.repeats)
+        row = rows[name] = run_case(name, args.repeats)
         row["heapq_s"] = heap_s
         if args.json:
             print(json.dumps(row))
@@ -146,6 +155,28 @@ def main() -> None:
             f"{row['runs_s']}",
             flush=True,
         )
+    if args.pairs:
+        pairs = dp_pairs(args.pairs)
+        ratios = [b / a for a, b in pairs]
+        summary = {
+            "case": "dp1024/dp8",
+            "pairs": [[round(a, 3), round(b, 3)] for a, b in pairs],
+            "median_ratio": statistics.median(ratios),
+        }
+        if args.json:
+            print(json.dumps(summary))
+        else:
+            print(
+                f"dp1024 / dp8 over {len(pairs)} pairs run back to back: median "
+                f"{summary['median_ratio']:.2f} (per pair {', '.join(f'{r:.2f}' for r in ratios)})"
+            )
+
+
+def dp_pairs(n: int) -> list[tuple[float, float]]:
+    """``n`` (dp8, dp1024) run times (s), each pair run back to back, so that the ratio of
+    a pair is taken under one machine load: on a shared machine runs of one case spread by
+    30% over minutes, which the ratio of two medians taken apart would carry."""
+    return [(run_case("dp8", 1)["run_s"], run_case("dp1024", 1)["run_s"]) for _ in range(n)]
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, replace
-from itertools import repeat
+from itertools import compress, repeat
 from operator import eq
 from pathlib import Path
 
@@ -379,7 +379,7 @@ def network_facts(topo: Topology) -> NetworkFacts:
     with_first = list(
         map(eq, map(topo.host_of.__getitem__, topo.devices), repeat(topo.host_of[first]))
     )
-    mates = [d for d, mate in zip(topo.devices, with_first, strict=True) if mate]
+    mates = list(compress(topo.devices, with_first))
     other = topo.devices[with_first.index(False)] if not all(with_first) else None
 
     def capacity(path) -> float:

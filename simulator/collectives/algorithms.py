@@ -194,13 +194,19 @@ def _tree_ends(n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def _depth(parents: dict[int, int]) -> int:
-    best = 0
+    """The most edges from a rank up to its root (each rank's depth found once, from its
+    first ancestor whose depth is known: a root's is 0)."""
+    depth: dict[int, int] = {}
     for r in parents:
-        d, x = 0, r
-        while x in parents:
-            x, d = parents[x], d + 1
-        best = max(best, d)
-    return best
+        chain, x = [], r
+        while x in parents and x not in depth:
+            chain.append(x)
+            x = parents[x]
+        d = depth.get(x, 0)
+        for y in reversed(chain):
+            d += 1
+            depth[y] = d
+    return max(depth.values(), default=0)
 
 
 def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
@@ -388,7 +394,7 @@ def plan_collective(
         eff = ALGORITHM_EFFICIENCY.get(algorithm, 1.0)
         return CollectivePlan(kind, algorithm, group, size_bytes, tuple(phases), eff)
     n = len(group)
-    nodes = len({locality.host_of.get(d, d) for d in group})
+    nodes = len(set(map(locality.host_of.get, group, group)))
     tuned = algorithm in nccl_tuning.TUNED
     if protocol is None:
         protocol = "Simple"

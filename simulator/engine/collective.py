@@ -34,7 +34,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from operator import itemgetter
+from operator import itemgetter, ne
 
 import numpy as np
 
@@ -239,8 +239,7 @@ class CollectiveRunner:
         transfers = phase.transfers
         if path_ids is None or relays is None or phase.ring:
             return None
-        src = np.array([t.src for t in transfers])
-        dst = np.array([t.dst for t in transfers])
+        src, dst, bytes_ = map(np.array, zip(*transfers, strict=True))
         if src.dtype.kind != "i" or dst.dtype.kind != "i":  # an NVLS switch, say
             return None
         src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
@@ -250,7 +249,7 @@ class CollectiveRunner:
         ids, hops = found
         latency = np.array(_segment_sums(self.links.latency[ids], hops))
         relayed = relays(src, dst, self.links)
-        factor = np.array([t.bytes_ for t in transfers], dtype=float) * phase.steps / size
+        factor = bytes_.astype(float, copy=False) * phase.steps / size
         # kinds: sorted (stably) by (hops, relayed, factor), a new kind where any differs,
         # each kind numbered by its first transfer's position
         order = np.lexsort((factor, relayed, hops))
@@ -290,7 +289,8 @@ class CollectiveRunner:
         host = self.host_of.get
         inside, across = floor
         if isinstance(latency, np.ndarray):  # np.maximum picks as max() does, element-wise
-            crosses = np.array([host(t.src, t.src) != host(t.dst, t.dst) for t in transfers])
+            src, dst, _ = zip(*transfers, strict=True)  # Transfer: (src, dst, bytes)
+            crosses = np.array(list(map(ne, map(host, src, src), map(host, dst, dst))))
             return np.maximum(latency, np.where(crosses, across, inside))
         return [
             max(lat, across if host(t.src, t.src) != host(t.dst, t.dst) else inside)

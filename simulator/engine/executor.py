@@ -77,7 +77,7 @@ def channels_Bps(hop_Bps: float, host_of: dict[int, int], devices: tuple[int, ..
     """NCCL's bus bandwidth for its protocol model (Simple's ``B``: its channels' total): the
     slowest hop's bandwidth ``hop_Bps`` times the group's channels across hosts
     (:func:`~simulator.plan.nccl_tuning.channels_per_host`)."""
-    hosts = Counter(host_of.get(d, d) for d in devices)
+    hosts = Counter(map(host_of.get, devices, devices))
     return hop_Bps * channels_per_host(list(hosts.values()))
 
 
@@ -267,7 +267,9 @@ class Executor:
     def _plan(self, spec) -> tuple[object, float]:
         """(the collective's plan, the slowdown it puts on overlapping compute), once per
         (collective, group, size, algorithm)."""
-        devices = tuple(self.device_of[r] for r in spec.group)
+        devices = tuple(spec.group)
+        if not self._ranks_are_devices:  # else rank r is on device r
+            devices = tuple(map(self.device_of.__getitem__, devices))
         bus = self._hop_Bps.get(devices)
         if bus is None:
             bus = self._hop_Bps[devices] = hop_bandwidth(

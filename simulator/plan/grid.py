@@ -21,6 +21,7 @@ members the same place in each), and the expert-data-parallel group is the rest.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -88,6 +89,11 @@ class RankGrid:
         st = self._strides
         c = self.coords(rank)
         base = rank - sum(c[d] * st[d] for d in dims)
+        if math.prod(self._degree(d) for d in dims) > 256:  # a stage of 8K ranks: numpy
+            offsets = np.zeros(1, np.int64)
+            for d in dims:
+                offsets = (offsets[:, None] + np.arange(self._degree(d)) * st[d]).ravel()
+            return tuple(np.sort(base + offsets).tolist())
         offsets = [0]
         for d in dims:
             offsets = [o + i * st[d] for o in offsets for i in range(self._degree(d))]
@@ -122,7 +128,8 @@ class RankGrid:
         own = rank - sum(c[d] * st[d] for d in dims)  # the first rank of rank's own group
         firsts = self.group(own, *(d for d in within if d not in dims))  # ascending
         offsets = self.group(0, *dims)  # ascending: the group of rank 0
-        return [tuple([f + o for o in offsets]) for f in firsts if f != own]
+        others = np.array([f for f in firsts if f != own], np.int64)
+        return list(map(tuple, np.add.outer(others, offsets).tolist()))
 
     def _position(self, rank: int) -> tuple[int, dict[str, int]]:
         """``rank``'s place among its stage's ranks in the expert layers' order: tp

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add
 
 from simulator.model.compute import ComputeModel
 from simulator.plan.collective_choice import algorithm_for
@@ -227,7 +229,8 @@ class GraphBuilder:
         if kind in ("pp_next", "pp_prev") or isinstance(kind, tuple):  # a pipeline pair
             stage = grid.group(rank, *_STAGE_DIMS)
             delta = group[1] - group[0]  # the same stride for every rank of the stage
-            return [(x, x + delta) for x in stage if x != rank]
+            others = [x for x in stage if x != rank]
+            return list(zip(others, map(add, others, repeat(delta)), strict=True))
         covered: set[int] = set()
         found: list[tuple[int, ...]] = []
         for x in grid.group(rank, *_STAGE_DIMS):

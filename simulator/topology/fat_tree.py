@@ -80,13 +80,14 @@ def fat_tree_topology(
     links = LinkRecorder(g)
     # link ids by structure, as they are added (FatTreeLinks): each GPU's own six links
     own = np.full((nodes * gpus_per_node, 6), -1, np.int64)
+    place = np.full((nodes * gpus_per_node, 2), -1, np.int64)  # each GPU's host, leaf number
     nvlink = (nvlink_bandwidth, nvlink_latency, nvlink_efficiency)
     host_of, nvls_switch = _hosts(
-        links, own, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls
+        links, own, place, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls
     )
     nic = (nic_bandwidth, nic_latency, nic_efficiency)
     leaves, leaf_of, down = _leaves(
-        links, own, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic
+        links, own, place, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic
     )
     over = list(oversubscription) + [1.0] * 3
     pods: dict[str, int] = {}
@@ -114,7 +115,9 @@ def fat_tree_topology(
     router = FatTreeRouter(host_of, leaf_of, pods, spines, cores, ecmp_flows, rails)
     layout = links.layout()
     if layout is not None:
-        router.recorded = FatTreeLinks.of(layout, own, leaf_links, pod_links, len(leaves))
+        router.recorded = FatTreeLinks.of(
+            layout, own, leaf_links, pod_links, len(leaves), place[:, 0], place[:, 1]
+        )
     return Topology(
         graph=g,
         devices=sorted(host_of),
@@ -135,9 +138,10 @@ def fat_tree_topology(
     )
 
 
-def _hosts(links, own, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls):
+def _hosts(links, own, place, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls):
     """Each host's NVSwitch domain and one NIC per GPU on PCIe; (device -> host, NVLS
-    switch of each host). Fills ``own``'s GPU <-> NVSwitch and GPU <-> NIC columns."""
+    switch of each host). Fills ``own``'s GPU <-> NVSwitch and GPU <-> NIC columns and
+    ``place``'s host column."""
     g = links.graph
     host_of: dict[int, int] = {}
     nvls_switch: dict[int, Node] = {}
@@ -145,6 +149,7 @@ def _hosts(links, own, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latenc
         first = h * gpus_per_node
         sw, nvlinks = add_nvswitch_domain(links, h, first, gpus_per_node, *nvlink)
         own[first : first + gpus_per_node, 0:2] = nvlinks
+        place[first : first + gpus_per_node, 0] = h
         if nvls:
             nvls_switch[h] = sw
         for d in range(first, first + gpus_per_node):
@@ -154,9 +159,10 @@ def _hosts(links, own, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latenc
     return host_of, nvls_switch
 
 
-def _leaves(links, own, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic):
+def _leaves(links, own, place, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic):
     """Leaf switches (one per rail per leaf group, or one top-of-rack) and the NIC links;
-    (leaves, device -> its leaf, downlinks per leaf). Fills ``own``'s NIC <-> leaf columns."""
+    (leaves, device -> its leaf, downlinks per leaf). Fills ``own``'s NIC <-> leaf columns
+    and ``place``'s leaf column (the leaf's position in the leaves)."""
     g = links.graph
     nic_bandwidth, nic_latency, nic_efficiency = nic
     nodes_per_leaf = min(nodes_per_leaf, nodes)  # a small cluster fills one leaf group
@@ -170,7 +176,9 @@ def _leaves(links, own, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, ni
             leaf = f"leaf{grp}.{rail}"
             leaves.append(leaf)
             g.add_node(leaf, kind="leaf", group=grp, rail=rail)
+        numbers = grp * rails + (np.arange(gpus_per_node) if rail_optimized else 0)
         for h in range(grp * nodes_per_leaf, min(nodes, (grp + 1) * nodes_per_leaf)):
+            place[h * gpus_per_node : (h + 1) * gpus_per_node, 1] = numbers
             for i in range(gpus_per_node):
                 d = h * gpus_per_node + i
                 leaf = f"leaf{grp}.{i if rail_optimized else 0}"

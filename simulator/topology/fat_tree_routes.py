@@ -38,7 +38,9 @@ class FatTreeLinks:
     ``device``: per GPU, GPU -> NVSwitch, NVSwitch -> GPU, GPU -> NIC, NIC -> leaf,
     leaf -> NIC, NIC -> GPU; ``leaf_up``/``leaf_down``: per leaf, to and from each spine of
     its pod; ``pod_up``: per pod, (spine, core) for each spine for each core; ``pod_down``:
-    (core, spine) for each core for each spine (:class:`SpreadTable`'s layouts)."""
+    (core, spine) for each core for each spine (:class:`SpreadTable`'s layouts). ``host``
+    and ``leaf``: per GPU, its host and its leaf's position in the router's leaves (as
+    ``host_of`` and ``leaf_of`` say, without reading 16K dict entries back)."""
 
     layout: object
     device: np.ndarray
@@ -46,12 +48,14 @@ class FatTreeLinks:
     leaf_down: np.ndarray
     pod_up: np.ndarray
     pod_down: np.ndarray
+    host: np.ndarray
+    leaf: np.ndarray
 
     @classmethod
-    def of(cls, layout, device, leaf_links, pod_links, leaves: int) -> FatTreeLinks:
+    def of(cls, layout, device, leaf_links, pod_links, leaves: int, host, leaf) -> FatTreeLinks:
         """From the builder's arrays: ``leaf_links`` (leaves, spines, up/down) or None
         without spines, ``pod_links`` (pods, spines, cores, up/down) or None without
-        cores."""
+        cores; ``host`` and ``leaf`` per GPU."""
         if leaf_links is None:
             leaf_links = np.zeros((leaves, 0, 2), np.int64)
         # without cores, (1, 0) arrays: a SpreadTable makes its own (pods, 0) ones then
@@ -66,6 +70,8 @@ class FatTreeLinks:
             leaf_links[:, :, 1],
             pod_links[..., 0].reshape(p, s * c),
             pod_links[..., 1].transpose(0, 2, 1).reshape(p, c * s),
+            host,
+            leaf,
         )
 
 
@@ -92,10 +98,13 @@ class SpreadTable:
         n = len(host_of)
         self.n = n
         self.rails = router.rails
-        self.host = np.fromiter(map(host_of.__getitem__, range(n)), np.int64, n)
         self.leaf_names = list(router.pod_of_leaf)
-        number = {leaf: i for i, leaf in enumerate(self.leaf_names)}
-        self.leaf = np.fromiter((number[leaf_of[d]] for d in range(n)), np.int64, n)
+        if fixed is not None:  # as the builder placed them
+            self.host, self.leaf = fixed.host, fixed.leaf
+        else:
+            self.host = np.fromiter(map(host_of.__getitem__, range(n)), np.int64, n)
+            number = {leaf: i for i, leaf in enumerate(self.leaf_names)}
+            self.leaf = np.fromiter((number[leaf_of[d]] for d in range(n)), np.int64, n)
         self.pod = np.fromiter(map(router.pod_of_leaf.__getitem__, self.leaf_names), np.int64)
         self.spines = router.spines
         self.cores = router.cores

@@ -276,3 +276,19 @@ def test_bytes_per_rank_match_bus_factors():
     ]:
         plan = plan_collective(kind, list(range(n)), size, None, Locality())
         assert plan.bytes_sent == pytest.approx(n * factor * size, rel=1e-12)
+
+
+def test_tree_depth_is_the_longest_walk_to_a_root():
+    # the memoised depth against its definition: walk each rank up to its root
+    from simulator.collectives.algorithms import _depth, double_binary_trees
+
+    for n in range(1, 600):
+        for parents in double_binary_trees(n):
+            walks = []
+            for r in parents:
+                d, x = 0, r
+                while x in parents:
+                    x, d = parents[x], d + 1
+                walks.append(d)
+            assert _depth(parents) == max(walks, default=0)
+    assert [_depth(t) for t in double_binary_trees(1024)] == [10, 10]  # log2(1,024)

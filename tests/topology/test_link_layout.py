@@ -66,6 +66,12 @@ def test_a_fat_trees_recorded_ids_name_the_links_its_index_names(shape):
     )
     # under the builder's numbering the recorded ids are used: nothing looked up
     assert router._spread_table(fixed).index is None and "index" not in vars(fixed)
+    # each GPU's host and leaf as the builder recorded them: as host_of and leaf_of say
+    table = router._spread_table(fixed)
+    assert table.host.tolist() == [router.host_of[d] for d in range(n)]
+    assert [table.leaf_names[x] for x in table.leaf.tolist()] == [
+        router.leaf_of[d] for d in range(n)
+    ]
     rng = np.random.default_rng(7)
     src, dst = rng.integers(0, n, 200), rng.integers(0, n, 200)
     a = router.spread_ids(src, dst, fixed)

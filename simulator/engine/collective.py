@@ -389,7 +389,13 @@ class CollectiveRunner:
             ends is None and not all(type(t.src) is int and type(t.dst) is int for t in transfers)
         ):
             return None
-        devices = np.array(groups, dtype=np.int64)  # copy x position
+        # copy x position (8,192 pipeline pairs: filled from one flat iterator, in C)
+        width = len(group)
+        if set(map(len, groups)) != {width}:
+            raise ValueError("a collective's copies must have as many members as its group")
+        devices = np.fromiter(
+            itertools.chain.from_iterable(groups), np.int64, width * len(groups)
+        ).reshape(len(groups), width)
         if ends is not None:  # positions by an array over the devices (group: no repeats)
             position = np.full(max(group) + 1, -1, np.int64)
             position[list(group)] = np.arange(len(group))

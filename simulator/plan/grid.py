@@ -86,18 +86,24 @@ class RankGrid:
 
     def group(self, rank: int, *dims: str) -> tuple[int, ...]:
         """Ranks that differ from ``rank`` only in ``dims``, ascending."""
+        if math.prod(self._degree(d) for d in dims) > 256:  # a stage of 8K ranks: numpy
+            return tuple(self.group_array(rank, *dims).tolist())
         st = self._strides
         c = self.coords(rank)
         base = rank - sum(c[d] * st[d] for d in dims)
-        if math.prod(self._degree(d) for d in dims) > 256:  # a stage of 8K ranks: numpy
-            offsets = np.zeros(1, np.int64)
-            for d in dims:
-                offsets = (offsets[:, None] + np.arange(self._degree(d)) * st[d]).ravel()
-            return tuple(np.sort(base + offsets).tolist())
         offsets = [0]
         for d in dims:
             offsets = [o + i * st[d] for o in offsets for i in range(self._degree(d))]
         return tuple(sorted(base + o for o in offsets))
+
+    def group_array(self, rank: int, *dims: str) -> np.ndarray:
+        """:meth:`group` as an array of ranks (int64), ascending."""
+        st = self._strides
+        c = self.coords(rank)
+        offsets = np.zeros(1, np.int64)
+        for d in dims:
+            offsets = (offsets[:, None] + np.arange(self._degree(d)) * st[d]).ravel()
+        return np.sort(rank - sum(c[d] * st[d] for d in dims) + offsets)
 
     def groups(self, *dims: str) -> list[tuple[int, ...]]:
         """Every group over ``dims``, each once, ordered by its first rank.

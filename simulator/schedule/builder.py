@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import add
+
+import numpy as np
 
 from simulator.model.compute import ComputeModel
 from simulator.plan.collective_choice import algorithm_for
@@ -227,10 +227,10 @@ class GraphBuilder:
         if dims is not None:
             return grid.other_groups(rank, dims, _STAGE_DIMS)
         if kind in ("pp_next", "pp_prev") or isinstance(kind, tuple):  # a pipeline pair
-            stage = grid.group(rank, *_STAGE_DIMS)
+            stage = grid.group_array(rank, *_STAGE_DIMS)
             delta = group[1] - group[0]  # the same stride for every rank of the stage
-            others = [x for x in stage if x != rank]
-            return list(zip(others, map(add, others, repeat(delta)), strict=True))
+            others = stage[stage != rank]
+            return list(map(tuple, np.stack([others, others + delta], axis=1).tolist()))
         covered: set[int] = set()
         found: list[tuple[int, ...]] = []
         for x in grid.group(rank, *_STAGE_DIMS):

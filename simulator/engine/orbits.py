@@ -65,19 +65,19 @@ class LinkOrbits:
         if not own.any():
             return links, counts
         at = np.flatnonzero(own)
-        order = np.argsort(orbit[at], kind="stable")  # by orbit, links ascending within
-        at = at[order]
-        sorted_orbit = orbit[at]
-        starts = np.flatnonzero(np.r_[True, sorted_orbit[1:] != sorted_orbit[:-1]])
-        which = sorted_orbit[starts]
-        crossed = np.diff(np.r_[starts, at.size])
-        if (crossed != self.size[which]).any():
+        mine = orbit[at]
+        crossed = np.bincount(mine, minlength=self.size.size)  # no sort: linear in the links
+        touched = crossed > 0
+        if (crossed[touched] != self.size[touched]).any():
             return None  # part of an orbit
+        # each orbit's first entry (its lowest link: ``links`` ascend)
+        first = np.full(self.size.size, links.size, np.int64)
+        np.minimum.at(first, mine, at)
         c = counts[at]
-        if (np.minimum.reduceat(c, starts) != np.maximum.reduceat(c, starts)).any():
+        if (c != counts[first[mine]]).any():
             return None  # unevenly
         keep = ~own
-        keep[at[starts]] = True
+        keep[first[touched]] = True
         return links[keep], counts[keep]
 
 

@@ -46,6 +46,20 @@ def test_labels_split_orbits_and_uneven_capacity_drops_one():
     assert orbits.of_link[up[0]] != orbits.of_link[up[4]]
     assert orbits.size[orbits.of_link[up]].tolist() == [4] * 8
     # a degraded GPU -> NIC link: its orbit has two capacities, so it is in none
+    # a class over both orbits, and the GPUs' NIC -> leaf links (two more), each orbit
+    # crossed evenly with a count of its own: the lowest link of each orbit kept, with it
+    nic = topo.router.device_link_ids(np.arange(8), links.index)[:, 3]
+    cls = np.sort(np.r_[up, nic])
+    count_of = {**dict.fromkeys(up[:4], 1.0), **dict.fromkeys(up[4:], 2.0)}
+    count_of |= {**dict.fromkeys(nic[:4], 3.0), **dict.fromkeys(nic[4:], 4.0)}
+    kept, kept_counts = orbits.reduce(cls, np.array([count_of[x] for x in cls.tolist()]))
+    lowest = sorted(min(x) for x in (up[:4], up[4:], nic[:4], nic[4:]))
+    assert kept.tolist() == lowest
+    assert kept_counts.tolist() == [count_of[x] for x in lowest]
+    # one link of the second orbit with another count: uneven, no reduced form
+    counts = np.array([count_of[x] for x in cls.tolist()])
+    counts[cls.tolist().index(max(up[4:]))] = 5.0
+    assert orbits.reduce(cls, counts) is None
     edge = links.edges[up[1]]
     topo, links, orbits = _orbits({d: d // 4 for d in range(8)}, {edge: 0.5})
     assert (orbits.of_link[up[:4]] == -1).all() and (orbits.of_link[up[4:]] >= 0).all()

@@ -163,7 +163,7 @@ class CollectiveRunner:
         """Each phase routed (every copy), its classes' tails from the paths' latency alone;
         ``this_run``: for this runner alone, so its classes may carry the run's orbits."""
         orbits = self.orbits if this_run else None
-        groups = [plan.group, *[tuple(c) for c in copies]]
+        groups = [plan.group, *map(tuple, copies)]
         mappings = None
         out = []
         size = plan.size_bytes or 1.0

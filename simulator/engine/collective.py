@@ -47,16 +47,17 @@ MERGE_ABOVE = 256  # transfers in a phase beyond which equal ones share a flow c
 _first, _second = itemgetter(0), itemgetter(1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Geometry:
     """A routed phase: one flow class per transfer (or per merged kind of transfer), whose
     ``bytes_`` is its share of the collective's size (bytes x steps / size); the run scales
     it by the size. ``latency`` (s, each transfer's path) and ``class_of`` (each transfer's
-    class) give the classes' tails again under another protocol's step latency."""
+    class) give the classes' tails again under another protocol's step latency: lists, or
+    arrays for a phase classed all at once (:meth:`CollectiveRunner._merged_at_once`)."""
 
     classes: list[FlowClass]
-    latency: list[float] = field(default_factory=list, repr=False)
-    class_of: list[int] = field(default_factory=list, repr=False)
+    latency: list[float] | np.ndarray = field(default_factory=list, repr=False)
+    class_of: list[int] | np.ndarray = field(default_factory=list, repr=False)
 
 
 class CollectiveRunner:
@@ -228,7 +229,8 @@ class CollectiveRunner:
     def _merged_at_once(self, phase, size: float):
         """:meth:`_classes` of a merged phase as arrays, every transfer at once, plus the
         transfers' (source, destination) device arrays; None unless every endpoint is a
-        device and the router gives ``path_ids`` and ``relays``.
+        device (an integer) and the router gives ``path_ids`` and ``relays``. Bytes are
+        floats (a plan's divisions): as floats, bytes x steps is the loop's product.
 
         The same classes to the bit: the factors and tails are the same element-wise IEEE
         operations (bytes x steps / size; count x latency + fast), a class's tail the most
@@ -283,7 +285,7 @@ class CollectiveRunner:
             return [False] * len(transfers)
         return [relay(t.src, t.dst) is not None for t in transfers]
 
-    def _at_least(self, latency: list[float], transfers, floor: tuple[float, float]):
+    def _at_least(self, latency: list[float] | np.ndarray, transfers, floor: tuple[float, float]):
         """Each transfer's path latency, at least NCCL's per-step latency of its protocol on
         its kind of hop (``floor``: inside a host, across hosts; s)."""
         host = self.host_of.get
@@ -351,7 +353,7 @@ class CollectiveRunner:
         return None if same is None else same(self.links)
 
     def _route_phase(
-        self, groups, mappings, phase, class_of: list[int], n_classes: int
+        self, groups, mappings, phase, class_of: list[int] | np.ndarray, n_classes: int
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """(link ids, shares) of each class: its transfers' routes in every copy, in
         (transfer, copy) order, routed one connection at a time."""
@@ -396,9 +398,13 @@ class CollectiveRunner:
         devices = np.fromiter(
             itertools.chain.from_iterable(groups), np.int64, width * len(groups)
         ).reshape(len(groups), width)
-        if ends is not None:  # positions by an array over the devices (group: no repeats)
-            position = np.full(max(group) + 1, -1, np.int64)
-            position[list(group)] = np.arange(len(group))
+        if ends is not None and len(set(group)) == width:  # positions by an array
+            top = max(group)
+            position = np.full(top + 1, -1, np.int64)
+            position[list(group)] = np.arange(width)
+            lo = min(ends[0].min(), ends[1].min())
+            if lo < 0 or max(ends[0].max(), ends[1].max()) > top:
+                raise KeyError("a transfer's endpoint is not in the collective's group")
             at_src, at_dst = position[ends[0]], position[ends[1]]
             if min(at_src.min(), at_dst.min()) < 0:
                 raise KeyError("a transfer's endpoint is not in the collective's group")

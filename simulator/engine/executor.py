@@ -23,6 +23,7 @@ count (NCCL runs them on two channels per peer, a few SMs). ``Executor`` itself 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -128,10 +129,13 @@ class Executor:
         self._plans: dict[tuple, object] = {}
         self._shape_of = compiled.shape_of
         self._launches: list[tuple | None] = [None] * compiled.shapes  # per shape: _routed
-        self._copy_devices: dict[int, list[list[int]]] = {}
-        # rank r on device r (api places ranks on the devices in order): copies need no
-        # mapping, 8K pipeline pairs at a stage of a 16K-GPU job
-        self._ranks_are_devices = list(device_of) == list(device_of.values())
+        self._copy_devices: dict[int, list[Sequence[int]]] = {}
+        # ranks 0 .. n-1 on devices 0 .. n-1 (api places ranks on the devices in order):
+        # groups and copies need no mapping, 8K pipeline pairs at a stage of a 16K-GPU job;
+        # a rank outside it is checked where the mapping is skipped (_placed)
+        self._ranks_are_devices = (
+            list(device_of) == list(device_of.values()) == list(range(len(device_of)))
+        )
         self._bar = None
         self._finished = 0  # tasks finished, for the progress bar
         self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
@@ -267,9 +271,7 @@ class Executor:
     def _plan(self, spec) -> tuple[object, float]:
         """(the collective's plan, the slowdown it puts on overlapping compute), once per
         (collective, group, size, algorithm)."""
-        devices = tuple(spec.group)
-        if not self._ranks_are_devices:  # else rank r is on device r
-            devices = tuple(map(self.device_of.__getitem__, devices))
+        devices = self._placed(tuple(spec.group))
         bus = self._hop_Bps.get(devices)
         if bus is None:
             bus = self._hop_Bps[devices] = hop_bandwidth(
@@ -335,6 +337,14 @@ class Executor:
         for i in members:
             self._finish(i, start)
 
+    def _placed(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """The devices of ``ranks`` (KeyError for a rank not placed, as ``device_of`` says)."""
+        if not self._ranks_are_devices:
+            return tuple(map(self.device_of.__getitem__, ranks))
+        if ranks and (min(ranks) < 0 or max(ranks) >= len(self.device_of)):
+            raise KeyError(f"rank(s) not placed on a device: {ranks}")
+        return ranks  # rank r is on device r
+
     def _copies(self, index: int) -> list[Sequence[int]]:
         if index < 0:
             return []
@@ -343,6 +353,7 @@ class Executor:
             groups = self.graph.copy_sets[index]
             if self._ranks_are_devices:  # the usual placement: the groups as they are
                 cached = list(groups)
+                self._placed(tuple(itertools.chain.from_iterable(groups)))
             else:
                 cached = [[self.device_of[r] for r in g] for g in groups]
             self._copy_devices[index] = cached

@@ -103,7 +103,7 @@ def test_geometry_equal_on_shipped_topologies(root, name):
 @settings(max_examples=30, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
-    shape=st.sampled_from(["rails", "tor pods", "rail pods"]),
+    shape=st.sampled_from(["rails", "tor pods", "rail pods", "rails, hashed ecmp"]),
     size=st.integers(2, 8),
     copies=st.integers(0, 3),
     transfers=st.integers(1, 12),
@@ -126,6 +126,8 @@ def test_geometry_equal_for_random_plans(seed, shape, size, copies, transfers, m
             "rail pods": dict(
                 nodes=10, gpus_per_node=4, nodes_per_leaf=2, levels=3, leaves_per_pod=3
             ),
+            # 2 hashed sub-flows per connection: routed one by one, classed all at once
+            "rails, hashed ecmp": dict(nodes=9, gpus_per_node=4, nodes_per_leaf=3, ecmp_flows=2),
         }[shape]
     )
     links = LinkTable(topo.graph)
@@ -147,6 +149,34 @@ def test_nvls_switch_endpoints_are_routed_one_by_one():
     phase = Phase((Transfer(0, "nvswitch0", 1.0), Transfer(1, 3, 1.0)))
     plan = CollectivePlan("all_reduce", "nvls", (0, 1, 2, 3), 1e6, (phase,))
     _assert_same_geometry(topo, links, plan, [(4, 5, 6, 7)])
+
+
+def test_a_merged_phase_with_nvls_switch_endpoints_is_classed_one_by_one(monkeypatch):
+    # a phase classed by kind (merged) whose transfers include an NVSwitch endpoint: not
+    # all devices, so neither classed nor routed at once; the same classes either way
+    monkeypatch.setattr(collective, "MERGE_ABOVE", 0)
+    topo = fat_tree_topology(nodes=2, gpus_per_node=4, nodes_per_leaf=2, nvls=True)
+    links = LinkTable(topo.graph)
+    transfers = [Transfer(0, "nvswitch0", 1.0), Transfer("nvswitch0", 1, 1.0)]
+    transfers += [Transfer(a, b, 2.0) for a in range(4) for b in range(4) if a != b]
+    phase = Phase(tuple(transfers), 2)
+    plan = CollectivePlan("all_reduce", "nvls", (0, 1, 2, 3), 1e6, (phase,))
+    _assert_same_geometry(topo, links, plan, [(4, 5, 6, 7)])
+
+
+@pytest.mark.parametrize("outside", [1, 30])  # below the group's largest member, above it
+def test_a_transfer_leaving_its_group_is_a_key_error_either_way(monkeypatch, outside):
+    monkeypatch.setattr(collective, "MERGE_ABOVE", 0)
+    topo = fat_tree_topology(nodes=9, gpus_per_node=4, nodes_per_leaf=3)
+    links = LinkTable(topo.graph)
+    group = tuple(range(0, 24, 2))
+    transfers = [Transfer(a, b, 1.0) for a in group for b in group if a != b]
+    phase = Phase((*transfers, Transfer(0, outside, 1.0)), 1)
+    plan = CollectivePlan("all_to_all", "direct", group, 1e6, (phase,))
+    copies = [tuple(d + 1 for d in group)]
+    for router in (topo.router, _OneByOne(topo.router)):
+        with pytest.raises(KeyError):
+            _runner(topo, links, router).geometry(plan, copies)
 
 
 class _NoGroups:

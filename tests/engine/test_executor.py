@@ -41,6 +41,17 @@ def test_collective_waits_for_the_last_member():
     assert ar["end_s"].tolist() == pytest.approx([3.0 + 8.4e-6 + 0.01 + 6.8e-6] * 2, rel=1e-12)
 
 
+def test_a_collective_over_a_rank_not_placed_is_an_error():
+    # ranks 0 and 1 on devices 0 and 1 (the placement the engine reads groups through
+    # without mapping them), rank 2 on none: its collective cannot be routed
+    g = TaskGraph()
+    spec = CommSpec("all_reduce", (0, 2), 1e9, instance=0)
+    g.add(Task(0, "comm", "comm", "ar", comm=spec))
+    g.add(Task(2, "comm", "comm", "ar", comm=spec))
+    with pytest.raises(KeyError, match="not placed"):
+        run_taskgraph(_model(), g, {0: 0, 1: 1})
+
+
 def test_deadlock_is_reported():
     # x waits for y, but y is behind x on the same stream.
     g = TaskGraph()

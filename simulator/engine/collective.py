@@ -309,13 +309,33 @@ class CollectiveRunner:
 
     def _rating(self, links: np.ndarray, counts: np.ndarray, same: np.ndarray | None):
         """A class's (links, counts) for the water-filling with one link of each group of
-        ``same`` (:meth:`_same_links`) whose capacity is the group's first's; None: all."""
+        ``same`` (:meth:`_same_links`) whose capacity is the group's first's, and without
+        the links the router names dominated (:meth:`_dominated`); None: all."""
         if same is None:
             return None
         first = same[links]
         capacity = self.links.capacity
         keep = (first == links) | (capacity[links] != capacity[first])
+        dominated = self._dominated()
+        if dominated is not None:
+            keep &= ~dominated[links]
         return None if keep.all() else (links[keep], counts[keep])
+
+    def _dominated(self) -> np.ndarray | None:
+        """Link id -> whether a water-filling may leave the link out (the router's
+        ``spread_dominated``; None: none).
+
+        Such a link comes in a pair that every route crosses both or neither of with one
+        share (a GPU's link to its NIC and its NIC's to the leaf), and has the larger
+        capacity of the two: in every round of a water-filling it carries the same weight as
+        its twin (the same counts summed in the same order) and at least as much capacity
+        left (the same subtractions from a capacity no smaller; IEEE subtraction and
+        division are monotone), so its share is never below its twin's and it never sets a
+        class's bottleneck or the level: the same rates to the bit, with a tree's device
+        links halved. Any subset of such links may be left out, so a router that names
+        more of them as it learns its devices changes no rate."""
+        find = getattr(self.router, "spread_dominated", None)
+        return None if find is None else find(self.links)
 
     def _paths(self, transfers) -> tuple[list[int], list[float]]:
         """Links on each transfer's own path (``router.path(src, dst, j)``, transfer ``j``)

@@ -295,6 +295,18 @@ class FatTreeRouter:
             return None
         return self._spread_table(links).representatives()
 
+    def spread_dominated(self, links):
+        """Links a water-filling may leave out, as a boolean array by link id under
+        ``links`` (a link table, for its capacities): of each pair of a GPU's links that
+        every route crosses both or neither of with the same share (GPU -> NIC and NIC ->
+        leaf; leaf -> NIC and NIC -> GPU: a route that leaves or enters a host through a
+        NIC, PXN relays included, takes both), the one of larger capacity (the first when
+        equal). None with hashed ECMP, pods of unequal spines, or without capacities."""
+        capacity = getattr(links, "capacity", None)
+        if capacity is None or self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
+            return None
+        return self._spread_table(links).dominated(capacity)
+
     def device_link_ids(self, devices, links):
         """Each device's own links as ids under ``links``: an (n, 6) array of GPU ->
         NVSwitch, NVSwitch -> GPU, GPU -> NIC, NIC -> leaf, leaf -> NIC, NIC -> GPU (-1 where

@@ -25,7 +25,9 @@ not a second, and routing no longer grows with the data-parallel degree at Pytho
 routers (NVSwitch, torus, hashed ECMP sub-flows) route one connection at a time, memoised.
 A fat-tree also names the groups of links that every route crosses all or none of with equal
 shares (a leaf's uplinks, a pod's core links); a class keeps one link per group for the
-water-filling (``FlowClass.rating``), which gives the same rates over far fewer entries.
+water-filling (``FlowClass.rating``), which gives the same rates over far fewer entries; and of
+each GPU's two links to (from) its NIC, which routes cross together, the rating keeps the one of
+smaller capacity (:meth:`CollectiveRunner._dominated`: the other never sets a bottleneck).
 """
 
 from __future__ import annotations

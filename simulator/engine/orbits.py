@@ -15,7 +15,8 @@ An orbit is a (label, kind) pair: the label says which GPUs are equivalent (the 
 rank on the GPU), the kind which of a GPU's own links (GPU -> NVSwitch, NVSwitch -> GPU,
 GPU -> NIC, NIC -> leaf, leaf -> NIC, NIC -> GPU, as the router lists them). A link that
 GPUs of two labels share (a NIC of two GPUs), or an orbit whose links' capacities differ (a
-degraded link), is in no orbit.
+degraded link), is in no orbit; nor is a link that ratings leave out as its twin's dominated
+one (``FatTreeRouter.spread_dominated``).
 """
 
 from __future__ import annotations
@@ -92,4 +93,13 @@ def link_orbits(
         return None
     devices = np.fromiter(label_of_device.keys(), np.int64, len(label_of_device))
     ids = list_ids(devices, links)
-    return None if ids is None else LinkOrbits(label_of_device, ids, capacity)
+    if ids is None:
+        return None
+    # links a rating leaves out (the router's dominated twins) belong to no orbit: where a
+    # slowed link flips which twin one GPU keeps, the orbit of the rest stays whole
+    find = getattr(router, "spread_dominated", None)
+    dominated = None if find is None else find(links)
+    if dominated is not None:
+        known = ids >= 0
+        ids = np.where(known & dominated[np.where(known, ids, 0)], -1, ids)
+    return LinkOrbits(label_of_device, ids, capacity)

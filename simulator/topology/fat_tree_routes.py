@@ -115,6 +115,7 @@ class SpreadTable:
         # NIC -> GPU (-1 until the device is first routed)
         self.device_links = np.full((n, 6), -1, np.int64)
         self._dominated: np.ndarray | None = None  # dominated(), found once
+        self._dominated_capacity: np.ndarray | None = None
         self.device_known = np.zeros(n, bool)
         # Per leaf: leaf -> each spine of its pod, each spine -> leaf; per pod: (spine, core)
         # for spine for core, (core, spine) for core for spine. Every switch's links are
@@ -178,7 +179,8 @@ class SpreadTable:
             self.device_links[new] = np.array(
                 [[get(e, -1) for e in zip(u, v, strict=True)] for u, v in ends], np.int64
             ).T
-            self._dominated = None  # more devices known: found again
+            if self._dominated is not None:  # more devices known: their twins too
+                self._mark_dominated(self.device_links[new])
         self.device_known[new] = True
 
     def _same(self, rows: np.ndarray) -> None:
@@ -196,17 +198,22 @@ class SpreadTable:
     def dominated(self, capacity: np.ndarray) -> np.ndarray:
         """:meth:`FatTreeRouter.spread_dominated
         <simulator.topology.fat_tree.FatTreeRouter.spread_dominated>` under ``capacity``
-        (per link id) among the devices known (all of them under the builder's ids), found
-        again after more are learned."""
+        (per link id) among the devices known (all of them under the builder's ids), the
+        twins of devices learnt later marked as they are learnt."""
         if self._dominated is None:
-            dominated = np.zeros(capacity.size, bool)
-            for a, b in ((2, 3), (4, 5)):  # (GPU -> NIC, NIC -> leaf), (leaf -> NIC, NIC -> GPU)
-                pair = self.device_links[:, [a, b]]
-                pair = pair[(pair >= 0).all(axis=1)]
-                first, second = pair[:, 0], pair[:, 1]
-                dominated[np.where(capacity[first] >= capacity[second], first, second)] = True
-            self._dominated = dominated
+            self._dominated = np.zeros(capacity.size, bool)
+            self._dominated_capacity = capacity
+            self._mark_dominated(self.device_links)
         return self._dominated
+
+    def _mark_dominated(self, rows: np.ndarray) -> None:
+        """Mark the dominated twin of each pair in ``rows`` (devices' link ids; -1: none)."""
+        capacity, dominated = self._dominated_capacity, self._dominated
+        for a, b in ((2, 3), (4, 5)):  # (GPU -> NIC, NIC -> leaf), (leaf -> NIC, NIC -> GPU)
+            pair = rows[:, [a, b]]
+            pair = pair[(pair >= 0).all(axis=1)]
+            first, second = pair[:, 0], pair[:, 1]
+            dominated[np.where(capacity[first] >= capacity[second], first, second)] = True
 
     def device_link_ids(self, devices: np.ndarray) -> np.ndarray:
         """The (n, 6) link ids of ``devices`` (``device_links``' columns), learned first."""

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from simulator import api
+from simulator.engine import collective
 from simulator.engine.collective import CollectiveRunner
 from simulator.engine.network import LinkTable
 from simulator.topology.fat_tree import FatTreeRouter, fat_tree_topology
@@ -77,11 +78,17 @@ DP = [  # the benchmarks' 7.5B model, TP 8, PP 2, at DP 64: data-parallel trees 
 ]
 CASES = {
     "data-parallel trees": ("scenarios/examples/gpt3-175b-dgx-a100.yaml", DP, []),
-    # a NIC uplink slowed below its GPU's PCIe link: that pair keeps the NIC's link instead
+    # a GPU's PCIe link slowed below its NIC's: that pair keeps the PCIe link instead
+    "slowed PCIe": (
+        "scenarios/examples/gpt3-175b-dgx-a100.yaml",
+        DP,
+        [api.SlowLink(8, "nic8", 0.1)],
+    ),
+    # a NIC downlink slowed (already the smaller of its pair)
     "slowed NIC": (
         "scenarios/examples/gpt3-175b-dgx-a100.yaml",
         DP,
-        [api.SlowLink("nic8", "leaf0.0", 0.1)],
+        [api.SlowLink("leaf0.0", "nic8", 0.1)],
     ),
     "moe": ("scenarios/examples/mixtral-8x22b.yaml", [], []),
 }
@@ -91,21 +98,31 @@ CASES = {
 def test_runs_leaving_dominated_links_out_equal_runs_keeping_them(case, monkeypatch):
     path, overrides, slowed = CASES[case]
     s = api.load(path, overrides)
-    topo = api.build_topology(s.cluster)
-    step = api.build_step(api.build_plan(s, topo))
-    entries = []
-    real_rating = CollectiveRunner._rating
+    step = api.build_step(api.build_plan(s, api.build_topology(s.cluster)))
+    entries, reduced = [], []
+    real_rating, real_class = CollectiveRunner._rating, collective.FlowClass
 
     def counting(self, links, counts, same):
         out = real_rating(self, links, counts, same)
         entries.append((links if out is None else out[0]).size)
         return out
 
+    def made(*args, **kw):
+        c = real_class(*args, **kw)
+        reduced.append(c.symmetric is not None)
+        return c
+
     monkeypatch.setattr(CollectiveRunner, "_rating", counting)
-    kept = api.simulate(step, topo, slowed)
+    monkeypatch.setattr(collective, "FlowClass", made)
+    # each on a topology of its own: no routed geometry shared between the two
+    kept = api.simulate(step, api.build_topology(s.cluster), slowed)
     kept_entries, entries[:] = sum(entries), []
+    kept_reduced, reduced[:] = sum(reduced), []
     monkeypatch.setattr(FatTreeRouter, "spread_dominated", lambda self, links: None)
-    every = api.simulate(step, topo, slowed)
+    every = api.simulate(step, api.build_topology(s.cluster), slowed)
     assert kept.frame.equals(every.frame)  # task for task, to the bit
     # not vacuous: the water-fillings' classes were shorter with the twins left out
     assert kept_entries < sum(entries)
+    # and as many classes with a rating of one link per orbit: a twin kept on one GPU only
+    # (a slowed PCIe link) leaves the orbit of the rest whole
+    assert kept_reduced == sum(reduced) > 0

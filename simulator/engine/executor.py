@@ -341,8 +341,10 @@ class Executor:
         """The devices of ``ranks`` (KeyError for a rank not placed, as ``device_of`` says)."""
         if not self._ranks_are_devices:
             return tuple(map(self.device_of.__getitem__, ranks))
-        if ranks and (min(ranks) < 0 or max(ranks) >= len(self.device_of)):
-            raise KeyError(f"rank(s) not placed on a device: {ranks}")
+        n = len(self.device_of)
+        if ranks and (min(ranks) < 0 or max(ranks) >= n):
+            missing = sorted({r for r in ranks if not 0 <= r < n})
+            raise KeyError(f"rank(s) not placed on a device: {missing[:8]}")
         return ranks  # rank r is on device r
 
     def _copies(self, index: int) -> list[Sequence[int]]:

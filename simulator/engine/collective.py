@@ -238,20 +238,17 @@ class CollectiveRunner:
         operations (bytes x steps / size; count x latency + fast), a class's tail the most
         of its transfers', and the kinds numbered in order of first appearance as the dict
         numbers them (a 1,024-rank tree phase has 2,046 transfers in 2 or 3 kinds)."""
-        path_ids = getattr(self.router, "path_ids", None)
         relays = getattr(self.router, "relays", None)
-        transfers = phase.transfers
-        if path_ids is None or relays is None or phase.ring:
+        if relays is None or phase.ring:
             return None
-        src, dst, bytes_ = map(np.array, zip(*transfers, strict=True))
+        src, dst, bytes_ = map(np.array, zip(*phase.transfers, strict=True))
         if src.dtype.kind != "i" or dst.dtype.kind != "i":  # an NVLS switch, say
             return None
         src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
-        found = path_ids(src, dst, np.arange(len(transfers)), self.links)
+        found = self._path_latency(src, dst)
         if found is None:
             return None
-        ids, hops = found
-        latency = np.array(_segment_sums(self.links.latency[ids], hops))
+        hops, latency = found[0], np.array(found[1])
         relayed = relays(src, dst, self.links)
         factor = bytes_.astype(float, copy=False) * phase.steps / size
         # kinds: sorted (stably) by (hops, relayed, factor), a new kind where any differs,
@@ -292,14 +289,11 @@ class CollectiveRunner:
         its kind of hop (``floor``: inside a host, across hosts; s)."""
         host = self.host_of.get
         inside, across = floor
+        src, dst, _ = zip(*transfers, strict=True)  # Transfer: (src, dst, bytes)
+        crosses = list(map(ne, map(host, src, src), map(host, dst, dst)))
         if isinstance(latency, np.ndarray):  # np.maximum picks as max() does, element-wise
-            src, dst, _ = zip(*transfers, strict=True)  # Transfer: (src, dst, bytes)
-            crosses = np.array(list(map(ne, map(host, src, src), map(host, dst, dst))))
             return np.maximum(latency, np.where(crosses, across, inside))
-        return [
-            max(lat, across if host(t.src, t.src) != host(t.dst, t.dst) else inside)
-            for lat, t in zip(latency, transfers, strict=True)
-        ]
+        return [max(lat, across if c else inside) for lat, c in zip(latency, crosses, strict=True)]
 
     def _alike(self, same: np.ndarray) -> bool:
         """Every link has the capacity of its group's first under ``same`` (the router's
@@ -346,22 +340,29 @@ class CollectiveRunner:
         All at once when the router has ``path_ids`` (the sums taken once per distinct row
         of latencies, each over its own 1-D array, so bit for bit the same), else one by one.
         """
-        path_ids = getattr(self.router, "path_ids", None)
-        if path_ids is not None and all(
-            type(t.src) is int and type(t.dst) is int for t in transfers
-        ):
+        if all(type(t.src) is int and type(t.dst) is int for t in transfers):
             src = np.array([t.src for t in transfers], dtype=np.int64)
             dst = np.array([t.dst for t in transfers], dtype=np.int64)
-            found = path_ids(src, dst, np.arange(len(transfers)), self.links)
+            found = self._path_latency(src, dst)
             if found is not None:
-                ids, lengths = found
-                return lengths.tolist(), _segment_sums(self.links.latency[ids], lengths)
+                return found[0].tolist(), found[1]
         hops, latency = [], []
         for j, t in enumerate(transfers):
             ids = self.links.ids(self.router.path(t.src, t.dst, j))
             hops.append(ids.size)
             latency.append(float(self.links.latency[ids].sum()))
         return hops, latency
+
+    def _path_latency(self, src: np.ndarray, dst: np.ndarray):
+        """(links on each connection's own path, the sum of their latencies s, as a list) by
+        the router's ``path_ids`` (connection ``j`` keyed ``j``), the sums taken once per
+        distinct row of latencies; None when the router has no ``path_ids`` or declines."""
+        path_ids = getattr(self.router, "path_ids", None)
+        found = None if path_ids is None else path_ids(src, dst, np.arange(src.size), self.links)
+        if found is None:
+            return None
+        ids, lengths = found
+        return lengths, _segment_sums(self.links.latency[ids], lengths)
 
     def _same_links(self) -> np.ndarray | None:
         """The router's groups of links that routes cross all or none of with equal shares
@@ -421,12 +422,9 @@ class CollectiveRunner:
             itertools.chain.from_iterable(groups), np.int64, width * len(groups)
         ).reshape(len(groups), width)
         if ends is not None and len(set(group)) == width:  # positions by an array
-            top = max(group)
-            position = np.full(top + 1, -1, np.int64)
+            # over every device named (ends are devices, >= 0: path_ids accepted them)
+            position = np.full(max(max(group), ends[0].max(), ends[1].max()) + 1, -1, np.int64)
             position[list(group)] = np.arange(width)
-            lo = min(ends[0].min(), ends[1].min())
-            if lo < 0 or max(ends[0].max(), ends[1].max()) > top:
-                raise KeyError("a transfer's endpoint is not in the collective's group")
             at_src, at_dst = position[ends[0]], position[ends[1]]
             if min(at_src.min(), at_dst.min()) < 0:
                 raise KeyError("a transfer's endpoint is not in the collective's group")

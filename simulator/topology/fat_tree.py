@@ -252,6 +252,8 @@ class FatTreeRouter:
         self.spines = spines
         self.cores = cores
         self.ecmp_flows = ecmp_flows
+        # pods of equally many spines: the SpreadTable's arrays describe them
+        self._even_pods = len({len(p) for p in spines}) <= 1
         self._nvswitch = NVSwitchRouter(host_of)
         self._table: SpreadTable | None = None
         # the link ids its builder gave, by structure (None: look them up by (u, v))
@@ -272,7 +274,7 @@ class FatTreeRouter:
         ``folded``: each group of :meth:`spread_representatives` as its first link alone
         (``SpreadTable.routes``).
         """
-        if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
+        if self.ecmp_flows or not self._even_pods:
             return None
         return self._spread_table(links).routes(src, dst, folded)
 
@@ -281,7 +283,7 @@ class FatTreeRouter:
         arrays) as link ids under ``links``: (ids, path length per connection), paths
         concatenated in order, identical to ``path`` one at a time; None where the endpoints
         are not devices or the pods' spines differ in number."""
-        if len({len(p) for p in self.spines}) > 1:
+        if not self._even_pods:
             return None
         return self._spread_table(links).paths(src, dst, key)
 
@@ -291,7 +293,7 @@ class FatTreeRouter:
         array mapping each link id under ``links`` to its group's first (itself when in no
         group), every switch's groups. None with hashed ECMP (its sub-flows cross some links
         of a group only)."""
-        if self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
+        if self.ecmp_flows or not self._even_pods:
             return None
         return self._spread_table(links).representatives()
 
@@ -303,7 +305,7 @@ class FatTreeRouter:
         NIC, PXN relays included, takes both), the one of larger capacity (the first when
         equal). None with hashed ECMP, pods of unequal spines, or without capacities."""
         capacity = getattr(links, "capacity", None)
-        if capacity is None or self.ecmp_flows or len({len(p) for p in self.spines}) > 1:
+        if capacity is None or self.ecmp_flows or not self._even_pods:
             return None
         return self._spread_table(links).dominated(capacity)
 
@@ -312,7 +314,7 @@ class FatTreeRouter:
         NVSwitch, NVSwitch -> GPU, GPU -> NIC, NIC -> leaf, leaf -> NIC, NIC -> GPU (-1 where
         the topology has no such link); None where the table cannot be built (pods of
         unequal spines)."""
-        if len({len(p) for p in self.spines}) > 1:
+        if not self._even_pods:
             return None
         return self._spread_table(links).device_link_ids(devices)
 

@@ -18,9 +18,21 @@ step's asynchronous launches hide, so the simulator applies ``e`` and its own sm
 overhead instead. Fit: least squares on log time over a grid of (x, t0, e_max); RMS error
 7.4% over the 55 shapes of the H200 file.
 
-Memory-bound model: ``t = t0 + bytes / (HBM bandwidth x e_mem)``, ``e_mem`` from the largest
-copies (0.88 on H200). Both efficiencies transfer to other GPUs of the same family by their
-peak numbers unless a file for that device exists.
+Memory-bound model: ``t = t0 + bytes / (HBM bandwidth x e)``, each ``e`` from the slope
+between the two largest measurements of a kernel (their launch latency cancels):
+
+- ``e_mem`` from plain copies (0.88 on H200): data movement (casts, layout copies, residual
+  adds, gathers, reductions that only read);
+- ``e_math`` from tanh-GeLU (0.79 on H200): a kernel doing arithmetic on each value (8 FLOPs
+  per value as :mod:`simulator.model.ops` counts an activation, 2 FLOP per byte moved in
+  bf16) does not stream at a copy's rate; a kernel of lower arithmetic intensity sits between
+  the two, linear in FLOPs per byte (:meth:`MemFit.efficiency`);
+- ``e_optimizer`` from PyTorch's fused AdamW over fp32 parameters (0.72 on H200): 28 B per
+  parameter (p, g, m, v read; p, m, v written), not the file's 20.
+
+A file without GeLU or AdamW rows (``trainsim calibrate`` writes copies) keeps the copy's
+efficiency for them. All efficiencies transfer to other GPUs of the same family by their peak
+numbers unless a file for that device exists.
 """
 
 from __future__ import annotations
@@ -49,10 +61,33 @@ class GemmFit:
         return self.e_max * (m / (m + x)) * (n / (n + x)) * (k / (k + x))
 
 
+# The tanh-GeLU of membound.csv as simulator.model.ops counts an activation: 8 FLOPs per value,
+# read and written in bf16 (4 B): its arithmetic intensity in FLOP per byte moved.
+GELU_FLOP_PER_BYTE = 8.0 / 4.0
+ADAMW_BYTES_PER_PARAM = 28.0  # fused AdamW, fp32: p, g, m, v read; p, m, v written
+
+
 @dataclass(frozen=True)
 class MemFit:
-    e_mem: float
+    """HBM efficiencies of memory-bound kernels (fractions of the HBM bandwidth)."""
+
+    e_mem: float  # plain copies
     t0_s: float
+    e_math: float | None = None  # tanh-GeLU; None: as a copy
+    e_optimizer: float | None = None  # fused AdamW; None: as a copy
+
+    def efficiency(self, flop_per_byte: float = 0.0) -> float:
+        """A memory-bound kernel's efficiency at ``flop_per_byte``: the copy's at 0, GeLU's
+        at GeLU's intensity and beyond, linear in between."""
+        if self.e_math is None or flop_per_byte <= 0:
+            return self.e_mem
+        w = min(flop_per_byte / GELU_FLOP_PER_BYTE, 1.0)
+        return self.e_mem + w * (self.e_math - self.e_mem)
+
+    @property
+    def optimizer(self) -> float:
+        """A fused optimizer step's efficiency."""
+        return self.e_mem if self.e_optimizer is None else self.e_optimizer
 
 
 def fit_gemm(frame: pd.DataFrame, peak_flops: float) -> GemmFit:
@@ -74,13 +109,35 @@ def fit_gemm(frame: pd.DataFrame, peak_flops: float) -> GemmFit:
     return GemmFit(e_max=e, x_half=x, t0_s=t0, rms_log_error=err)
 
 
-def fit_membound(frame: pd.DataFrame, hbm_bps: float) -> MemFit:
-    """Fit :class:`MemFit` from the two largest plain copies (slope and intercept)."""
-    copies = frame[frame["op"] == "copy"].sort_values("bytes_moved").tail(2)
-    b = copies["bytes_moved"].to_numpy(float)
-    t = copies["s"].to_numpy(float)
+def _slope_fit(bytes_moved, seconds, hbm_bps: float) -> tuple[float, float]:
+    """(efficiency, intercept s) of the line through the two largest measurements."""
+    order = np.argsort(bytes_moved)[-2:]
+    b, t = np.asarray(bytes_moved, float)[order], np.asarray(seconds, float)[order]
+    if b[1] <= b[0] or t[1] <= t[0]:
+        return float("nan"), float("nan")
     slope = (t[1] - t[0]) / (b[1] - b[0])
-    return MemFit(e_mem=float(1.0 / (slope * hbm_bps)), t0_s=float(t[0] - slope * b[0]))
+    return float(1.0 / (slope * hbm_bps)), float(t[0] - slope * b[0])
+
+
+def fit_membound(frame: pd.DataFrame, hbm_bps: float) -> MemFit:
+    """Fit :class:`MemFit`: copies, GeLU and fused AdamW each from their two largest rows."""
+    copies = frame[frame["op"] == "copy"]
+    e_mem, t0 = _slope_fit(copies["bytes_moved"], copies["s"], hbm_bps)
+    gelu = frame[frame["op"] == "gelu"]
+    adam = frame[frame["op"] == "adamw_fused_fp32"]
+    e_math = e_opt = None
+    if len(gelu) >= 2:
+        e_math = _slope_fit(gelu["bytes_moved"], gelu["s"], hbm_bps)[0]
+    if len(adam) >= 2 and "elems" in adam:
+        moved = adam["elems"].to_numpy(float) * ADAMW_BYTES_PER_PARAM
+        e_opt = _slope_fit(moved, adam["s"], hbm_bps)[0]
+    ok = [e for e in (e_math, e_opt) if e is not None and 0 < e <= 1]
+    return MemFit(
+        e_mem=e_mem,
+        t0_s=t0,
+        e_math=e_math if e_math in ok else None,
+        e_optimizer=e_opt if e_opt in ok else None,
+    )
 
 
 class CalibrationError(ValueError):

@@ -7,9 +7,10 @@ microbenchmarks); other GPUs keep the same efficiencies against their own peaks.
 core runs as a fused kernel (flash attention) whose efficiency is that of a GEMM of its inner
 shape (rows ``b x heads x s_q``, columns ``s_k``, depth ``d``), its backward's that times the
 kernel's published backward/forward ratio (``Op.b_efficiency``). Elementwise ops are
-memory-bound. ``launch_s`` (2 us) is the CPU cost of enqueueing a kernel when the GPU queue
-runs ahead: an assumption, not a measurement (isolated-kernel timings include ~37 us of
-launch-and-event latency that training hides).
+memory-bound, at an HBM efficiency between a copy's and GeLU's by their FLOPs per byte
+(:meth:`MemFit.efficiency`). ``launch_s`` (2 us) is the CPU cost of enqueueing a kernel when
+the GPU queue runs ahead: an assumption, not a measurement (isolated-kernel timings include
+~37 us of launch-and-event latency that training hides).
 """
 
 from __future__ import annotations
@@ -106,7 +107,10 @@ class ComputeModel:
         moved = {"f": op.f_bytes, "b": op.b_bytes, "w": op.w_bytes}[phase]
         if flops <= 0 and moved <= 0:
             return 0.0, ""
-        t_mem = moved / (self.hbm_Bps * self.mem.e_mem)
+        if op.kind in ("gemm", "attention"):
+            t_mem = moved / (self.hbm_Bps * self.mem.e_mem)
+        else:  # elementwise: slower than a copy as its arithmetic per byte grows
+            t_mem = moved / (self.hbm_Bps * self.mem.efficiency(flops / moved if moved else 0.0))
         if op.kind in ("gemm", "attention") and op.gemm_mnk is not None:
             m, n, k = gemm_shape(op, phase)
             if op.flash and self.flash_kernel == "fa2" and self.architecture == "hopper":

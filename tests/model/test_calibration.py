@@ -72,3 +72,50 @@ def test_calibrate_without_a_gpu_exits_2(tmp_path):
     )
     assert result.exit_code == 2
     assert "PyTorch is not installed" in result.output or "no CUDA device" in result.output
+
+
+def test_memory_bound_kernels_stream_at_their_measured_rates():
+    # The H200 file's slopes between the two largest rows of each kernel, recomputed here:
+    # copies 4.21 TB/s, tanh-GeLU 3.81 TB/s, fused AdamW 28 B per parameter at 3.45 TB/s.
+    import pandas as pd
+
+    from simulator.model.calibration import DATA
+
+    frame = pd.read_csv(DATA / "h200" / "membound.csv")
+
+    def slope_rate(op, bytes_of):
+        rows = frame[frame["op"] == op].sort_values("elems").tail(2)
+        return bytes_of(rows).diff().iloc[-1] / rows["s"].diff().iloc[-1] / 4.8e12
+
+    _, mem = device_fits("h200")
+    assert mem.e_mem == pytest.approx(slope_rate("copy", lambda r: r["bytes_moved"]), rel=1e-12)
+    assert mem.e_math == pytest.approx(slope_rate("gelu", lambda r: r["bytes_moved"]), rel=1e-12)
+    assert mem.e_optimizer == pytest.approx(
+        slope_rate("adamw_fused_fp32", lambda r: 28 * r["elems"]), rel=1e-12
+    )
+    assert (mem.e_mem, mem.e_math, mem.e_optimizer) == pytest.approx(
+        (0.878, 0.793, 0.718), abs=1e-3
+    )
+    # between a copy (0 FLOP/B) and GeLU (8 FLOPs per bf16 value in and out: 2 FLOP/B), linear
+    assert mem.efficiency(0.0) == mem.e_mem
+    assert mem.efficiency(2.0) == pytest.approx(mem.e_math, rel=1e-12)
+    assert mem.efficiency(1.0) == pytest.approx((mem.e_mem + mem.e_math) / 2, rel=1e-12)
+    assert mem.efficiency(50.0) == pytest.approx(mem.e_math, rel=1e-12)
+
+
+def test_an_elementwise_kernel_is_timed_at_its_arithmetic_intensity():
+    from simulator.model.ops import Op
+
+    cm = ComputeModel.for_accelerator(get_accelerator("H200"))
+    n = 2**28  # bf16 values in and out
+    gelu = Op("gelu", "elementwise", 8.0 * n, 0.0, 0.0, 4.0 * n, 0.0, 0.0)
+    add = Op("cast", "elementwise", 0.0, 0.0, 0.0, 4.0 * n, 0.0, 0.0)
+    assert cm.op_seconds(gelu, "f") == pytest.approx(4.0 * n / (4.8e12 * cm.mem.e_math) + 2e-6)
+    assert cm.op_seconds(add, "f") == pytest.approx(4.0 * n / (4.8e12 * cm.mem.e_mem) + 2e-6)
+
+
+def test_a_file_of_copies_only_keeps_the_copy_rate(tmp_path):
+    run_microbenchmarks(tmp_path, synthetic_timer, {"name": "synthetic"})
+    _, mem = device_fits(str(tmp_path), PEAK, HBM)
+    assert mem.e_math is None and mem.e_optimizer is None
+    assert mem.efficiency(2.0) == mem.optimizer == mem.e_mem

@@ -1,10 +1,12 @@
 """``framework:``: presets, overrides, and what each field adds, against closed forms written
 from the sources the presets cite (tensor sizes and byte counts, not simulator outputs)."""
 
+import pandas as pd
 import pytest
 
 from simulator import api
 from simulator.model.activations import MicroBatch, head_activation_bytes, layer_activation_bytes
+from simulator.model.calibration import DATA
 from simulator.model.ops import Sharding
 from simulator.plan.plan import build_plan
 from simulator.scenario import ScenarioError, load_scenario_text
@@ -209,8 +211,14 @@ def test_foreach_adamw_passes_over_the_state_per_op(precision, master):
     assert _optimizer_task(eager).duration_s == pytest.approx(
         params * per_param / hbm + cm.launch_s, rel=1e-9
     )
+    # the fused step streams at the calibration's fused-AdamW rate: 28 B per parameter over
+    # the slope of membound.csv's two largest adamw rows (0.72 of 4.8 TB/s), not a copy's
+    adam = pd.read_csv(DATA / "h200" / "membound.csv").query("op == 'adamw_fused_fp32'").tail(2)
+    per_s = 28 * adam["elems"].diff().iloc[-1] / adam["s"].diff().iloc[-1]
+    assert cm.mem.optimizer == pytest.approx(per_s / 4.8e12, rel=1e-12)
+    assert cm.mem.optimizer == pytest.approx(0.718, abs=0.001)
     assert _optimizer_task(fused).duration_s == pytest.approx(
-        params * (g + 2 * k + p) / hbm + cm.launch_s, rel=1e-9
+        params * (g + 2 * k + p) / (cm.hbm_Bps * cm.mem.optimizer) + cm.launch_s, rel=1e-9
     )
     # fp32 AdamW (torch-amp): 80 B per parameter foreach against 28 fused
     if precision == "torch-amp":

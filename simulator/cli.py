@@ -633,6 +633,8 @@ def accelerators(format: FormatOpt = Format.json) -> None:
     frame = pd.DataFrame(rows)
     for col in frame.columns[3:]:  # the numbers; "-": the accelerator has no such format
         frame[col] = frame[col].map(lambda v: "-" if v != v else f"{v:,.0f}")
+    # compute-bound rate held in a long run / the burst rate (Accelerator.sustained_compute)
+    frame["sustained"] = [f"{a['sustained_compute']:.3f}" for a in entries]
     typer.echo(frame.to_string(index=False))
 
 

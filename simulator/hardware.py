@@ -22,9 +22,9 @@ Examples
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.units import Bandwidth, Bytes, FlopsRate
 
@@ -47,6 +47,11 @@ class Accelerator(BaseModel):
         calibrate``); None uses the H200 curves scaled by this device's peaks.
     architecture : the GPU generation ("ampere", "hopper", "blackwell"), where a kernel's
         published speed depends on it (FlashAttention-2 on Hopper); "" when unknown.
+    sustained_compute : the rate a compute-bound kernel holds in a long run, as a fraction
+        of its rate in a short burst (the calibration's regime: a few back-to-back runs at
+        the boost clock). A dense GEMM that fills the SMs draws the card's whole power limit,
+        and the clock settles below boost within seconds; a training step is one long such
+        run. 1.0 where unmeasured. See :data:`SUSTAINED_COMPUTE`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -60,6 +65,7 @@ class Accelerator(BaseModel):
     source: str = "user-defined"
     calibration: str | None = None
     architecture: Literal["", "ampere", "hopper", "blackwell", "tpu"] = ""
+    sustained_compute: Annotated[float, Field(gt=0, le=1)] = 1.0
 
     @field_validator("peak_flops_per_s")
     @classmethod
@@ -94,6 +100,19 @@ FALLBACK_TO_BF16 = ("fp8", "fp4")
 _CSV = "shared/validation/hardware_specs.csv"
 
 
+# Sustained / burst dense BF16 GEMM rate, measured: Stas Bekman's ml-engineering,
+# compute/accelerator/README.md (commit fe12f4e), "Maximum Achievable and Sustainable Matmul
+# FLOPS" table, mamf-finder.py v4, every GPU of the node measured while the others ran a
+# continuous matmul, the node's median GPU. MAMF is the burst (idle 0.25 s, then 20
+# back-to-back iterations at the boost clock); MSMF the rate held over a 2-4 s window after
+# up to 20 s of matmuls settled the clock. H200 SXM: MAMF 850 at 1980 MHz, MSMF 755 at
+# 1860-1918 MHz and 685-688 W: 0.888. The H100 SXM is the same die at the same 700 W (its
+# MSMF is not measured there): 0.888. B200: 1439 / 1737 = 0.828 (1000 W, 1399-1443 MHz
+# sustained against 1965). A100 SXM: not measured (the 300 W A100 PCIe card's 258 / 285 =
+# 0.905 is of another power budget), so 1.0: the A100 runs at the calibration's burst rate.
+SUSTAINED_COMPUTE = {"H100": 755 / 850, "H200": 755 / 850, "B200": 1439 / 1737}
+
+
 def _entry(name, kind, flops_tflops, hbm_bytes, hbm_GBps, scale_up_GBps_per_dir, source):
     arch = "tpu" if kind == "tpu" else _ARCHITECTURE[name.split("-")[0]]
     return Accelerator(
@@ -105,6 +124,7 @@ def _entry(name, kind, flops_tflops, hbm_bytes, hbm_GBps, scale_up_GBps_per_dir,
         scale_up_bandwidth_Bps=scale_up_GBps_per_dir * 1e9,
         source=source,
         architecture=arch,
+        sustained_compute=SUSTAINED_COMPUTE.get(name.split("-")[0], 1.0),
     )
 
 

@@ -72,3 +72,56 @@ def test_accelerator_quantities_share_the_scenario_bounds():
             Accelerator(**{**base, "hbm_bandwidth_Bps": 3e12, **bad})
     with pytest.raises(ValidationError, match="1 GFLOP/s floor"):
         Accelerator(**{**base, "hbm_bandwidth_Bps": 3e12, "peak_flops_per_s": {"bf16": 1.0}})
+
+
+def test_sustained_compute_is_the_published_msmf_over_mamf():
+    # ml-engineering's MAMF/MSMF table (commit fe12f4e): H200 SXM 850 burst, 755 sustained;
+    # the H100 is the same die at the same 700 W; B200 1737 -> 1439; A100 SXM unmeasured.
+    assert get_accelerator("H200").sustained_compute == pytest.approx(755 / 850)
+    assert get_accelerator("H100").sustained_compute == pytest.approx(0.888, abs=5e-4)
+    assert get_accelerator("B200").sustained_compute == pytest.approx(1439 / 1737)
+    assert get_accelerator("A100").sustained_compute == 1.0
+    assert get_accelerator("v5p").sustained_compute == 1.0
+    with pytest.raises(ValidationError, match="sustained_compute"):
+        Accelerator(**{**get_accelerator("H100").model_dump(), "sustained_compute": 0.0})
+    with pytest.raises(ValidationError, match="sustained_compute"):
+        Accelerator(**{**get_accelerator("H100").model_dump(), "sustained_compute": 1.2})
+
+
+def test_sustained_compute_slows_compute_bound_kernels_only():
+    from simulator.model.compute import ComputeModel, gemm_shape
+    from simulator.model.ops import Op
+
+    h100 = get_accelerator("H100")
+    burst = ComputeModel.for_accelerator(h100.model_copy(update={"sustained_compute": 1.0}))
+    held = ComputeModel.for_accelerator(h100)
+    m = n = k = 8192.0
+    flops = 2 * m * n * k
+    gemm = Op("fc", "gemm", flops, flops, flops, 6 * m * k, 6 * m * k, 6 * m * k, (m, n, k))
+    copy = Op("cast", "elementwise", 0.0, 0.0, 0.0, 4e9, 4e9, 0.0)
+    for phase in "fbw":
+        e = held.gemm.efficiency(*gemm_shape(gemm, phase))
+        # compute-bound: FLOPs over the peak at the burst efficiency times 755/850
+        want = flops / (989.4e12 * e * 755 / 850) + held.launch_s
+        assert held.op_seconds(gemm, phase) == pytest.approx(want, rel=1e-12)
+        assert burst.op_seconds(gemm, phase) < held.op_seconds(gemm, phase)
+    assert held.op_seconds(copy, "f") == burst.op_seconds(copy, "f")  # HBM-bound: unchanged
+
+
+def test_a_scenario_can_run_at_the_burst_rate():
+    from simulator import api
+    from simulator.scenario import load_scenario_text
+
+    text = """
+model: {{name: llama3-8b, layers: 2}}
+cluster:
+  accelerator: {acc}
+  topology: {{kind: nvswitch, node: {{gpus: 8}}}}
+parallelism: {{tp: 8}}
+training: {{global_batch: 8, micro_batch: 1, seq_len: 2048}}
+"""
+    held = api.run(load_scenario_text(text.format(acc="H100")))
+    burst = api.run(load_scenario_text(text.format(acc="{name: H100, sustained_compute: 1.0}")))
+    # the step is mostly GEMMs: slower at the sustained rate, by at most 850/755
+    ratio = held.metrics.step_time_s / burst.metrics.step_time_s
+    assert 1.03 < ratio <= 850 / 755 + 1e-12

@@ -11,6 +11,12 @@ memory-bound, at an HBM efficiency between a copy's and GeLU's by their FLOPs pe
 (:meth:`MemFit.efficiency`). ``launch_s`` (2 us) is the CPU cost of enqueueing a kernel when
 the GPU queue runs ahead: an assumption, not a measurement (isolated-kernel timings include
 ~37 us of launch-and-event latency that training hides).
+
+Those efficiencies are burst rates: a handful of back-to-back kernels at the boost clock. A
+training step keeps the tensor cores busy for seconds, the card at its power limit and its
+clock below boost, so compute-bound kernels run at ``sustained`` (the accelerator's
+``sustained_compute``: 0.888 on Hopper, measured on H200) times the burst rate; memory-bound
+kernels, bound by HBM, are not slowed.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ class ComputeModel:
     cpu_launch_s: float = 0.0  # CPU time to issue one kernel (framework.cpu_launch_s)
     architecture: str = ""  # the GPU generation (Accelerator.architecture)
     flash_kernel: str = "native"  # framework.flash_kernel: "native" or "fa2"
+    sustained: float = 1.0  # compute-bound rate in a long run / in a burst (Accelerator)
 
     @classmethod
     def for_accelerator(cls, acc: Accelerator, dtype: str = "bf16") -> ComputeModel:
@@ -86,7 +93,14 @@ class ComputeModel:
             gemm, mem = device_fits(acc.calibration, acc.peak("bf16"), acc.hbm_bandwidth_Bps)
         else:
             gemm, mem = device_fits("h200")
-        return cls(acc.peak(dtype), acc.hbm_bandwidth_Bps, gemm, mem, architecture=acc.architecture)
+        return cls(
+            acc.peak(dtype),
+            acc.hbm_bandwidth_Bps,
+            gemm,
+            mem,
+            architecture=acc.architecture,
+            sustained=acc.sustained_compute,
+        )
 
     @classmethod
     def for_scenario(cls, scenario: Scenario) -> ComputeModel:
@@ -118,7 +132,7 @@ class ComputeModel:
             else:
                 e = self.gemm.efficiency(m, n, k)
             e *= op.b_efficiency if phase == "b" else 1.0
-            t_flops = flops / (self.peak_flops * e)
+            t_flops = flops / (self.peak_flops * e * self.sustained)
         else:
             t_flops = 0.0  # elementwise FLOPs hide under their memory traffic
         bound = "compute" if t_flops >= t_mem else "memory"

@@ -164,7 +164,9 @@ def test_the_compute_model_times_each_pass_at_its_own_shape():
     for phase, depth in (("f", 4096), ("b", 7168), ("w", 8192)):
         t, bound = cm.op_timing(op, phase)
         assert bound == "compute"
-        expected = flops / (cm.peak_flops * depth / (depth + 4096)) + cm.launch_s
+        # at the sustained rate: the burst efficiency times the accelerator's 0.888
+        expected = flops / (cm.peak_flops * depth / (depth + 4096) * cm.sustained)
+        expected += cm.launch_s
         assert t == pytest.approx(expected, rel=1e-12)
 
 
@@ -267,7 +269,9 @@ def test_flashattention2_on_hopper_runs_at_its_published_speed():
         if fa2_tflops is None:
             assert fa2.op_seconds(att, "f") == native.op_seconds(att, "f")
         else:
-            assert rate == pytest.approx(fa2_tflops, rel=1e-12)
+            # the paper's rate is a benchmark's burst; a training step holds 755/850 of it
+            assert native.sustained == pytest.approx(755 / 850)
+            assert rate == pytest.approx(fa2_tflops * 755 / 850, rel=1e-12)
             # the native (FA3/cuDNN-like) kernel is much faster: 603 TFLOP/s here
             assert native.op_seconds(att, "f") < 0.6 * fa2.op_seconds(att, "f")
         # the backward keeps its ratio to the forward

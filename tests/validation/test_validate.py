@@ -29,13 +29,17 @@ def test_every_row_within_tolerance():
     # price), five ZB-V rows (+5 to +7%, as ZB-1p but more), and Table 2's ZeRO-3 rows (the
     # 2021 DeepSpeed implementation's overheads).
     assert (failing["expected_miss"] != "").all(), failing.to_string()
-    # 5 + the three public FSDP throughput rows, which the simulator overestimates by 16-24%
-    # even with the eager framework's costs, + Llama 3's 8K-GPU row (out of memory) and
-    # its 128K-context row (+18%),
-    # + NVIDIA's Llama 3.1 8B H100 recipe (+14%)
-    # + NVIDIA's Nemotron-4 340B and Llama 3.1 405B recipes (throughput within 6% and 2%, but
-    # over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB on both systems
-    assert len(failing) <= 27
+    # 5 + two public FSDP throughput rows (MPT-7B on H100 +11%, torchtitan on A100 +17%),
+    # + Llama 3's 8K-GPU row (out of memory),
+    # + NVIDIA's Llama 3.1 8B, Nemotron-4 340B and Llama 3.1 405B recipes (throughput within
+    # 2%, 4% and 8%, but over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB
+    # on both systems
+    assert len(failing) <= 25
+    # at the sustained GEMM rate the Hopper throughput rows sit on both sides of the
+    # published ones (they were all but one optimistic, +2% to +24%, at the burst rate)
+    hopper = frame[frame["group"].isin(["NVIDIA H100 recipes (BF16)", "Llama 3 Table 4"])]
+    assert (hopper["error"] < 0).sum() >= 4 and (hopper["error"] > 0).sum() >= 2
+    assert (hopper["error"].abs() <= 0.10).all()
     nvidia = frame[frame["group"] == "NVIDIA H100 recipes (BF16)"].set_index("row")
     ok = ["nvidia-gpt3-175b-128xh100", "nvidia-llama31-70b-64xh100", "nvidia-nemotron4-15b-16xh100"]
     ok.append("nvidia-grok1-314b-512xh100")  # MoE, expert TP 1 under TP 4 (folded)
@@ -48,12 +52,12 @@ def test_every_row_within_tolerance():
     assert layer["within"].all()  # every forward and backward time within 10%
     llama = frame[frame["group"] == "Llama 3 Table 4"].set_index("row")
     # ZeRO-2's per-micro-batch reduce-scatters cost the 8K-context rows a third of their
-    # step: the 16K-GPU row within 10% (-2.9%), the 8K-GPU one's throughput too (+7.4%, out
-    # of memory); at 128K context they hide and the row is 18% fast (expected miss)
+    # step: the 16K-GPU row within 10% (-6.3%), the 8K-GPU one's throughput too (+1.1%, out
+    # of memory); at 128K context they hide and the row is faster than the 8K ones (+6.3%)
     assert abs(llama.loc["llama3-405b-16k", "error"]) <= 0.10
-    assert llama.loc["llama3-405b-16k", "within"]
+    assert llama.loc[["llama3-405b-16k", "llama3-405b-16k-128k"], "within"].all()
     assert abs(llama.loc["llama3-405b-8k", "error"]) <= 0.10
-    assert 0.10 < llama.loc["llama3-405b-16k-128k", "error"] < 0.25
+    assert llama.loc["llama3-405b-16k-128k", "error"] > llama.loc["llama3-405b-16k", "error"]
     zb = frame[frame["group"].str.startswith("Zero-bubble")]
     # the searched ZB-2p within 2% on all 12 rows at the paper's micro-batch; ZB-1p within
     # 5% but for one row at +5.0%; ZB-2p* (half the micro-batch) within 8%

@@ -5,7 +5,9 @@ Runs the same shapes as the shipped H200 file with PyTorch (an optional dependen
 runs) and writes, in the format :mod:`simulator.model.calibration` reads:
 
 - ``gemm.csv``: m, n, k, s (median seconds), s_min, tflops (2mnk / s);
-- ``membound.csv``: op, elems, dtype, s, bytes_moved, gbps (bf16 copies of several sizes);
+- ``membound.csv``: op, elems, dtype, s, bytes_moved, gbps: bf16 copies and tanh-GeLUs of
+  several sizes (read + write, 4 B per value) and PyTorch's fused AdamW over fp32 parameters
+  (p, g, m, v read, p, m, v written: 28 B per parameter);
 - ``meta.json``: torch version, device name.
 
 Point an accelerator at the folder (``calibration: path``) to use it. The timing function is
@@ -21,11 +23,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.model.calibration import DATA
+from simulator.model.calibration import ADAMW_BYTES_PER_PARAM, DATA
 
 Timer = Callable[[str, tuple[int, ...]], list[float]]  # (kind, shape) -> seconds per run
 
-COPY_SIZES = (2**20, 2**24, 2**28, 2**30)
+COPY_SIZES = (2**20, 2**24, 2**28, 2**30)  # values, for copies and GeLUs
+ADAMW_SIZES = (2**24, 2**27, 2**29)  # fp32 parameters
 
 
 class CalibrationUnavailable(RuntimeError):
@@ -56,9 +59,14 @@ def torch_timer(repeats: int = 10, warmup: int = 3) -> tuple[Timer, dict]:
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
             op = lambda: a @ b  # noqa: E731
+        elif kind == "adamw_fused_fp32":
+            p = torch.randn(shape[0], device="cuda", dtype=torch.float32, requires_grad=True)
+            p.grad = torch.randn_like(p)
+            op = torch.optim.AdamW([p], lr=1e-4, fused=True).step
         else:
             x = torch.randn(shape[0], device="cuda", dtype=torch.bfloat16)
-            op = x.clone
+            gelu = lambda: torch.nn.functional.gelu(x, approximate="tanh")  # noqa: E731
+            op = gelu if kind == "gelu" else x.clone
         times = []
         for i in range(warmup + repeats):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -96,14 +104,18 @@ def run_microbenchmarks(
         )
     pd.DataFrame(rows).to_csv(out / "gemm.csv", index=False)
     rows = []
-    for elems in COPY_SIZES:
-        s = statistics.median(timer("copy", (elems,)))
-        moved = 2 * 2 * elems  # read and write bf16
+    kernels = [
+        (op, elems, "torch.bfloat16", 2 * 2) for op in ("copy", "gelu") for elems in COPY_SIZES
+    ]
+    kernels += [("adamw_fused_fp32", n, "float32", ADAMW_BYTES_PER_PARAM) for n in ADAMW_SIZES]
+    for op, elems, dtype, per_elem in kernels:
+        s = statistics.median(timer(op, (elems,)))
+        moved = per_elem * elems
         rows.append(
             {
-                "op": "copy",
+                "op": op,
                 "elems": elems,
-                "dtype": "torch.bfloat16",
+                "dtype": dtype,
                 "s": s,
                 "bytes_moved": moved,
                 "gbps": moved / s / 1e9,

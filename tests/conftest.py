@@ -28,3 +28,15 @@ def scenario_files() -> list[Path]:
         for p in (ROOT / "scenarios").rglob("*.yaml")
         if "published" not in p.parts and not p.name.endswith(".sweep.yaml")  # sweep specs
     )
+
+
+def membound_slope(op: str, bytes_per_elem: float | None = None) -> float:
+    """HBM efficiency of ``op`` in the shipped H200 membound.csv, recomputed independently of
+    the fit: bytes over seconds between its two largest sizes, over 4.8 TB/s. Bytes are the
+    file's ``bytes_moved``, or ``elems`` x ``bytes_per_elem`` when given (AdamW: 28)."""
+    from simulator.model.calibration import DATA
+
+    frame = pd.read_csv(DATA / "h200" / "membound.csv")
+    rows = frame[frame["op"] == op].sort_values("elems").tail(2)
+    moved = rows["bytes_moved"] if bytes_per_elem is None else rows["elems"] * bytes_per_elem
+    return moved.diff().iloc[-1] / rows["s"].diff().iloc[-1] / 4.8e12

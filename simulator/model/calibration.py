@@ -44,6 +44,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.model.ops import ACTIVATION_FLOPS_PER_VALUE
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "calibration"
 H200_PEAK_BF16 = 989.4e12
 H200_HBM_BPS = 4.8e12
@@ -61,9 +63,9 @@ class GemmFit:
         return self.e_max * (m / (m + x)) * (n / (n + x)) * (k / (k + x))
 
 
-# The tanh-GeLU of membound.csv as simulator.model.ops counts an activation: 8 FLOPs per value,
-# read and written in bf16 (4 B): its arithmetic intensity in FLOP per byte moved.
-GELU_FLOP_PER_BYTE = 8.0 / 4.0
+# The tanh-GeLU of membound.csv as simulator.model.ops counts an activation, per value read and
+# written in bf16 (4 B): its arithmetic intensity in FLOP per byte moved.
+GELU_FLOP_PER_BYTE = ACTIVATION_FLOPS_PER_VALUE / 4.0
 ADAMW_BYTES_PER_PARAM = 28.0  # fused AdamW, fp32: p, g, m, v read; p, m, v written
 
 
@@ -110,33 +112,48 @@ def fit_gemm(frame: pd.DataFrame, peak_flops: float) -> GemmFit:
 
 
 def _slope_fit(bytes_moved, seconds, hbm_bps: float) -> tuple[float, float]:
-    """(efficiency, intercept s) of the line through the two largest measurements."""
-    order = np.argsort(bytes_moved)[-2:]
-    b, t = np.asarray(bytes_moved, float)[order], np.asarray(seconds, float)[order]
-    if b[1] <= b[0] or t[1] <= t[0]:
+    """(efficiency, intercept s) of the line through the two largest sizes measured (a size
+    measured more than once by its median time); NaN when there are not two sizes or the
+    larger one was not slower."""
+    times = pd.Series(np.asarray(seconds, float)).groupby(np.asarray(bytes_moved, float)).median()
+    if len(times) < 2:
         return float("nan"), float("nan")
-    slope = (t[1] - t[0]) / (b[1] - b[0])
-    return float(1.0 / (slope * hbm_bps)), float(t[0] - slope * b[0])
+    (b0, b1), (t0, t1) = times.index[-2:], times.to_numpy()[-2:]
+    if t1 <= t0:
+        return float("nan"), float("nan")
+    slope = (t1 - t0) / (b1 - b0)
+    return float(1.0 / (slope * hbm_bps)), float(t0 - slope * b0)
 
 
-def fit_membound(frame: pd.DataFrame, hbm_bps: float) -> MemFit:
-    """Fit :class:`MemFit`: copies, GeLU and fused AdamW each from their two largest rows."""
+def _plausible(e: float) -> bool:
+    """An HBM efficiency a kernel can have: above 0, at most the bandwidth (NaN is not)."""
+    return 0.0 < e <= 1.0
+
+
+def fit_membound(frame: pd.DataFrame, hbm_bps: float, source: str = "membound.csv") -> MemFit:
+    """Fit :class:`MemFit`: copies, GeLU and fused AdamW each from their two largest sizes.
+    Copies must give a plausible efficiency (:class:`CalibrationError` naming ``source``);
+    GeLU or AdamW rows that do not are left out (their kernels then stream as copies)."""
     copies = frame[frame["op"] == "copy"]
     e_mem, t0 = _slope_fit(copies["bytes_moved"], copies["s"], hbm_bps)
+    if not _plausible(e_mem):
+        raise CalibrationError(
+            f"{source}: the two largest copies give an HBM efficiency of {e_mem:.3g} (bytes "
+            f"over time over {hbm_bps / 1e12:g} TB/s): they need two sizes, the larger one "
+            f"slower, and at most the device's HBM bandwidth"
+        )
     gelu = frame[frame["op"] == "gelu"]
     adam = frame[frame["op"] == "adamw_fused_fp32"]
-    e_math = e_opt = None
-    if len(gelu) >= 2:
-        e_math = _slope_fit(gelu["bytes_moved"], gelu["s"], hbm_bps)[0]
-    if len(adam) >= 2 and "elems" in adam:
+    e_math = _slope_fit(gelu["bytes_moved"], gelu["s"], hbm_bps)[0]
+    e_opt = float("nan")
+    if "elems" in adam:
         moved = adam["elems"].to_numpy(float) * ADAMW_BYTES_PER_PARAM
         e_opt = _slope_fit(moved, adam["s"], hbm_bps)[0]
-    ok = [e for e in (e_math, e_opt) if e is not None and 0 < e <= 1]
     return MemFit(
         e_mem=e_mem,
         t0_s=t0,
-        e_math=e_math if e_math in ok else None,
-        e_optimizer=e_opt if e_opt in ok else None,
+        e_math=e_math if _plausible(e_math) else None,
+        e_optimizer=e_opt if _plausible(e_opt) else None,
     )
 
 
@@ -183,4 +200,4 @@ def device_fits(
     """
     folder = Path(device) if Path(device).is_dir() else DATA / device
     gemm, mem = load_calibration(folder)
-    return fit_gemm(gemm, peak_flops), fit_membound(mem, hbm_bps)
+    return fit_gemm(gemm, peak_flops), fit_membound(mem, hbm_bps, str(folder / "membound.csv"))

@@ -1,6 +1,7 @@
 """How long an op takes on an accelerator: a roofline with calibrated efficiencies.
 
-    t = max(FLOPs / (peak x e_gemm(shape)), bytes / (HBM B/s x e_mem)) + launch overhead
+    t = max(FLOPs / (peak x e_gemm(shape) x sustained), bytes / (HBM B/s x e_mem(op)))
+        + launch overhead
 
 ``e_gemm`` and ``e_mem`` come from :mod:`simulator.model.calibration` (fitted once to the H200
 microbenchmarks); other GPUs keep the same efficiencies against their own peaks. The attention
@@ -15,8 +16,8 @@ the GPU queue runs ahead: an assumption, not a measurement (isolated-kernel timi
 Those efficiencies are burst rates: a handful of back-to-back kernels at the boost clock. A
 training step keeps the tensor cores busy for seconds, the card at its power limit and its
 clock below boost, so compute-bound kernels run at ``sustained`` (the accelerator's
-``sustained_compute``: 0.888 on Hopper, measured on H200) times the burst rate; memory-bound
-kernels, bound by HBM, are not slowed.
+``sustained_compute``: 0.888 for the H100 and H200 of the catalog, measured on H200) times the
+burst rate; memory-bound kernels, bound by HBM, are not slowed.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from simulator.model.layers import Linear, attention_dims, ffn_linears, layer_li
 from simulator.scenario.schema import ModelConfig
 
 OpKind = Literal["gemm", "attention", "elementwise", "embedding", "loss"]
+ACTIVATION_FLOPS_PER_VALUE = 8.0  # an activation function (tanh-GeLU, SiLU x gate) per output
 
 
 @dataclass(frozen=True)
@@ -411,7 +412,13 @@ def ffn_ops(
                 ops += eager_swiglu_ops(lin.group, rows, ffn, e)
                 continue
             ops.append(
-                _elementwise(f"{lin.group}_{m.activation}", rows * width_in, rows * ffn, e, 8.0)
+                _elementwise(
+                    f"{lin.group}_{m.activation}",
+                    rows * width_in,
+                    rows * ffn,
+                    e,
+                    ACTIVATION_FLOPS_PER_VALUE,
+                )
             )
         if lin.name == "router":
             ops.append(

@@ -209,7 +209,8 @@ def optimizer_seconds(
     weights (2w + s + 4): 4w + 2g + 8s + 24 B per parameter; a master copy beyond the
     parameters is cast back to them (4 + the parameter's bytes). The fused pass streams at the
     calibration's fused-AdamW efficiency (:attr:`MemFit.optimizer`, 0.72 of HBM on H200
-    against a copy's 0.88), each foreach pass at a copy's."""
+    against a copy's 0.88), each foreach pass at a copy's. ``plain`` (SGD, with or without
+    momentum): the fused pass's bytes at a copy's rate."""
     if implementation == "foreach":
         w = s = 4.0
         moved = 4 * w + 2 * grad_bytes + 8 * s + 24
@@ -219,7 +220,8 @@ def optimizer_seconds(
         e = cm.mem.e_mem  # each pass a plain elementwise op (no measurement of their own)
     else:
         moved = params * (grad_bytes + 2 * state_bytes_per_param + param_bytes)
-        e = cm.mem.optimizer  # the calibration's fused AdamW, where it has one
+        # Adam fused: the calibration's fused AdamW, where it has one; SGD: a plain pass
+        e = cm.mem.optimizer if implementation == "fused" else cm.mem.e_mem
     return moved / (cm.hbm_Bps * e) + cm.launch_s
 
 

@@ -121,14 +121,14 @@ def optimizer(b: GraphBuilder, rank: int, stage: int, dp_tasks: list[int]) -> in
     shard = st.dense_params / (plan.dense_shard_ranks if sharded else 1) + st.expert_params / (
         plan.expert_shard_ranks if sharded else 1
     )
-    foreach = plan.scenario.framework.optimizer == "foreach"
+    adam = plan.scenario.training.optimizer == "adam"
     seconds = optimizer_seconds(
         shard,
         plan.grad_bytes_per_param,
         plan.param_bytes_per_param,
         plan.optimizer_bytes_per_param,
         b.cm,
-        "foreach" if foreach and plan.scenario.training.optimizer == "adam" else "fused",
+        plan.scenario.framework.optimizer if adam else "plain",
     )
     deps = dp_tasks
     if plan.scenario.training.grad_clip:

@@ -112,7 +112,9 @@ def machine_of(s: Scenario) -> Machine:
         domain, nic = s.num_gpus, t.ici_link_bandwidth
     elif t is None:
         nic = 50e9  # build_topology's default fabric: one 400 Gb/s NIC per GPU
-    return Machine(s.num_gpus, domain, nvlink, nic, acc.peak(s.precision.compute_dtype))
+    # the rate compute-bound kernels hold through a step (Accelerator.sustained_compute)
+    peak = acc.peak(s.precision.compute_dtype) * acc.sustained_compute
+    return Machine(s.num_gpus, domain, nvlink, nic, peak)
 
 
 def shape_of(s: Scenario) -> ModelShape:

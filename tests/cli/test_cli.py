@@ -96,6 +96,9 @@ def test_catalog_commands():
     assert result.exit_code == 0
     h100 = next(line for line in result.stdout.splitlines() if line.strip().startswith("H100"))
     assert h100.split()[:6] == ["H100-SXM", "gpu", "hopper", "989", "1,979", "80"]
+    assert h100.split()[-1] == "0.888"  # sustained_compute: 755/850 (hardware.py)
+    a100 = next(line for line in result.stdout.splitlines() if line.startswith("A100-SXM4-80GB"))
+    assert a100.split()[-1] == "1.000"  # no sustained rate published for the A100 SXM
 
 
 def test_topology_command(root, tmp_path):

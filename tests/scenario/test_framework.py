@@ -1,18 +1,17 @@
 """``framework:``: presets, overrides, and what each field adds, against closed forms written
 from the sources the presets cite (tensor sizes and byte counts, not simulator outputs)."""
 
-import pandas as pd
 import pytest
 
 from simulator import api
 from simulator.model.activations import MicroBatch, head_activation_bytes, layer_activation_bytes
-from simulator.model.calibration import DATA
 from simulator.model.ops import Sharding
 from simulator.plan.plan import build_plan
 from simulator.scenario import ScenarioError, load_scenario_text
 from simulator.scenario.framework import FRAMEWORKS, RUNTIME_BYTES, FrameworkConfig
 from simulator.scenario.schema import ModelConfig
 from simulator.schedule.step import build_step
+from tests.conftest import membound_slope
 
 BASE = """
 model: {{name: llama3-8b, layers: 2}}
@@ -213,9 +212,7 @@ def test_foreach_adamw_passes_over_the_state_per_op(precision, master):
     )
     # the fused step streams at the calibration's fused-AdamW rate: 28 B per parameter over
     # the slope of membound.csv's two largest adamw rows (0.72 of 4.8 TB/s), not a copy's
-    adam = pd.read_csv(DATA / "h200" / "membound.csv").query("op == 'adamw_fused_fp32'").tail(2)
-    per_s = 28 * adam["elems"].diff().iloc[-1] / adam["s"].diff().iloc[-1]
-    assert cm.mem.optimizer == pytest.approx(per_s / 4.8e12, rel=1e-12)
+    assert cm.mem.optimizer == pytest.approx(membound_slope("adamw_fused_fp32", 28), rel=1e-12)
     assert cm.mem.optimizer == pytest.approx(0.718, abs=0.001)
     assert _optimizer_task(fused).duration_s == pytest.approx(
         params * (g + 2 * k + p) / (cm.hbm_Bps * cm.mem.optimizer) + cm.launch_s, rel=1e-9
@@ -244,3 +241,19 @@ def test_eager_presets_run_eager_kernels():
     assert not {"rope", "mlp_swiglu"} & eager
     assert "attention_norm" in eager  # fsdp-eager keeps fused norms (module docstring)
     assert "attention_norm_pow" in _kernel_names("pytorch-eager")
+
+
+def test_sgd_steps_at_a_copy_s_rate():
+    # SGD has no fused-AdamW measurement to stand on: its one pass over gradients, state and
+    # parameters streams at a copy's HBM efficiency, whatever the framework's Adam flavour
+    s = load_scenario_text(
+        BASE.format(framework="megatron", par="", precision="megatron-bf16").replace(
+            "seq_len: 1024}", "seq_len: 1024, optimizer: sgd_momentum}"
+        )
+    )
+    plan, cm = build_plan(s), api.compute_model_of(s)
+    params = plan.stages[0].dense_params + plan.stages[0].expert_params
+    g, p, k = plan.grad_bytes_per_param, plan.param_bytes_per_param, plan.optimizer_bytes_per_param
+    want = params * (g + 2 * k + p) / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s
+    assert cm.mem.e_mem > cm.mem.optimizer  # the two rates differ: the test tells them apart
+    assert _optimizer_task(s).duration_s == pytest.approx(want, rel=1e-9)

@@ -218,3 +218,20 @@ training: {global_batch: 16, micro_batch: 1, seq_len: 4096}
     c = folded[0]
     over = overrides_of(s, c)
     assert over["parallelism.expert_tp"] == 1 and over["parallelism.sequence_parallel"]
+
+
+def test_the_estimate_computes_at_the_sustained_rate():
+    # the simulation runs a step's GEMMs at sustained_compute x the burst rate; the estimate
+    # that ranks the candidates does too (H100: 755/850 of the datasheet's 989.4 TFLOP/s)
+    from simulator.scenario import load_scenario_text
+    from simulator.sweep.search import machine_of
+
+    text = """
+model: {{name: llama3-8b, layers: 2}}
+cluster: {{accelerator: {acc}, topology: {{kind: nvswitch, node: {{gpus: 8}}}}}}
+training: {{global_batch: 8, micro_batch: 1, seq_len: 1024}}
+"""
+    held = machine_of(load_scenario_text(text.format(acc="H100")))
+    burst = machine_of(load_scenario_text(text.format(acc="{name: H100, sustained_compute: 1}")))
+    assert held.peak_flops == pytest.approx(989.4e12 * 755 / 850, rel=1e-12)
+    assert burst.peak_flops == pytest.approx(989.4e12, rel=1e-12)

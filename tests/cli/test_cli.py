@@ -286,6 +286,23 @@ def test_costs_prints_one_layer_per_pass(root):
     assert result.exit_code == 0, result.output
     for word in ("forward", "input_grad", "weight_grad", "mlp_up", "compute", "memory"):
         assert word in result.stdout
+    # the H100's GEMMs at the sustained clock, said, and at the burst rate on request: a
+    # compute-bound kernel 850/755 faster, a memory-bound one unchanged
+    assert "compute-bound kernels at 0.888 of their burst rate" in result.stdout
+    path = str(root / "scenarios/examples/tp-sp-llama3-70b.yaml")
+    held = json.loads(runner.invoke(app, ["costs", path, "--format", "json"]).stdout)
+    burst = json.loads(
+        runner.invoke(
+            app,
+            ["costs", path, "--format", "json", "--set", "cluster.accelerator.sustained_compute=1"],
+        ).stdout
+    )
+    for h, b in zip(held, burst, strict=True):
+        if h["bound"] == "memory":
+            assert h["seconds"] == b["seconds"]
+        elif h["op"] == "mlp_up":
+            launch = 2e-6  # LAUNCH_S, paid either way
+            assert (h["seconds"] - launch) / (b["seconds"] - launch) == pytest.approx(850 / 755)
     rows = json.loads(
         runner.invoke(
             app,

@@ -511,10 +511,11 @@ def calibrate(
     repeats: int = 10,
     warmup: int = 3,
 ) -> None:
-    """Measure GEMM and copy kernels with PyTorch on this GPU; write a calibration folder
-    that an accelerator can name (``calibration: DIR``); print the fitted efficiencies."""
+    """Measure GEMM, copy, GeLU and fused AdamW kernels with PyTorch on this GPU; write a
+    calibration folder that an accelerator can name (``calibration: DIR``); print the fitted
+    efficiencies."""
     from simulator.calibrate import CalibrationUnavailable, run_microbenchmarks, torch_timer
-    from simulator.model.calibration import device_fits
+    from simulator.model.calibration import CalibrationError, device_fits
     from simulator.units import UnitError, parse_quantity
 
     try:
@@ -525,10 +526,15 @@ def calibrate(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     run_microbenchmarks(out, timer, meta)
-    gemm, mem = device_fits(str(out), peak_flops, hbm_bps)
+    try:
+        gemm, mem = device_fits(str(out), peak_flops, hbm_bps)
+    except CalibrationError as exc:  # e.g. copies faster than the --hbm given
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(
         f"wrote {out}: GEMM e_max {gemm.e_max:.2f}, x {gemm.x_half:.0f}, "
-        f"RMS log error {gemm.rms_log_error:.1%}; memory efficiency {mem.e_mem:.2f}"
+        f"RMS log error {gemm.rms_log_error:.1%}; HBM efficiency: copies {mem.e_mem:.2f}, "
+        f"GeLU {mem.efficiency(2.0):.2f}, fused AdamW {mem.optimizer:.2f}"
     )
 
 

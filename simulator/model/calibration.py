@@ -30,9 +30,9 @@ between the two largest measurements of a kernel (their launch latency cancels):
 - ``e_optimizer`` from PyTorch's fused AdamW over fp32 parameters (0.72 on H200): 28 B per
   parameter (p, g, m, v read; p, m, v written), not the file's 20.
 
-A file without GeLU or AdamW rows (``trainsim calibrate`` writes copies) keeps the copy's
-efficiency for them. All efficiencies transfer to other GPUs of the same family by their peak
-numbers unless a file for that device exists.
+A file without GeLU or AdamW rows (written by ``trainsim calibrate`` before it measured them)
+keeps the copy's efficiency for them. All efficiencies transfer to other GPUs of the same
+family by their peak numbers unless a file for that device exists.
 """
 
 from __future__ import annotations

@@ -165,3 +165,17 @@ def test_a_file_of_copies_only_keeps_the_copy_rate(tmp_path):
 def test_copies_that_give_no_hbm_rate_are_named(tmp_path, rows):
     with pytest.raises(CalibrationError, match=r"membound\.csv: the two largest copies"):
         _membound(tmp_path, rows)
+
+
+def test_calibrate_prints_its_fits_and_names_impossible_copies(tmp_path, monkeypatch):
+    import simulator.calibrate as calibrate
+
+    monkeypatch.setattr(calibrate, "torch_timer", lambda r, w: (synthetic_timer, {"name": "s"}))
+    args = ["calibrate", "--peak", "500 TFLOP/s", "--out"]
+    ok = CliRunner().invoke(app, [*args, str(tmp_path / "ok"), "--hbm", "2 TB/s"])
+    assert ok.exit_code == 0, ok.output
+    assert "HBM efficiency: copies 0.80, GeLU 0.70, fused AdamW 0.60" in ok.output
+    # told the HBM is a third as fast, the copies run at 2.4x it: refused, file named, exit 2
+    bad = CliRunner().invoke(app, [*args, str(tmp_path / "bad"), "--hbm", "0.667 TB/s"])
+    assert bad.exit_code == 2
+    assert "membound.csv: the two largest copies give an HBM efficiency of 2.4" in bad.output

@@ -339,7 +339,8 @@ RECIPES: dict[str, dict[str, float]] = {
     "pure-bf16": {"params": 2, "grads": 2, "master": 0, "state": 4},
     "fp32": {"params": 4, "grads": 4, "master": 0, "state": 4},
 }
-_OPTIMIZER_STATES = {"adam": 2, "sgd_momentum": 1, "sgd": 0}
+# moment tensors an optimizer keeps per parameter (Adam: m and v)
+OPTIMIZER_MOMENTS = {"adam": 2, "sgd_momentum": 1, "sgd": 0}
 
 
 def _resolve_recipe(data: Any) -> Any:
@@ -387,7 +388,7 @@ class PrecisionConfig(Frozen):
         if self.optimizer is not None:
             opt = self.optimizer
         else:
-            opt = r["master"] + _OPTIMIZER_STATES[optimizer] * r["state"]
+            opt = r["master"] + OPTIMIZER_MOMENTS[optimizer] * r["state"]
         return float(params), float(grads), float(opt)
 
 

@@ -197,20 +197,28 @@ def optimizer_seconds(
     state_bytes_per_param: float,
     cm: ComputeModel,
     implementation: str = "fused",
+    master: bool = True,
 ) -> float:
     """An optimizer step over ``params`` parameters: memory-bound.
 
     ``fused``: one pass that reads the gradient and the optimizer state and writes the state
-    back and the low-precision parameters. ``foreach``: PyTorch's multi-tensor AdamW
-    (torch/optim/adamw.py ``_multi_tensor_adamw``, PyTorch's default on CUDA), one pass per
-    op over fp32 weights ``w`` and moments ``s`` (4 B each) and gradients ``g``: weight decay
-    (2w), ``lerp_`` of m (2s + g), ``mul_`` and ``addcmul_`` of v (2s; 2s + g), ``sqrt``
-    into a new fp32 tensor (s + 4), ``div_`` and ``add_`` of it (8; 8), ``addcdiv_`` of the
-    weights (2w + s + 4): 4w + 2g + 8s + 24 B per parameter; a master copy beyond the
-    parameters is cast back to them (4 + the parameter's bytes). The fused pass streams at the
-    calibration's fused-AdamW efficiency (:attr:`MemFit.optimizer`, 0.72 of HBM on H200
-    against a copy's 0.88), each foreach pass at a copy's. ``plain`` (SGD, with or without
-    momentum): the fused pass's bytes at a copy's rate."""
+    back, and with a ``master`` copy in the state writes the low-precision parameters; without
+    one it updates the weights in place, read and written at their own precision (at most
+    4 B: torch-amp's parameters count the 2 B copy autocast makes, which the step does not
+    touch), as the calibration's fused AdamW over fp32 weights moves 28 B.
+
+    ``foreach``: PyTorch's multi-tensor AdamW (torch/optim/adamw.py ``_multi_tensor_adamw``,
+    PyTorch's default on CUDA), one pass per op over fp32 weights ``w`` and moments ``s`` (4 B
+    each) and gradients ``g``: weight decay (2w), ``lerp_`` of m (2s + g), ``mul_`` and
+    ``addcmul_`` of v (2s; 2s + g), ``sqrt`` into a new fp32 tensor (s + 4), ``div_`` and
+    ``add_`` of it (8; 8), ``addcdiv_`` of the weights (2w + s + 4): 4w + 2g + 8s + 24 B per
+    parameter; a master copy beyond the parameters is cast back to them (4 + the parameter's
+    bytes).
+
+    The fused pass streams at the calibration's fused-AdamW efficiency
+    (:attr:`MemFit.optimizer`, 0.72 of HBM on H200 against a copy's 0.88), each foreach pass
+    at a copy's. ``plain`` (SGD, with or without momentum): the fused pass's bytes at a
+    copy's rate."""
     if implementation == "foreach":
         w = s = 4.0
         moved = 4 * w + 2 * grad_bytes + 8 * s + 24
@@ -219,7 +227,8 @@ def optimizer_seconds(
         moved *= params
         e = cm.mem.e_mem  # each pass a plain elementwise op (no measurement of their own)
     else:
-        moved = params * (grad_bytes + 2 * state_bytes_per_param + param_bytes)
+        weights = param_bytes if master else 2 * min(param_bytes, 4.0)
+        moved = params * (grad_bytes + 2 * state_bytes_per_param + weights)
         # Adam fused: the calibration's fused AdamW, where it has one; SGD: a plain pass
         e = cm.mem.optimizer if implementation == "fused" else cm.mem.e_mem
     return moved / (cm.hbm_Bps * e) + cm.launch_s

@@ -6,6 +6,7 @@ reduce-scatters. What is gathered or synchronised, and how much, comes from the 
 from __future__ import annotations
 
 from simulator.plan.buckets import Bucket
+from simulator.scenario.schema import OPTIMIZER_MOMENTS
 from simulator.schedule.builder import Dep, GraphBuilder
 from simulator.schedule.costs import grad_norm_seconds, optimizer_seconds
 
@@ -121,14 +122,16 @@ def optimizer(b: GraphBuilder, rank: int, stage: int, dp_tasks: list[int]) -> in
     shard = st.dense_params / (plan.dense_shard_ranks if sharded else 1) + st.expert_params / (
         plan.expert_shard_ranks if sharded else 1
     )
-    adam = plan.scenario.training.optimizer == "adam"
+    kind = plan.scenario.training.optimizer
+    moments = OPTIMIZER_MOMENTS[kind] * 4.0  # fp32 moments; more state is a master copy
     seconds = optimizer_seconds(
         shard,
         plan.grad_bytes_per_param,
         plan.param_bytes_per_param,
         plan.optimizer_bytes_per_param,
         b.cm,
-        plan.scenario.framework.optimizer if adam else "plain",
+        plan.scenario.framework.optimizer if kind == "adam" else "plain",
+        master=plan.optimizer_bytes_per_param > moments,
     )
     deps = dp_tasks
     if plan.scenario.training.grad_clip:

@@ -122,11 +122,12 @@ class ComputeModel:
         moved = {"f": op.f_bytes, "b": op.b_bytes, "w": op.w_bytes}[phase]
         if flops <= 0 and moved <= 0:
             return 0.0, ""
-        if op.kind in ("gemm", "attention"):
-            t_mem = moved / (self.hbm_Bps * self.mem.e_mem)
-        else:  # elementwise: slower than a copy as its arithmetic per byte grows
-            t_mem = moved / (self.hbm_Bps * self.mem.efficiency(flops / moved if moved else 0.0))
-        if op.kind in ("gemm", "attention") and op.gemm_mnk is not None:
+        matmul = op.kind in ("gemm", "attention")
+        # a matmul's operands stream as a copy; an elementwise kernel slower as its arithmetic
+        # per byte grows
+        e_mem = self.mem.e_mem if matmul else self.mem.efficiency(flops / moved if moved else 0.0)
+        t_mem = moved / (self.hbm_Bps * e_mem)
+        if matmul and op.gemm_mnk is not None:
             m, n, k = gemm_shape(op, phase)
             if op.flash and self.flash_kernel == "fa2" and self.architecture == "hopper":
                 e = fa2_hopper_efficiency(n, k)  # n keys, k head dim

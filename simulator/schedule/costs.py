@@ -222,7 +222,7 @@ def optimizer_seconds(
     if implementation == "foreach":
         w = s = 4.0
         moved = 4 * w + 2 * grad_bytes + 8 * s + 24
-        if state_bytes_per_param > 2 * s:  # a master copy beside the moments
+        if master:  # cast back to the parameters
             moved += w + param_bytes
         moved *= params
         e = cm.mem.e_mem  # each pass a plain elementwise op (no measurement of their own)

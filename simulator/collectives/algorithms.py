@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import repeat
 
-from simulator.collectives.plan import CollectivePlan, Kind, Node, Phase, Transfer
+from simulator.collectives.plan import CollectivePlan, Kind, Node, Phase, Transfer, transfers_of
 from simulator.plan import nccl_tuning
 from simulator.plan.nccl_tuning import ALGORITHM_EFFICIENCY
 
@@ -230,9 +230,8 @@ def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
         children, parents = _tree_ends(n)
         child = list(map(group.__getitem__, children))
         parent = list(map(group.__getitem__, parents))
-        half = repeat(size / 2)
-        up = tuple(map(Transfer, child, parent, half))
-        down = tuple(map(Transfer, parent, child, half))
+        up = transfers_of(child, parent, repeat(size / 2))
+        down = transfers_of(parent, child, repeat(size / 2))
         return [Phase(up, 1, depth), Phase(down, 1, depth)]
     trees, depth = _trees_and_depth(len(hosts))
     depth += g - 1
@@ -243,8 +242,9 @@ def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
         for t in trees:
             edges += [(chains[child][0], chains[parent][0]) for child, parent in t]
             edges += [(ch[i + 1], ch[i]) for ch in chains for i in range(g - 1)]
-    up = tuple(Transfer(child, parent, share) for child, parent in edges)
-    down = tuple(Transfer(parent, child, share) for child, parent in edges)
+    children, parents = zip(*edges, strict=True)
+    up = transfers_of(children, parents, repeat(share))
+    down = transfers_of(parents, children, repeat(share))
     # a chunk's path: g - 1 chain hops inside a host, then the tree's levels between hosts
     return [Phase(up, 1, depth, fast_hops=g - 1), Phase(down, 1, depth, fast_hops=g - 1)]
 

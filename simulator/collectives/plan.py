@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Literal, NamedTuple
 
 Node = int | str
@@ -18,6 +20,14 @@ class Transfer(NamedTuple):
     src: Node
     dst: Node
     bytes_: float
+
+
+def transfers_of(src: Iterable[Node], dst: Iterable[Node], bytes_: Iterable[float]) -> tuple:
+    """``Transfer(s, d, b)`` for each (s, d, b) of the three, made by ``tuple.__new__`` in C
+    rather than the named tuple's Python-level ``__new__``: the same tuples, in half the time
+    (a 1,024-rank tree's 4,092 per size). ``bytes_`` may be endless (``itertools.repeat``):
+    ``src`` and ``dst``, of one length, say how many."""
+    return tuple(map(tuple.__new__, repeat(Transfer), zip(src, dst, bytes_, strict=False)))
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,7 @@ class SpreadTable:
         self._dominated: np.ndarray | None = None  # dominated(), found once
         self._dominated_capacity: np.ndarray | None = None
         self.device_known = np.zeros(n, bool)
+        self._all_known = False  # every device's links learned: _learn has nothing to do
         # Per leaf: leaf -> each spine of its pod, each spine -> leaf; per pod: (spine, core)
         # for spine for core, (core, spine) for core for spine. Every switch's links are
         # known from the start (a few thousand rows, looked up once when not recorded), so
@@ -156,9 +157,15 @@ class SpreadTable:
         self.representative = np.arange(ids)
         for rows in (self.leaf_up, self.leaf_down, self.pod_up, self.pod_down):
             self._same(rows)
+        # whether every switch's group has all its links (then _whole_groups looks at none)
+        self._groups_whole = all(
+            bool((rows >= 0).all())
+            for rows in (self.leaf_up, self.leaf_down, self.pod_up, self.pod_down)
+        )
         if fixed is not None:  # every device known from the start
             self.device_links[:] = fixed.device
             self.device_known[:] = True
+            self._all_known = True
         # the shares spread gives (the same Python divisions); no spines: one leaf, one pod
         up = [1 / s] * s if s else []
         self.share_pod = np.array([1.0] * 4 + up * 2)
@@ -167,6 +174,8 @@ class SpreadTable:
 
     def _learn(self, devices: np.ndarray) -> None:
         """Fill the link ids of ``devices`` met for the first time."""
+        if self._all_known:
+            return
         index = self.index
         new = np.unique(devices[~self.device_known[devices]])
         if new.size:
@@ -268,6 +277,8 @@ class SpreadTable:
     def _whole_groups(self, kind, leaf_s, leaf_d, pod_s, pod_d) -> bool:
         """Every group of links the connections cross through spines has all its links (a
         row with a link missing from the index is no group: :meth:`_same`)."""
+        if self._groups_whole:
+            return True
         far = kind >= _POD
         cross = kind == _CROSS
         return bool(

@@ -292,3 +292,25 @@ def test_tree_depth_is_the_longest_walk_to_a_root():
                 walks.append(d)
             assert _depth(parents) == max(walks, default=0)
     assert [_depth(t) for t in double_binary_trees(1024)] == [10, 10]  # log2(1,024)
+
+
+def test_tree_phases_are_the_trees_edges_as_transfers():
+    # the transfers made in C (transfers_of) against the definition: each edge of both
+    # trees once up (child -> parent) and once down, with half the buffer, as Transfer tuples
+    from simulator.collectives.algorithms import double_binary_trees, tree
+    from simulator.collectives.plan import Transfer
+
+    for hosts_of, n in ((lambda d: d, 37), (lambda d: d // 4, 48)):
+        group = [3 * d for d in range(n)]
+        loc = Locality(host_of={3 * d: hosts_of(d) for d in range(n)})
+        up, down = tree("all_reduce", group, 6.0, loc)
+        assert all(type(t) is Transfer for t in up.transfers + down.transfers)
+        assert [(t.dst, t.src, t.bytes_) for t in down.transfers] == [
+            tuple(t) for t in up.transfers
+        ]
+        if n == 37:  # one GPU per host: the two trees over the group
+            edges = [(group[c], group[p]) for t in double_binary_trees(n) for c, p in t.items()]
+            assert up.transfers == tuple(Transfer(c, p, 3.0) for c, p in edges)
+        else:  # 12 hosts of 4: 4 channels x 2 trees x (11 edges + 12 chains of 3 hops)
+            assert len(up.transfers) == 4 * 2 * (11 + 12 * 3)
+            assert {t.bytes_ for t in up.transfers} == {6.0 / 8}

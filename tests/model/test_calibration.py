@@ -29,6 +29,30 @@ def synthetic_timer(kind, shape):
     return [5e-6 + 4 * shape[0] / (HBM * (E_MATH if kind == "gelu" else E_MEM))] * 3
 
 
+def test_gemm_fit_is_the_least_error_of_its_grid():
+    # the fit (errors through one buffer, in place) against the grid search written plainly:
+    # the same grid point and the same error, to the bit, on the shipped H200 measurements
+    import numpy as np
+
+    from simulator.model.calibration import H200_PEAK_BF16, fit_gemm
+    from simulator.scenario.loader import PROJECT_ROOT
+
+    frame = pd.read_csv(PROJECT_ROOT / "simulator" / "data" / "calibration" / "h200" / "gemm.csv")
+    m, n, k, t = (frame[c].to_numpy(float) for c in ("m", "n", "k", "s"))
+    t0s = np.linspace(0, 50e-6, 51)[:, None, None]
+    effs = np.linspace(0.3, 1.0, 71)[None, :, None]
+    best = None
+    for x in np.geomspace(4, 4096, 60):  # the first least error, in (x, t0, e) order
+        shape = (m / (m + x)) * (n / (n + x)) * (k / (k + x))
+        pred = t0s + 2 * m * n * k / (H200_PEAK_BF16 * effs * shape)
+        err = np.sqrt(np.mean(np.log(pred / t) ** 2, axis=2))
+        i, j = np.unravel_index(np.argmin(err), err.shape)
+        if best is None or err[i, j] < best[0]:
+            best = (float(err[i, j]), float(x), float(t0s[i, 0, 0]), float(effs[0, j, 0]))
+    fit = fit_gemm(frame, H200_PEAK_BF16)
+    assert (fit.rms_log_error, fit.x_half, fit.t0_s, fit.e_max) == best
+
+
 def test_fit_recovers_a_known_device(tmp_path):
     paths = run_microbenchmarks(tmp_path, synthetic_timer, {"name": "synthetic"})
     assert [p.name for p in paths] == ["gemm.csv", "membound.csv", "meta.json"]

@@ -166,7 +166,7 @@ class CollectiveRunner:
         """Each phase routed (every copy), its classes' tails from the paths' latency alone;
         ``this_run``: for this runner alone, so its classes may carry the run's orbits."""
         orbits = self.orbits if this_run else None
-        groups = [plan.group, *map(tuple, copies)]
+        groups = None  # the group and its copies as tuples, for routing one by one
         mappings = None
         out = []
         size = plan.size_bytes or 1.0
@@ -189,9 +189,10 @@ class CollectiveRunner:
                 factors, class_of, latency, tails = self._classes(phase, size, merge)
                 ends = None
             # every copy's route of each class, in (transfer, copy) order
-            routes = self._spread_phase(plan.group, groups, phase, class_of, len(tails), fold, ends)
+            routes = self._spread_phase(plan.group, copies, phase, class_of, len(tails), fold, ends)
             if routes is None:
                 if mappings is None:
+                    groups = [plan.group, *map(tuple, copies)]
                     mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
                 routes = self._route_phase(groups, mappings, phase, class_of, len(tails))
             flows = []
@@ -397,7 +398,7 @@ class CollectiveRunner:
     def _spread_phase(
         self,
         group,
-        groups,
+        copies,
         phase,
         class_of,
         n_classes: int,
@@ -414,13 +415,22 @@ class CollectiveRunner:
             ends is None and not all(type(t.src) is int and type(t.dst) is int for t in transfers)
         ):
             return None
-        # copy x position (8,192 pipeline pairs: filled from one flat iterator, in C)
+        # copy x position, the group first (8,192 pipeline pairs: RankGroups' array, or
+        # filled from one flat iterator, in C)
         width = len(group)
-        if set(map(len, groups)) != {width}:
-            raise ValueError("a collective's copies must have as many members as its group")
-        devices = np.fromiter(
-            itertools.chain.from_iterable(groups), np.int64, width * len(groups)
-        ).reshape(len(groups), width)
+        array = getattr(copies, "array", None)
+        if array is not None:
+            if array.shape[1:] != (width,) and len(copies):
+                raise ValueError("a collective's copies must have as many members as its group")
+            devices = np.concatenate([np.array([group], np.int64), array.reshape(-1, width)])
+        else:
+            groups = [group, *copies]
+            if set(map(len, groups)) != {width}:
+                raise ValueError("a collective's copies must have as many members as its group")
+            devices = np.fromiter(
+                itertools.chain.from_iterable(groups), np.int64, width * len(groups)
+            ).reshape(len(groups), width)
+        n_groups = devices.shape[0]
         if ends is not None and len(set(group)) == width:  # positions by an array
             # over every device named (ends are devices, >= 0: path_ids accepted them)
             position = np.full(max(max(group), ends[0].max(), ends[1].max()) + 1, -1, np.int64)
@@ -440,7 +450,7 @@ class CollectiveRunner:
         if routed is None:
             return None
         ids, shares, lengths = routed
-        entry_class = np.repeat(np.repeat(np.array(class_of), len(groups)), lengths)
+        entry_class = np.repeat(np.repeat(np.array(class_of), n_groups), lengths)
         if n_classes == 1:
             return [(ids, shares)]
         if n_classes <= 8:  # a few merged kinds: a mask each beats sorting every entry

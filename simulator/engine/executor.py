@@ -129,7 +129,7 @@ class Executor:
         self._plans: dict[tuple, object] = {}
         self._shape_of = compiled.shape_of
         self._launches: list[tuple | None] = [None] * compiled.shapes  # per shape: _routed
-        self._copy_devices: dict[int, list[Sequence[int]]] = {}
+        self._copy_devices: dict[int, Sequence[Sequence[int]]] = {}
         # ranks 0 .. n-1 on devices 0 .. n-1 (api places ranks on the devices in order):
         # groups and copies need no mapping, 8K pipeline pairs at a stage of a 16K-GPU job;
         # a rank outside it is checked where the mapping is skipped (_placed)
@@ -347,13 +347,18 @@ class Executor:
             raise KeyError(f"rank(s) not placed on a device: {missing[:8]}")
         return ranks  # rank r is on device r
 
-    def _copies(self, index: int) -> list[Sequence[int]]:
+    def _copies(self, index: int) -> Sequence[Sequence[int]]:
         if index < 0:
             return []
         cached = self._copy_devices.get(index)
         if cached is None:
             groups = self.graph.copy_sets[index]
-            if self._ranks_are_devices:  # the usual placement: the groups as they are
+            array = getattr(groups, "array", None)  # RankGroups: checked as an array
+            if self._ranks_are_devices and array is not None:
+                if array.size and (array.min() < 0 or array.max() >= len(self.device_of)):
+                    self._placed(tuple(array.ravel().tolist()))  # raises, naming the ranks
+                cached = groups
+            elif self._ranks_are_devices:  # the usual placement: the groups as they are
                 cached = list(groups)
                 self._placed(tuple(itertools.chain.from_iterable(groups)))
             else:

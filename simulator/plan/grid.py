@@ -22,12 +22,60 @@ members the same place in each), and the expert-data-parallel group is the rest.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
 DIMS = ("tp", "cp", "pp", "dp")
+
+
+class RankGroups(Sequence):
+    """Groups of ranks of one size as the rows of an (n, width) int64 array, read as a
+    sequence of tuples (iteration, indexing, ``len``, ``==``): a 16,384-GPU job's 8,191
+    pipeline pairs of a stage, or its 1,023 other TP groups, made, checked and routed as
+    arrays (:attr:`array`) without a tuple per group. Hashable by value; read-only."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array) -> None:
+        a = np.array(array, dtype=np.int64)
+        if a.ndim != 2:
+            raise ValueError(f"RankGroups takes an (n, width) array, not shape {a.shape}")
+        a.setflags(write=False)
+        self.array = a
+
+    def __len__(self) -> int:
+        return self.array.shape[0]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return RankGroups(self.array[i])
+        return tuple(self.array[i].tolist())
+
+    def __iter__(self):
+        return map(tuple, self.array.tolist())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, RankGroups):
+            return self.array.shape == other.array.shape and bool((self.array == other.array).all())
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == [tuple(x) for x in other]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.array.shape, self.array.tobytes()))
+
+    def __repr__(self) -> str:
+        n, width = self.array.shape
+        return f"RankGroups({n} groups of {width})"
+
+    def __getstate__(self):
+        return self.array
+
+    def __setstate__(self, array) -> None:
+        self.__init__(array)
 
 
 @dataclass(frozen=True)
@@ -129,13 +177,18 @@ class RankGrid:
         From the strides, without a :meth:`group` call per group: a group is its first rank
         (all ``dims`` coordinates zero) plus the offsets of ``dims``; 1,024 groups of a
         16,384-rank grid cost one list each."""
+        return list(self.other_groups_array(rank, dims, within))
+
+    def other_groups_array(
+        self, rank: int, dims: tuple[str, ...], within: tuple[str, ...]
+    ) -> RankGroups:
+        """:meth:`other_groups` as :class:`RankGroups` (one array, no tuple per group)."""
         st = self._strides
         c = self.coords(rank)
         own = rank - sum(c[d] * st[d] for d in dims)  # the first rank of rank's own group
-        firsts = self.group(own, *(d for d in within if d not in dims))  # ascending
-        offsets = self.group(0, *dims)  # ascending: the group of rank 0
-        others = np.array([f for f in firsts if f != own], np.int64)
-        return list(map(tuple, np.add.outer(others, offsets).tolist()))
+        firsts = self.group_array(own, *(d for d in within if d not in dims))  # ascending
+        offsets = self.group_array(0, *dims)  # ascending: the group of rank 0
+        return RankGroups(np.add.outer(firsts[firsts != own], offsets))
 
     def _position(self, rank: int) -> tuple[int, dict[str, int]]:
         """``rank``'s place among its stage's ranks in the expert layers' order: tp

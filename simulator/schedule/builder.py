@@ -16,6 +16,7 @@ import numpy as np
 
 from simulator.model.compute import ComputeModel
 from simulator.plan.collective_choice import algorithm_for
+from simulator.plan.grid import RankGroups
 from simulator.plan.plan import Plan
 from simulator.schedule.taskgraph import CommSpec, Task, TaskGraph
 
@@ -216,21 +217,20 @@ class GraphBuilder:
             return -1
         key = (self.plan.stage_of(rank), kind)
         if key not in self.copy_index:
-            self.copy_index[key] = self.graph.add_copies(
-                tuple(self._other_groups(rank, kind, group))
-            )
+            self.copy_index[key] = self.graph.add_copies(self._other_groups(rank, kind, group))
         return self.copy_index[key]
 
-    def _other_groups(self, rank: int, kind: str, group: tuple[int, ...]) -> list[tuple[int, ...]]:
+    def _other_groups(self, rank: int, kind: str, group: tuple[int, ...]) -> RankGroups:
+        """The copies of ``rank``'s ``kind`` group (:meth:`_copies`), as one array."""
         grid = self.plan.grid
         dims = _GRID_DIMS.get(kind)
         if dims is not None:
-            return grid.other_groups(rank, dims, _STAGE_DIMS)
+            return grid.other_groups_array(rank, dims, _STAGE_DIMS)
         if kind in ("pp_next", "pp_prev") or isinstance(kind, tuple):  # a pipeline pair
             stage = grid.group_array(rank, *_STAGE_DIMS)
             delta = group[1] - group[0]  # the same stride for every rank of the stage
             others = stage[stage != rank]
-            return list(map(tuple, np.stack([others, others + delta], axis=1).tolist()))
+            return RankGroups(np.stack([others, others + delta], axis=1))
         covered: set[int] = set()
         found: list[tuple[int, ...]] = []
         for x in grid.group(rank, *_STAGE_DIMS):
@@ -240,7 +240,7 @@ class GraphBuilder:
             covered.update(g)
             if g != group:
                 found.append(g)
-        return found
+        return RankGroups(np.array(found, np.int64).reshape(len(found), len(group)))
 
     # -- finishing -----------------------------------------------------------------------
     def finish(self) -> TaskGraph:

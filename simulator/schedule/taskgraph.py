@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Literal, NamedTuple
@@ -101,7 +102,8 @@ class TaskGraph:
     ``dataclasses.replace`` makes it)."""
 
     tasks: list[Task] = field(default_factory=list)
-    copy_sets: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
+    # each a sequence of groups (tuples of ranks): a builder's RankGroups (rows of an array)
+    copy_sets: list[Sequence[tuple[int, ...]]] = field(default_factory=list)
     _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def add(self, task: Task) -> int:
@@ -109,8 +111,9 @@ class TaskGraph:
         self._derived.clear()
         return len(self.tasks) - 1
 
-    def add_copies(self, groups: tuple[tuple[int, ...], ...]) -> int:
-        """Register a set of symmetric groups; returns its index for ``CommSpec.copies``."""
+    def add_copies(self, groups: Sequence[tuple[int, ...]]) -> int:
+        """Register a set of symmetric groups (a sequence of rank tuples, or
+        :class:`~simulator.plan.grid.RankGroups`); returns its index for ``CommSpec.copies``."""
         self.copy_sets.append(groups)
         self._derived.clear()
         return len(self.copy_sets) - 1

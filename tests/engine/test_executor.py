@@ -52,6 +52,20 @@ def test_a_collective_over_a_rank_not_placed_is_an_error():
         run_taskgraph(_model(), g, {0: 0, 1: 1})
 
 
+def test_copies_over_a_rank_not_placed_are_an_error():
+    # the same for a collective's symmetric copies held as one array (RankGroups): rank 5 of
+    # the copy (4, 5) is on no device
+    from simulator.plan.grid import RankGroups
+
+    g = TaskGraph()
+    copies = g.add_copies(RankGroups([[2, 3], [4, 5]]))
+    spec = CommSpec("all_reduce", (0, 1), 1e9, instance=0, copies=copies)
+    g.add(Task(0, "comm", "comm", "ar", comm=spec))
+    g.add(Task(1, "comm", "comm", "ar", comm=spec))
+    with pytest.raises(KeyError, match=r"not placed on a device: \[4, 5\]"):
+        run_taskgraph(_model(), g, {0: 0, 1: 1, 2: 2, 3: 3})
+
+
 def test_deadlock_is_reported():
     # x waits for y, but y is behind x on the same stream.
     g = TaskGraph()

@@ -20,3 +20,25 @@ def test_other_groups_are_the_stage_groups_but_its_own(order, dims):
         assert got == expected
         # with its own group, the stage's ranks exactly once
         assert sorted(r for x in got + [own] for r in x) == sorted(stage)
+
+
+def test_rank_groups_read_as_the_tuples_they_hold():
+    import pickle
+
+    import numpy as np
+
+    from simulator.plan.grid import RankGroups
+
+    g = RankGrid(dp=4, pp=2, cp=1, tp=2)
+    tuples = g.other_groups(3, ("dp",), STAGE)
+    groups = g.other_groups_array(3, ("dp",), STAGE)
+    assert isinstance(groups, RankGroups) and groups.array.shape == (1, 4)
+    assert list(groups) == tuples and groups == tuples and len(groups) == len(tuples)
+    assert groups[0] == tuples[0] and groups[-1:] == tuples[-1:]
+    assert hash(groups) == hash(RankGroups(groups.array.copy()))
+    assert pickle.loads(pickle.dumps(groups)) == groups
+    assert RankGroups(np.zeros((0, 2))) == [] and groups != [(0, 2, 4, 6)]
+    with pytest.raises(ValueError):
+        groups.array[0, 0] = 99  # read-only: a copy set is shared by a graph's runs
+    with pytest.raises(ValueError, match="shape"):
+        RankGroups([1, 2, 3])

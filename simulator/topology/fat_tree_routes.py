@@ -379,42 +379,58 @@ class SpreadTable:
             return None  # a group with a link the index lacks is no group: not folded
         span, pod_span = (min(s, 1), min(s * c, 1)) if folded else (s, s * c)
         lengths = np.array([0, 2, 4, 4 + 2 * span, 4 + 2 * span + 2 * pod_span], np.int64)[kind]
+        # Each route's entries as a row of a matrix as wide as the longest, then the rows'
+        # first ``lengths`` entries in row order: a route between leaves starts as one under
+        # a leaf (its GPU -> NIC -> leaf, leaf -> NIC -> GPU), its switches after, so the
+        # device columns are gathered for all such routes at once, the switch columns per
+        # kind. The entries and their order are :meth:`spread`'s, as the loop over kinds
+        # placed them.
+        n = src.size
+        width = int(lengths.max()) if n else 0
+        ids = np.empty((n, width), np.int64)
+        shares = np.empty((n, width))
         dev = self.device_links
-        columns = {
-            **self._local_columns(),
-            _POD: lambda a, b, k: [
-                dev[a, 2:4],
-                dev[b, 4:6],
-                self.leaf_up[leaf_s[k], :span],
-                self.leaf_down[leaf_d[k], :span],
-            ],
-            _CROSS: lambda a, b, k: [
-                dev[a, 2:4],
-                dev[b, 4:6],
-                self.leaf_up[leaf_s[k], :span],
-                self.pod_up[pod_s[k], :pod_span],
-                self.pod_down[pod_d[k], :pod_span],
-                self.leaf_down[leaf_d[k], :span],
-            ],
-        }
-        ids = self._fill(kind, lengths, src, dst, columns)
-        if ids is None:
-            return None  # a link spread would not find (a malformed graph): route one by one
-        share_of = {_HOST: np.ones(2), _LEAF: np.ones(4), _POD: self.share_pod}
-        share_of[_CROSS] = self.share_cross
+        sel = {k: np.flatnonzero(kind == k) for k in (_HOST, _POD, _CROSS)}
+        between = kind >= _LEAF  # through the NICs: GPU -> NIC -> leaf first
+        if n and between.all():
+            ids[:, 0:2], ids[:, 2:4] = dev[src, 2:4], dev[dst, 4:6]
+            shares[:, 0:4] = 1.0
+        elif between.any():
+            far = np.flatnonzero(between)
+            ids[far, 0:2], ids[far, 2:4] = dev[src[far], 2:4], dev[dst[far], 4:6]
+            shares[far, 0:4] = 1.0
+        if sel[_HOST].size:
+            k = sel[_HOST]
+            ids[k, 0], ids[k, 1] = dev[src[k], 0], dev[dst[k], 1]
+            shares[k, 0:2] = 1.0
+        share_pod, share_cross = self.share_pod, self.share_cross
         if folded:  # the same shares, one of each group's
-            share_of[_POD] = self.share_pod[: 4 + 2 * span]
-            share_of[_CROSS] = np.concatenate(
-                [self.share_cross[: 4 + span], self.share_cross[4 + s : 4 + s + pod_span],
-                 self.share_cross[4 + s + s * c : 4 + s + s * c + pod_span],
-                 self.share_cross[-span:] if span else self.share_cross[:0]]
+            share_pod = share_pod[: 4 + 2 * span]
+            share_cross = np.concatenate(
+                [share_cross[: 4 + span], share_cross[4 + s : 4 + s + pod_span],
+                 share_cross[4 + s + s * c : 4 + s + s * c + pod_span],
+                 share_cross[-span:] if span else share_cross[:0]]
             )  # fmt: skip
-        shares = np.empty(ids.size, float)
-        start = np.cumsum(lengths) - lengths
-        for k, row in share_of.items():
-            sel = np.flatnonzero(kind == k)
-            if sel.size:
-                shares[start[sel][:, None] + np.arange(row.size)] = row
+        if sel[_POD].size:
+            k = sel[_POD]
+            ids[k, 4 : 4 + span] = self.leaf_up[leaf_s[k], :span]
+            ids[k, 4 + span : 4 + 2 * span] = self.leaf_down[leaf_d[k], :span]
+            shares[k, 4 : 4 + 2 * span] = share_pod[4:]
+        if sel[_CROSS].size:
+            k = sel[_CROSS]
+            at = np.cumsum([4, span, pod_span, pod_span, span])
+            ids[k, at[0] : at[1]] = self.leaf_up[leaf_s[k], :span]
+            ids[k, at[1] : at[2]] = self.pod_up[pod_s[k], :pod_span]
+            ids[k, at[2] : at[3]] = self.pod_down[pod_d[k], :pod_span]
+            ids[k, at[3] : at[4]] = self.leaf_down[leaf_d[k], :span]
+            shares[k, 4 : at[4]] = share_cross[4:]
+        if n and (lengths == width).all():  # every route as long: the matrix row by row
+            ids, shares = ids.ravel(), shares.ravel()
+        else:
+            kept = np.flatnonzero(np.arange(width) < lengths[:, None])  # row by row
+            ids, shares = ids.ravel().take(kept), shares.ravel().take(kept)
+        if (ids < 0).any():
+            return None  # a link spread would not find (a malformed graph): route one by one
         if relayed is None:
             return ids, shares, lengths
         return self._with_relays(origin, src, relayed, ids, lengths, shares)

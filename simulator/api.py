@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import eq
@@ -26,6 +27,7 @@ from simulator import metrics
 from simulator.collectives import BUSBW_FACTORS, bus_bandwidth, plan_collective
 from simulator.engine import NetworkModel, paused_gc, run_engine, time_collective
 from simulator.engine.executor import channels_Bps, hop_bandwidth
+from simulator.engine.placement import DeviceLabels, RanksOnDevices
 from simulator.engine.steady_state import SHIFT_DIFFERS, expand, expand_memory, find_repeat
 from simulator.hardware import get_accelerator
 from simulator.model.compute import ComputeModel
@@ -476,8 +478,19 @@ def _orbit_labels(plan, device_of: dict[int, int]) -> dict[int, int] | None:
     thing at the same time); None in full mode."""
     if not plan.symmetric:
         return None
-    stages = plan.grid.coord_of_every_rank("pp").tolist()  # plan.stage_of of every rank
+    stages = plan.grid.coord_of_every_rank("pp")  # plan.stage_of of every rank
+    if isinstance(device_of, RanksOnDevices):  # rank r on device r: two arrays, no dict
+        return DeviceLabels(np.arange(stages.size), stages)
+    stages = stages.tolist()
     return dict(zip(map(device_of.__getitem__, range(len(stages))), stages, strict=True))
+
+
+def _placement(ranks: int, devices: list[int]) -> Mapping[int, int]:
+    """Rank r on ``devices[r]``: :class:`RanksOnDevices` when that is device r (the
+    topologies number their devices 0 .. n-1), else a dict."""
+    if devices[:ranks] == list(range(ranks)):
+        return RanksOnDevices(ranks)
+    return dict(zip(range(ranks), devices, strict=False))
 
 
 def simulate(
@@ -501,7 +514,7 @@ def simulate(
     degraded = _degraded(topo, perturbations)
     model = network_model(degraded)
     # rank r on the r-th device (the topology has at least as many: checked above)
-    device_of = dict(zip(range(step.plan.grid.size), topo.devices, strict=False))
+    device_of = _placement(step.plan.grid.size, topo.devices)
     run = run_engine(
         model,
         step.graph,

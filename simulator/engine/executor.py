@@ -36,6 +36,7 @@ from simulator.collectives import Locality, plan_collective
 from simulator.engine.clock import caller
 from simulator.engine.collective import CollectiveRunner, delayed_phase
 from simulator.engine.network import LinkTable
+from simulator.engine.placement import RanksOnDevices
 from simulator.plan.nccl_tuning import channels_per_host
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
@@ -133,7 +134,7 @@ class Executor:
         # ranks 0 .. n-1 on devices 0 .. n-1 (api places ranks on the devices in order):
         # groups and copies need no mapping, 8K pipeline pairs at a stage of a 16K-GPU job;
         # a rank outside it is checked where the mapping is skipped (_placed)
-        self._ranks_are_devices = (
+        self._ranks_are_devices = isinstance(device_of, RanksOnDevices) or (
             list(device_of) == list(device_of.values()) == list(range(len(device_of)))
         )
         self._bar = None
@@ -230,8 +231,22 @@ class Executor:
 
     def _scale_up_Bps(self) -> float:
         """The hop bandwidth between two devices of one host (inf: no host has two)."""
-        devices = sorted(set(self.device_of.values()))
-        hosts = list(map(self.runner.host_of.get, devices, devices))
+        if self._ranks_are_devices:
+            devices: Sequence[int] = range(len(self.device_of))
+        else:
+            devices = sorted(set(self.device_of.values()))
+        host_of = self.runner.host_of.get
+        # the usual answer found at once: the first device's host is the first to repeat
+        # (devices 0 and 1 on host 0), so it is the first host in device order with two
+        seen: set = set()
+        for d in devices:
+            h = host_of(d, d)
+            if h in seen:
+                if h == host_of(devices[0], devices[0]):
+                    return hop_bandwidth(self.runner.links, self.runner.router, (devices[0], d))
+                break
+            seen.add(h)
+        hosts = list(map(host_of, devices, devices))
         count = Counter(hosts)
         # the first host (in device order) with two devices, its lowest two
         host = next((h for h in dict.fromkeys(hosts) if count[h] > 1), None)

@@ -33,7 +33,9 @@ class LinkOrbits:
     (B/s). :func:`link_orbits` builds one from a router."""
 
     def __init__(self, label_of_device: Mapping[int, int], ids: np.ndarray, capacity: np.ndarray):
-        labels = np.fromiter(label_of_device.values(), np.int64, len(label_of_device))
+        labels = getattr(label_of_device, "labels", None)  # DeviceLabels: its array
+        if labels is None:
+            labels = np.fromiter(label_of_device.values(), np.int64, len(label_of_device))
         kinds = ids.shape[1]
         orbit = (labels[:, None] * kinds + np.arange(kinds)).ravel()
         ids = ids.ravel()
@@ -91,7 +93,9 @@ def link_orbits(
     list_ids = getattr(router, "device_link_ids", None)
     if list_ids is None or not label_of_device:
         return None
-    devices = np.fromiter(label_of_device.keys(), np.int64, len(label_of_device))
+    devices = getattr(label_of_device, "devices", None)  # DeviceLabels: its array
+    if devices is None:
+        devices = np.fromiter(label_of_device.keys(), np.int64, len(label_of_device))
     ids = list_ids(devices, links)
     if ids is None:
         return None

@@ -60,6 +60,8 @@ class _Geometry:
     classes: list[FlowClass]
     latency: list[float] | np.ndarray = field(default_factory=list, repr=False)
     class_of: list[int] | np.ndarray = field(default_factory=list, repr=False)
+    # whether each transfer crosses hosts, where found with the classes (else None)
+    crosses: np.ndarray | None = field(default=None, repr=False)
 
 
 class CollectiveRunner:
@@ -183,8 +185,10 @@ class CollectiveRunner:
             # per class (one per transfer, or per merged kind): its factor, and the class of
             # each transfer; the size from the representative's path
             merged = self._merged_at_once(phase, size) if merge else None
+            crosses = None
             if merged is not None:
                 factors, class_of, latency, tails, ends = merged
+                crosses = self._crosses(*ends)
             else:
                 factors, class_of, latency, tails = self._classes(phase, size, merge)
                 ends = None
@@ -204,8 +208,17 @@ class CollectiveRunner:
                 if orbits is not None:
                     symmetric = orbits.reduce(*(rating or (links, counts)))
                 flows.append(FlowClass(links, counts, factor, tail, pattern, rating, symmetric))
-            out.append(_Geometry(flows, latency, class_of))
+            out.append(_Geometry(flows, latency, class_of, crosses))
         return out
+
+    def _crosses(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
+        """Whether each connection ``src[i]`` -> ``dst[i]`` (device arrays a router's
+        ``path_ids`` accepted) crosses hosts, by the router's ``hosts`` when it reads this
+        runner's ``host_of``; else None (:meth:`_at_least` looks each one up)."""
+        hosts = getattr(self.router, "hosts", None)
+        if hosts is None or getattr(self.router, "host_of", None) is not self.host_of:
+            return None
+        return hosts(src, self.links) != hosts(dst, self.links)
 
     def _classes(self, phase, size: float, merge: bool):
         """(factor of each class, class of each transfer, each transfer's path latency s,
@@ -269,13 +282,13 @@ class CollectiveRunner:
 
     def _floored(self, routed: _Geometry, phase, floor: tuple[float, float]) -> _Geometry:
         """``routed`` with its classes' tails under NCCL's per-step latency ``floor``."""
-        latency = self._at_least(routed.latency, phase.transfers, floor)
+        latency = self._at_least(routed.latency, phase.transfers, floor, routed.crosses)
         at_once = isinstance(latency, np.ndarray)  # routed by _merged_at_once
         tails = (_tails_at_once if at_once else _tails)(
             latency, phase, routed.class_of, len(routed.classes)
         )
         classes = [replace(c, tail_s=t) for c, t in zip(routed.classes, tails, strict=True)]
-        return _Geometry(classes, routed.latency, routed.class_of)
+        return _Geometry(classes, routed.latency, routed.class_of, routed.crosses)
 
     def _relayed(self, transfers) -> list[bool]:
         """Whether each transfer crosses NVLink to a PXN relay first (a relayed route under
@@ -285,13 +298,21 @@ class CollectiveRunner:
             return [False] * len(transfers)
         return [relay(t.src, t.dst) is not None for t in transfers]
 
-    def _at_least(self, latency: list[float] | np.ndarray, transfers, floor: tuple[float, float]):
+    def _at_least(
+        self,
+        latency: list[float] | np.ndarray,
+        transfers,
+        floor: tuple[float, float],
+        crosses: np.ndarray | None = None,
+    ):
         """Each transfer's path latency, at least NCCL's per-step latency of its protocol on
-        its kind of hop (``floor``: inside a host, across hosts; s)."""
-        host = self.host_of.get
+        its kind of hop (``floor``: inside a host, across hosts; s). ``crosses``: whether
+        each transfer crosses hosts, when known (:meth:`_crosses`)."""
         inside, across = floor
-        src, dst, _ = zip(*transfers, strict=True)  # Transfer: (src, dst, bytes)
-        crosses = list(map(ne, map(host, src, src), map(host, dst, dst)))
+        if crosses is None:
+            host = self.host_of.get
+            src, dst, _ = zip(*transfers, strict=True)  # Transfer: (src, dst, bytes)
+            crosses = list(map(ne, map(host, src, src), map(host, dst, dst)))
         if isinstance(latency, np.ndarray):  # np.maximum picks as max() does, element-wise
             return np.maximum(latency, np.where(crosses, across, inside))
         return [max(lat, across if c else inside) for lat, c in zip(latency, crosses, strict=True)]

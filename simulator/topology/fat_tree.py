@@ -333,6 +333,11 @@ class FatTreeRouter:
         relayed = self._spread_table(links).relays(src, dst)[1]
         return np.zeros(src.size, bool) if relayed is None else relayed
 
+    def hosts(self, devices, links) -> np.ndarray:
+        """The host of each device of ``devices`` (an integer array of devices, as
+        :meth:`path_ids` accepts them), as ``host_of`` says, as an array."""
+        return self._spread_table(links).host[devices]
+
     def relay(self, src: Node, dst: Node) -> int | None:
         """The GPU on ``src``'s host and ``dst``'s rail a PXN connection crosses NVLink to
         (None: the connection leaves through ``src``'s own NIC)."""

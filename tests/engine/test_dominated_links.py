@@ -126,3 +126,27 @@ def test_runs_leaving_dominated_links_out_equal_runs_keeping_them(case, monkeypa
     # and as many classes with a rating of one link per orbit: a twin kept on one GPU only
     # (a slowed PCIe link) leaves the orbit of the rest whole
     assert kept_reduced == sum(reduced) > 0
+
+
+def test_hops_found_by_the_routers_hosts_are_the_ones_looked_up(monkeypatch):
+    # a merged phase's transfers across hosts (NCCL's per-step floor) from the fat-tree's
+    # host array (CollectiveRunner._crosses) against one host_of lookup per transfer
+    path, overrides, _ = CASES["data-parallel trees"]
+    # at DP 256: a tree phase of 510 transfers, past MERGE_ABOVE, is classed all at once
+    wider = ["cluster.gpus=4096", "cluster.topology.nodes=512", "training.global_batch=2048"]
+    s = api.load(path, overrides + wider)
+    step = api.build_step(api.build_plan(s, api.build_topology(s.cluster)))
+    found = []
+    real = CollectiveRunner._crosses
+
+    def recording(self, src, dst):
+        out = real(self, src, dst)
+        found.append(out is not None and bool(out.any()))
+        return out
+
+    monkeypatch.setattr(CollectiveRunner, "_crosses", recording)
+    by_array = api.simulate(step, api.build_topology(s.cluster))
+    assert any(found)  # not vacuous: the trees' hops were found as arrays, some across hosts
+    monkeypatch.setattr(CollectiveRunner, "_crosses", lambda self, src, dst: None)
+    by_lookup = api.simulate(step, api.build_topology(s.cluster))
+    assert by_array.frame.equals(by_lookup.frame)  # task for task, to the bit

@@ -223,9 +223,12 @@ def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
     n = len(group)
     if n == 1:
         return []
-    hosts = _by_host(group, loc)
+    # every member on a host of its own (a data-parallel group of one GPU per node): no
+    # chains, found by a set of the hosts rather than a list per host
+    alone = len(set(map(loc.host_of.get, group, group))) == n
+    hosts = [] if alone else _by_host(group, loc)
     g = len(hosts[0]) if hosts else 0
-    if len(hosts) < 2 or g < 2 or any(len(h) != g for h in hosts):
+    if alone or len(hosts) < 2 or g < 2 or any(len(h) != g for h in hosts):
         depth = _trees_and_depth(n)[1]
         children, parents = _tree_ends(n)
         child = list(map(group.__getitem__, children))

@@ -705,14 +705,15 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations, steps=N
         return steps.build(plan, repeat, steady)
 
     step = perturb(built(repeat), perturbations)
-    tries = 0
+    retries: list[SteadyState] | None = None  # after the first state: the ones worth trying
     while True:
         try:
             sim = simulate(step, topo, perturbations, track_links)
             break
         except NotRepeating as why:
-            tries += 1
-            longer = _next_steady_state(plan, step.steady, str(why)) if tries == 1 else None
+            if retries is None:
+                retries = _steady_state_retries(plan, step.steady, str(why))
+            longer = retries.pop(0) if retries else None
             log.info(
                 "%s: the steady state does not repeat (%s); %s",
                 scenario.name or "scenario",
@@ -780,18 +781,26 @@ class StepCache:
 
 
 def _next_steady_state(plan: Plan, tried: SteadyState | None, why: str = "") -> SteadyState | None:
-    """After ``tried`` did not repeat, once: a warm-up four times as long, where stages of
+    """The first state :func:`_steady_state_retries` would try after ``tried``; None: none."""
+    retries = _steady_state_retries(plan, tried, why)
+    return retries[0] if retries else None
+
+
+def _steady_state_retries(plan: Plan, tried: SteadyState | None, why: str = "") -> list:
+    """After ``tried`` did not repeat, each in turn: a warm-up four times as long, where stages of
     unequal speed take that long to settle (zero-bubble schedules, whose deferred weight
     gradients fill the faster stages' slack over several micro-batches: ZB-H1 on 4 unequal
-    stages settles after 12), if that still halves the micro-batches. Else twice the period
+    stages settles after 12), if that still halves the micro-batches; then twice the period
     and a warm-up up to twice as long, as long as fits in half the micro-batches: a 1F1B
     pipeline whose end stages are a layer lighter can settle into a state that repeats every
     two micro-batches, not every one (the 28.3B zero-bubble model on 32 stages: 27.32 and
     28.12 ms between successive micro-batches on every stage), and needs a warm-up of about
     1.5p to reach it; only when ``why`` (the check's reason) says the periods differ in time,
-    not when, say, a task outside the micro-batches ran during them. None when neither fits."""
+    not when, say, a task outside the micro-batches ran during them. Those that fit, in that
+    order: a 1F1B state of period two on 8 stages and 512 micro-batches does not repeat after
+    the longer warm-up either, and the doubled period then costs a sixth of simulating all."""
     if tried is None:
-        return None
+        return []
     m, p, v = plan.micro_batches, plan.scenario.parallelism.pp, plan.chunks_per_stage
 
     def fits(s: SteadyState | None) -> bool:
@@ -800,7 +809,7 @@ def _next_steady_state(plan: Plan, tried: SteadyState | None, why: str = "") -> 
     candidates = [tried.longer_warm_up()]
     if why.startswith(SHIFT_DIFFERS):
         candidates.append(tried.doubled_period(m))
-    return next((s for s in candidates if fits(s)), None)
+    return [s for s in candidates if fits(s)]
 
 
 def _result(scenario, step, sim, track_links) -> RunResult:

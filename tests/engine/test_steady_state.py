@@ -306,3 +306,44 @@ def test_packed_twin_search_finds_what_the_join_finds(case, monkeypatch):
     assert packed == joined
     assert isinstance(packed["as is"], Repeat)
     assert all(isinstance(packed[k], str) for k in cases if k != "as is")
+
+
+def test_both_retries_are_tried_before_simulating_all(monkeypatch, caplog):
+    # 1F1B on the zero-bubble paper's 28.3B model, 8 stages, 512 micro-batches: its state
+    # repeats every two micro-batches, so the longer warm-up (which fits in half of 512) fails
+    # too; the doubled period is tried next, not the whole step (a sixth of its cost)
+    path = "scenarios/validation/zerobubble-28.3b.yaml"
+    over = ["training.micro_batch=1", "training.global_batch=512"]
+    over.append("parallelism.pipeline.schedule=1f1b")
+    s = api.load(path, over)
+    plan = api.build_plan(s)
+    first = api.build_step(plan, repeat=True).steady
+    shifted = steady_state.SHIFT_DIFFERS + " (off by up to 0.000803 s)"
+    retries = api._steady_state_retries(plan, first, shifted)
+    assert retries == [first.longer_warm_up(), first.doubled_period(512)]
+    assert [r.period for r in retries] == [1, 2] and retries[0].head == 4 * first.head
+    # the run tries them in that order, then the whole step (steps and simulations stubbed:
+    # every repeating state is refused; what is checked is the order of the states built)
+    from types import SimpleNamespace
+
+    built = []
+
+    def build(plan, compute_model=None, repeat=False, steady=None):
+        state = (steady or first) if repeat else None  # the builder's own state first
+        built.append(state)
+        return SimpleNamespace(steady=state)
+
+    def simulate(step, *args, **kwargs):
+        if step.steady is not None:
+            raise api.NotRepeating(shifted)
+        return "simulated"
+
+    monkeypatch.setattr(api, "build_plan", lambda *a, **k: plan)
+    monkeypatch.setattr(api, "build_step", build)
+    monkeypatch.setattr(api, "simulate", simulate)
+    monkeypatch.setattr(api, "perturb", lambda step, perturbations: step)
+    monkeypatch.setattr(api, "_result", lambda scenario, step, sim, track: sim)
+    with caplog.at_level(logging.INFO, logger="simulator.api"):
+        assert api._run_once(s, None, None, False, ()) == "simulated"
+    assert built == [first, *retries, None]
+    assert caplog.text.count("does not repeat") == 3 and "simulating all" in caplog.text

@@ -145,7 +145,8 @@ def main() -> None:
         "--pairs",
         type=int,
         default=0,
-        help="also run dp8 and dp1024 back to back this many times: the median ratio",
+        help="also run dp8 and dp1024 back to back this many times: the median ratio of "
+        "first runs and of later runs (each process runs its case --again times more, at least 3)",
     )
     args = parser.parse_args()
     unknown = [c for c in args.cases if c not in CASES]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Literal, NamedTuple
@@ -22,11 +22,13 @@ class Transfer(NamedTuple):
     bytes_: float
 
 
-def transfers_of(src: Iterable[Node], dst: Iterable[Node], bytes_: Iterable[float]) -> tuple:
+def transfers_of(src: Sequence[Node], dst: Sequence[Node], bytes_: Iterable[float]) -> tuple:
     """``Transfer(s, d, b)`` for each (s, d, b) of the three, made by ``tuple.__new__`` in C
     rather than the named tuple's Python-level ``__new__``: the same tuples, in half the time
     (a 1,024-rank tree's 4,092 per size). ``bytes_`` may be endless (``itertools.repeat``):
-    ``src`` and ``dst``, of one length, say how many."""
+    ``src`` and ``dst``, of one length (ValueError otherwise), say how many."""
+    if len(src) != len(dst):
+        raise ValueError(f"{len(src)} sources for {len(dst)} destinations")
     return tuple(map(tuple.__new__, repeat(Transfer), zip(src, dst, bytes_, strict=False)))
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 import numpy as np
@@ -96,7 +96,7 @@ class Executor:
         env: simpy.Environment,
         graph: TaskGraph,
         runner: CollectiveRunner,
-        device_of: dict[int, int],
+        device_of: Mapping[int, int],
         locality: Locality,
         interference: float = 0.0,
     ):

@@ -3,14 +3,15 @@
 A run places rank ``r`` on the topology's ``r``-th device, and the topologies number their
 devices ``0 .. n-1``: rank ``r`` on device ``r``. A 16,384-GPU job's placement as a dict is
 16K entries built, read back and checked in every run (about 5 ms of a 0.1 s step at DP
-1,024); :class:`RanksOnDevices` says the same in two integers. :class:`DeviceLabels` is a
-device -> label mapping held as two arrays (the orbit labels of a symmetric run:
-:mod:`simulator.engine.orbits`). Both are read-only ``Mapping``\\ s, so code that takes a dict
-takes them too.
+1,024); :class:`RanksOnDevices` says the same in one integer. :class:`DeviceLabels` is a
+device -> label mapping held as two arrays (the orbit labels of a symmetric run, which
+:mod:`simulator.engine.orbits` reads as the arrays). Both are read-only ``Mapping``\\ s that
+compare equal to the dicts they stand for, so code that takes a dict takes them too.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Mapping
 
 import numpy as np
@@ -27,8 +28,14 @@ class RanksOnDevices(Mapping):
         self.n = n
 
     def __getitem__(self, rank) -> int:
-        if isinstance(rank, (int, np.integer)) and 0 <= rank < self.n:
-            return int(rank)
+        try:  # any key a dict of int keys would find: ints, numpy ints, bools, 2.0
+            r = operator.index(rank)
+        except TypeError:
+            if not (isinstance(rank, float) and rank.is_integer()):
+                raise KeyError(rank) from None
+            r = int(rank)
+        if 0 <= r < self.n:
+            return r
         raise KeyError(rank)
 
     def __iter__(self) -> Iterator[int]:
@@ -36,12 +43,6 @@ class RanksOnDevices(Mapping):
 
     def __len__(self) -> int:
         return self.n
-
-    def keys(self) -> range:  # type: ignore[override]
-        return range(self.n)
-
-    def values(self) -> range:  # type: ignore[override]
-        return range(self.n)
 
     def __eq__(self, other) -> bool:
         if isinstance(other, RanksOnDevices):
@@ -76,12 +77,6 @@ class DeviceLabels(Mapping):
 
     def __len__(self) -> int:
         return int(self.devices.size)
-
-    def keys(self) -> list[int]:  # type: ignore[override]
-        return self.devices.tolist()
-
-    def values(self) -> list[int]:  # type: ignore[override]
-        return self.labels.tolist()
 
     def __repr__(self) -> str:
         return f"DeviceLabels({self.devices.size} devices)"

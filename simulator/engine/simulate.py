@@ -86,7 +86,7 @@ def time_collective(
 
 
 def run_taskgraph(
-    model: NetworkModel, graph: TaskGraph, device_of: dict[int, int]
+    model: NetworkModel, graph: TaskGraph, device_of: Mapping[int, int]
 ) -> tuple[Trace, NetworkStats]:
     """Simulate ``graph`` with ranks placed by ``device_of``; return its trace."""
     trace, stats, _ = run_taskgraph_with_memory(model, graph, device_of)
@@ -96,7 +96,7 @@ def run_taskgraph(
 def run_taskgraph_with_memory(
     model: NetworkModel,
     graph: TaskGraph,
-    device_of: dict[int, int],
+    device_of: Mapping[int, int],
     track_links: bool = False,
     interference: float = 0.0,
 ) -> tuple[Trace, NetworkStats, list[tuple[int, float, float]]]:
@@ -121,7 +121,7 @@ class EngineRun:
 def run_engine(
     model: NetworkModel,
     graph: TaskGraph,
-    device_of: dict[int, int],
+    device_of: Mapping[int, int],
     track_links: bool = False,
     interference: float = 0.0,
     orbit_labels: Mapping[int, int] | None = None,

@@ -18,7 +18,8 @@ memory events: what came before the window as it is, the second period ``k`` mor
 ``delta`` later, and everything after the window (the cool-down, the gradient synchronisation,
 the optimizer) ``k delta`` later, micro-batches renumbered. The engine is deterministic, so a
 state that repeats once repeats every time; the tests compare the result with the full
-simulation record by record. When the check fails the caller simulates the full step.
+simulation record by record. When the check fails the caller tries a longer warm-up or a
+longer period (``api._steady_state_retries``), and simulates the full step when those fail too.
 
 What is not repeated: ``NetworkStats`` (the engine's own counters, ``network_rerates``, count
 the work actually done) and per-link loads, which is why a run that tracks links is
@@ -37,7 +38,7 @@ from simulator.pipelines import SteadyState
 TOLERANCE_S = 1e-9  # a twin's start and end may differ from +delta by this much (s)
 SHIFT_DIFFERS = "the second period is not the first shifted"
 """How :func:`find_repeat`'s reason starts when every task has its twin but not at one
-shift: the state may repeat over more micro-batches (``api._next_steady_state``)."""
+shift: the state may repeat over more micro-batches (``api._steady_state_retries``)."""
 _KEY = ["rank", "stream", "kind", "phase", "name", "layer", "microbatch"]
 _TEXT = ["stream", "kind", "phase", "name"]
 

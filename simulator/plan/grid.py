@@ -32,15 +32,19 @@ DIMS = ("tp", "cp", "pp", "dp")
 
 
 class RankGroups(Sequence):
-    """Groups of ranks of one size as the rows of an (n, width) int64 array, read as a
-    sequence of tuples (iteration, indexing, ``len``, ``==``): a 16,384-GPU job's 8,191
-    pipeline pairs of a stage, or its 1,023 other TP groups, made, checked and routed as
-    arrays (:attr:`array`) without a tuple per group. Hashable by value; read-only."""
+    """Groups of ranks of one size as the rows of an (n, width) int64 array, read as the
+    tuple of tuples it stands for (iteration, indexing, ``len``, ``==`` and ``hash`` as that
+    tuple's): a 16,384-GPU job's 8,191 pipeline pairs of a stage, or its 1,023 other TP
+    groups, made, checked and routed as arrays (:attr:`array`) without a tuple per group.
+    Read-only; integers only."""
 
     __slots__ = ("array",)
 
     def __init__(self, array) -> None:
-        a = np.array(array, dtype=np.int64)
+        a = np.asarray(array)
+        if a.size and a.dtype.kind not in "iu":
+            raise TypeError(f"RankGroups takes integer ranks, not {a.dtype}")
+        a = np.array(a, dtype=np.int64)
         if a.ndim != 2:
             raise ValueError(f"RankGroups takes an (n, width) array, not shape {a.shape}")
         a.setflags(write=False)
@@ -59,23 +63,24 @@ class RankGroups(Sequence):
 
     def __eq__(self, other) -> bool:
         if isinstance(other, RankGroups):
-            return self.array.shape == other.array.shape and bool((self.array == other.array).all())
+            if len(self) != len(other):
+                return False
+            return len(self) == 0 or (
+                self.array.shape == other.array.shape and bool((self.array == other.array).all())
+            )
         if isinstance(other, Sequence) and not isinstance(other, str):
-            return list(self) == [tuple(x) for x in other]
+            return list(self) == list(other)  # [(0, 1)] == [[0, 1]] is False, as for tuples
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash((self.array.shape, self.array.tobytes()))
+        return hash(tuple(self))  # the tuple of tuples', as == says they are equal
 
     def __repr__(self) -> str:
         n, width = self.array.shape
         return f"RankGroups({n} groups of {width})"
 
-    def __getstate__(self):
-        return self.array
-
-    def __setstate__(self, array) -> None:
-        self.__init__(array)
+    def __reduce__(self):
+        return RankGroups, (self.array,)
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,7 @@ class GraphBuilder:
     def _copies(self, rank: int, kind: str, group: tuple[int, ...]) -> int:
         """Index of the symmetric copies of ``rank``'s ``kind`` group at its stage: every other
         group of that kind among the stage's ranks, in the order of their first rank at the
-        stage. Grid kinds come from the grid's strides (:meth:`RankGrid.other_groups`; a
+        stage. Grid kinds come from the grid's strides (:meth:`RankGrid.other_groups_array`; a
         pipeline pair from each of the stage's ranks); expert groups are found one by one (a
         rank already in a found group is skipped, so the cost is linear in the stage's ranks)."""
         if not self.plan.symmetric:
@@ -240,6 +240,8 @@ class GraphBuilder:
             covered.update(g)
             if g != group:
                 found.append(g)
+        if any(len(g) != len(group) for g in found):
+            raise ValueError(f"the {kind} groups of a stage differ in size: {len(group)} and more")
         return RankGroups(np.array(found, np.int64).reshape(len(found), len(group)))
 
     # -- finishing -----------------------------------------------------------------------

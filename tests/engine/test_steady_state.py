@@ -323,7 +323,8 @@ def test_both_retries_are_tried_before_simulating_all(monkeypatch, caplog):
     assert retries == [first.longer_warm_up(), first.doubled_period(512)]
     assert [r.period for r in retries] == [1, 2] and retries[0].head == 4 * first.head
     # the run tries them in that order, then the whole step (steps and simulations stubbed:
-    # every repeating state is refused; what is checked is the order of the states built)
+    # every repeating state is refused; what is checked is the order of the states built; that
+    # a doubled period's expansion is the whole run, to 1e-9, is the test above's)
     from types import SimpleNamespace
 
     built = []
@@ -333,9 +334,11 @@ def test_both_retries_are_tried_before_simulating_all(monkeypatch, caplog):
         built.append(state)
         return SimpleNamespace(steady=state)
 
+    reasons = {}  # the refusal of each state tried (default: the periods differ in time)
+
     def simulate(step, *args, **kwargs):
         if step.steady is not None:
-            raise api.NotRepeating(shifted)
+            raise api.NotRepeating(reasons.get(step.steady, shifted))
         return "simulated"
 
     monkeypatch.setattr(api, "build_plan", lambda *a, **k: plan)
@@ -347,3 +350,9 @@ def test_both_retries_are_tried_before_simulating_all(monkeypatch, caplog):
         assert api._run_once(s, None, None, False, ()) == "simulated"
     assert built == [first, *retries, None]
     assert caplog.text.count("does not repeat") == 3 and "simulating all" in caplog.text
+    # a longer warm-up refused for another reason (a task outside the micro-batches in the
+    # window): a longer period would not help, so the whole step comes next
+    built.clear()
+    reasons[retries[0]] = "a task outside the micro-batches runs"
+    assert api._run_once(s, None, None, False, ()) == "simulated"
+    assert built == [first, retries[0], None]

@@ -35,9 +35,14 @@ def test_rank_groups_read_as_the_tuples_they_hold():
     assert isinstance(groups, RankGroups) and groups.array.shape == (1, 4)
     assert list(groups) == tuples and groups == tuples and len(groups) == len(tuples)
     assert groups[0] == tuples[0] and groups[-1:] == tuples[-1:]
-    assert hash(groups) == hash(RankGroups(groups.array.copy()))
-    assert pickle.loads(pickle.dumps(groups)) == groups
-    assert RankGroups(np.zeros((0, 2))) == [] and groups != [(0, 2, 4, 6)]
+    assert hash(groups) == hash(RankGroups(groups.array.copy())) == hash(tuple(tuples))
+    assert groups in {tuple(tuples)}  # equal to its tuple of tuples, and hashed as it
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(groups, protocol)) == groups
+    assert RankGroups(np.zeros((0, 2), int)) == [] == RankGroups(np.zeros((0, 3), int))
+    assert groups != [(0, 2, 4, 6)] and groups != (1, 2) and groups != [list(tuples[0])]
+    with pytest.raises(TypeError):
+        RankGroups([[0.5, 1.0]])  # ranks are integers: not truncated
     with pytest.raises(ValueError):
         groups.array[0, 0] = 99  # read-only: a copy set is shared by a graph's runs
     with pytest.raises(ValueError, match="shape"):

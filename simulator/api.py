@@ -783,13 +783,6 @@ class StepCache:
         return step
 
 
-def _next_steady_state(plan: Plan, tried: SteadyState | None, why: str = "") -> SteadyState | None:
-    """The first state :func:`_steady_state_retries` would try after ``tried`` (None: none):
-    what the run tries first, as the steady-state tests check it."""
-    retries = _steady_state_retries(plan, tried, why)
-    return retries[0] if retries else None
-
-
 def _steady_state_retries(plan: Plan, tried: SteadyState | None, why: str = "") -> list:
     """After ``tried`` did not repeat, each in turn: a warm-up four times as long, where stages of
     unequal speed take that long to settle (zero-bubble schedules, whose deferred weight

@@ -60,8 +60,8 @@ class _Geometry:
     classes: list[FlowClass]
     latency: list[float] | np.ndarray = field(default_factory=list, repr=False)
     class_of: list[int] | np.ndarray = field(default_factory=list, repr=False)
-    # whether each transfer crosses hosts, where found with the classes (else None)
-    crosses: np.ndarray | None = field(default=None, repr=False)
+    # whether each transfer crosses hosts (NCCL's per-step floor differs across them)
+    crosses: list[bool] | np.ndarray = field(default_factory=list, repr=False)
 
 
 class CollectiveRunner:
@@ -185,13 +185,12 @@ class CollectiveRunner:
             # per class (one per transfer, or per merged kind): its factor, and the class of
             # each transfer; the size from the representative's path
             merged = self._merged_at_once(phase, size) if merge else None
-            crosses = None
             if merged is not None:
                 factors, class_of, latency, tails, ends = merged
-                crosses = self._crosses(*ends)
             else:
                 factors, class_of, latency, tails = self._classes(phase, size, merge)
                 ends = None
+            crosses = self._crosses(phase.transfers, ends)
             # every copy's route of each class, in (transfer, copy) order
             routes = self._spread_phase(plan.group, copies, phase, class_of, len(tails), fold, ends)
             if routes is None:
@@ -211,14 +210,16 @@ class CollectiveRunner:
             out.append(_Geometry(flows, latency, class_of, crosses))
         return out
 
-    def _crosses(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
-        """Whether each connection ``src[i]`` -> ``dst[i]`` (device arrays a router's
-        ``path_ids`` accepted) crosses hosts, by the router's ``hosts`` when it reads this
-        runner's ``host_of``; else None (:meth:`_at_least` looks each one up)."""
+    def _crosses(self, transfers, ends: tuple[np.ndarray, np.ndarray] | None):
+        """Whether each transfer crosses hosts: from ``ends`` (the transfers' device arrays a
+        router's ``path_ids`` accepted) by the router's ``hosts`` when it reads this runner's
+        ``host_of``, else one ``host_of`` lookup per transfer (a device not in it: its own)."""
         hosts = getattr(self.router, "hosts", None)
-        if hosts is None or getattr(self.router, "host_of", None) is not self.host_of:
-            return None
-        return hosts(src, self.links) != hosts(dst, self.links)
+        if ends is not None and hosts and getattr(self.router, "host_of", None) is self.host_of:
+            return hosts(ends[0], self.links) != hosts(ends[1], self.links)
+        host = self.host_of.get
+        src, dst, _ = zip(*transfers, strict=True)  # Transfer: (src, dst, bytes)
+        return list(map(ne, map(host, src, src), map(host, dst, dst)))
 
     def _classes(self, phase, size: float, merge: bool):
         """(factor of each class, class of each transfer, each transfer's path latency s,
@@ -282,7 +283,7 @@ class CollectiveRunner:
 
     def _floored(self, routed: _Geometry, phase, floor: tuple[float, float]) -> _Geometry:
         """``routed`` with its classes' tails under NCCL's per-step latency ``floor``."""
-        latency = self._at_least(routed.latency, phase.transfers, floor, routed.crosses)
+        latency = self._at_least(routed.latency, routed.crosses, floor)
         at_once = isinstance(latency, np.ndarray)  # routed by _merged_at_once
         tails = (_tails_at_once if at_once else _tails)(
             latency, phase, routed.class_of, len(routed.classes)
@@ -298,21 +299,12 @@ class CollectiveRunner:
             return [False] * len(transfers)
         return [relay(t.src, t.dst) is not None for t in transfers]
 
-    def _at_least(
-        self,
-        latency: list[float] | np.ndarray,
-        transfers,
-        floor: tuple[float, float],
-        crosses: np.ndarray | None = None,
-    ):
+    @staticmethod
+    def _at_least(latency: list[float] | np.ndarray, crosses, floor: tuple[float, float]):
         """Each transfer's path latency, at least NCCL's per-step latency of its protocol on
-        its kind of hop (``floor``: inside a host, across hosts; s). ``crosses``: whether
-        each transfer crosses hosts, when known (:meth:`_crosses`)."""
+        its kind of hop (``floor``: inside a host, across hosts; s); ``crosses``: whether
+        each transfer crosses hosts (:meth:`_crosses`)."""
         inside, across = floor
-        if crosses is None:
-            host = self.host_of.get
-            src, dst, _ = zip(*transfers, strict=True)  # Transfer: (src, dst, bytes)
-            crosses = list(map(ne, map(host, src, src), map(host, dst, dst)))
         if isinstance(latency, np.ndarray):  # np.maximum picks as max() does, element-wise
             return np.maximum(latency, np.where(crosses, across, inside))
         return [max(lat, across if c else inside) for lat, c in zip(latency, crosses, strict=True)]
@@ -436,21 +428,8 @@ class CollectiveRunner:
             ends is None and not all(type(t.src) is int and type(t.dst) is int for t in transfers)
         ):
             return None
-        # copy x position, the group first (8,192 pipeline pairs: RankGroups' array, or
-        # filled from one flat iterator, in C)
         width = len(group)
-        array = getattr(copies, "array", None)
-        if array is not None:
-            if array.shape[1:] != (width,) and len(copies):
-                raise ValueError("a collective's copies must have as many members as its group")
-            devices = np.concatenate([np.array([group], np.int64), array.reshape(-1, width)])
-        else:
-            groups = [group, *copies]
-            if set(map(len, groups)) != {width}:
-                raise ValueError("a collective's copies must have as many members as its group")
-            devices = np.fromiter(
-                itertools.chain.from_iterable(groups), np.int64, width * len(groups)
-            ).reshape(len(groups), width)
+        devices = _device_rows(group, copies)
         n_groups = devices.shape[0]
         if ends is not None and len(set(group)) == width:  # positions by an array
             # over every device named (ends are devices, >= 0: path_ids accepted them)
@@ -509,6 +488,25 @@ class CollectiveRunner:
             network.call_in(base_latency_s, _run_phase, network, geometry, 0, scale, on_done)
         else:
             _run_phase(network, geometry, 0, scale, on_done)
+
+
+_UNEVEN_COPIES = "a collective's copies must have as many members as its group"
+
+
+def _device_rows(group: Sequence[int], copies: Sequence[Sequence[int]]) -> np.ndarray:
+    """The group and its copies as rows of devices (copy x position, the group first): a
+    :class:`~simulator.plan.grid.RankGroups`' array as it is (a stage's 8,191 pipeline
+    pairs), other copies through one flat iterator, in C."""
+    width = len(group)
+    array = getattr(copies, "array", None)
+    if array is None:
+        if any(len(c) != width for c in copies):
+            raise ValueError(_UNEVEN_COPIES)
+        flat = itertools.chain.from_iterable(copies)
+        array = np.fromiter(flat, np.int64, width * len(copies)).reshape(-1, width)
+    elif len(copies) and array.shape[1] != width:
+        raise ValueError(_UNEVEN_COPIES)
+    return np.concatenate([np.array([group], np.int64), array.reshape(-1, width)])
 
 
 def delayed_phase(geometry: list[_Geometry], base_latency_s: float) -> list[FlowClass] | None:

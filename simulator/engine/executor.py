@@ -230,31 +230,28 @@ class Executor:
         return self.interference * min(1.0, bus_Bps / self._ref_Bps)
 
     def _scale_up_Bps(self) -> float:
-        """The hop bandwidth between two devices of one host (inf: no host has two)."""
+        """The hop bandwidth between two devices of one host (inf: no host has two): the
+        first host in device order with two devices, its lowest two. Devices in order, each
+        host's first remembered; the walk stops when the first device's host repeats (devices
+        0 and 1 on host 0: nothing earlier can win), else it ends having seen every pair."""
         if self._ranks_are_devices:
             devices: Sequence[int] = range(len(self.device_of))
         else:
             devices = sorted(set(self.device_of.values()))
         host_of = self.runner.host_of.get
-        # the usual answer found at once: the first device's host is the first to repeat
-        # (devices 0 and 1 on host 0), so it is the first host in device order with two
-        seen: set = set()
+        first: dict = {}  # host -> its first device, in device order
+        pair: dict = {}  # host -> its first two devices
         for d in devices:
             h = host_of(d, d)
-            if h in seen:
-                if h == host_of(devices[0], devices[0]):
-                    return hop_bandwidth(self.runner.links, self.runner.router, (devices[0], d))
-                break
-            seen.add(h)
-        hosts = list(map(host_of, devices, devices))
-        count = Counter(hosts)
-        # the first host (in device order) with two devices, its lowest two
-        host = next((h for h in dict.fromkeys(hosts) if count[h] > 1), None)
+            f = first.setdefault(h, d)
+            if f != d and h not in pair:
+                pair[h] = (f, d)
+                if f == devices[0]:
+                    break
+        host = next((h for h in first if h in pair), None)
         if host is None:
             return math.inf
-        i = hosts.index(host)
-        pair = (devices[i], devices[hosts.index(host, i + 1)])
-        return hop_bandwidth(self.runner.links, self.runner.router, pair)
+        return hop_bandwidth(self.runner.links, self.runner.router, pair[host])
 
     def _comm_count(self, rank: int, s: float, delta: int) -> None:
         """Add (``delta`` 1) or remove (-1) a collective of slowdown ``s`` in flight on

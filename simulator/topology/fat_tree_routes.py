@@ -315,9 +315,12 @@ class SpreadTable:
         lengths = np.array([0, 2, 4, 6, 8], np.int64)[kind]
         h = ecmp_hash_array(src, dst, key)
         up, core, down = h % max(s, 1), (h >> 8) % max(c, 1), (h >> 16) % max(s, 1)
+        # each path a row as wide as the longest (as :meth:`routes` lays them out), each
+        # kind's rows filled at once
         dev = self.device_links
         columns = {
-            **self._local_columns(),
+            _HOST: lambda a, b, k: [dev[a, 0:1], dev[b, 1:2]],
+            _LEAF: lambda a, b, k: [dev[a, 2:4], dev[b, 4:6]],
             _POD: lambda a, b, k: [
                 dev[a, 2:4],
                 self.leaf_up[leaf_s[k], up[k]][:, None],
@@ -333,32 +336,19 @@ class SpreadTable:
                 dev[b, 4:6],
             ],
         }
-        ids = self._fill(kind, lengths, src, dst, columns)
-        if ids is None or relayed is None:
-            return None if ids is None else (ids, lengths)
+        ids = np.empty((src.size, int(lengths.max()) if src.size else 0), np.int64)
+        for k, make in columns.items():
+            rows = np.flatnonzero(kind == k)
+            if rows.size:
+                block = np.concatenate(make(src[rows], dst[rows], rows), axis=1)
+                ids[rows, : block.shape[1]] = block
+        (ids,) = _row_by_row(lengths, ids)
+        if (ids < 0).any():
+            return None
+        if relayed is None:
+            return ids, lengths
         found = self._with_relays(origin, src, relayed, ids, lengths)
         return None if found is None else (found[0], found[2])
-
-    def _local_columns(self) -> dict:
-        """Column makers of the routes inside a host and under one leaf (one path each)."""
-        dev = self.device_links
-        return {
-            _HOST: lambda a, b, k: [dev[a, 0:1], dev[b, 1:2]],
-            _LEAF: lambda a, b, k: [dev[a, 2:4], dev[b, 4:6]],
-        }
-
-    def _fill(self, kind, lengths, src, dst, columns) -> np.ndarray | None:
-        """Routes of the given ``lengths`` concatenated: the connections of each kind laid
-        out by ``columns[kind](sources, destinations, their positions)``."""
-        ends = np.cumsum(lengths)
-        start = ends - lengths
-        ids = np.empty(int(ends[-1]) if ends.size else 0, np.int64)
-        for k, make in columns.items():
-            sel = np.flatnonzero(kind == k)
-            if sel.size:
-                rows = np.concatenate(make(src[sel], dst[sel], sel), axis=1)
-                ids[start[sel][:, None] + np.arange(rows.shape[1])] = rows
-        return None if (ids < 0).any() else ids
 
     def routes(
         self, src: np.ndarray, dst: np.ndarray, folded: bool = False
@@ -424,13 +414,19 @@ class SpreadTable:
             ids[k, at[2] : at[3]] = self.pod_down[pod_d[k], :pod_span]
             ids[k, at[3] : at[4]] = self.leaf_down[leaf_d[k], :span]
             shares[k, 4 : at[4]] = share_cross[4:]
-        if n and (lengths == width).all():  # every route as long: the matrix row by row
-            ids, shares = ids.ravel(), shares.ravel()
-        else:
-            kept = np.flatnonzero(np.arange(width) < lengths[:, None])  # row by row
-            ids, shares = ids.ravel().take(kept), shares.ravel().take(kept)
+        ids, shares = _row_by_row(lengths, ids, shares)
         if (ids < 0).any():
             return None  # a link spread would not find (a malformed graph): route one by one
         if relayed is None:
             return ids, shares, lengths
         return self._with_relays(origin, src, relayed, ids, lengths, shares)
+
+
+def _row_by_row(lengths: np.ndarray, *matrices: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The first ``lengths[i]`` entries of row ``i`` of each matrix (one row per route, as
+    wide as the longest), concatenated row by row: the routes one after another."""
+    n, width = matrices[0].shape
+    if n and (lengths == width).all():  # every route as long: the matrices as they are
+        return tuple(m.ravel() for m in matrices)
+    kept = np.flatnonzero(np.arange(width) < lengths[:, None])
+    return tuple(m.ravel().take(kept) for m in matrices)

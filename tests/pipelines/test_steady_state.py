@@ -51,7 +51,7 @@ def test_no_repeat_unless_it_halves_the_micro_batches():
     m=st.integers(1, 4096),
 )
 def test_doubled_period_fits_and_leaves_out_whole_periods(q, head_periods, tail_periods, m):
-    # the retry after a state that did not repeat (api._next_steady_state): find_repeat needs
+    # the retry after a state that did not repeat (api._steady_state_retries): find_repeat needs
     # the micro-batches left out to be whole periods, and the retry must still halve them
     tried = SteadyState(head_periods * q, q, tail_periods * q)
     doubled = tried.doubled_period(m)

@@ -191,16 +191,27 @@ class CollectiveRunner:
                 factors, class_of, latency, tails = self._classes(phase, size, merge)
                 ends = None
             crosses = self._crosses(phase.transfers, ends)
-            # every copy's route of each class, in (transfer, copy) order
-            routes = self._spread_phase(plan.group, copies, phase, class_of, len(tails), fold, ends)
-            if routes is None:
-                if mappings is None:
-                    groups = [plan.group, *map(tuple, copies)]
-                    mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
-                routes = self._route_phase(groups, mappings, phase, class_of, len(tails))
+            # each class's links and copies per link: counted from the endpoints where the
+            # router can (folded routes), else from every copy's route of each class, in
+            # (transfer, copy) order
+            per_link = (
+                self._counted(plan.group, copies, phase, class_of, len(tails), ends)
+                if fold
+                else None
+            )
+            if per_link is None:
+                routes = self._spread_phase(
+                    plan.group, copies, phase, class_of, len(tails), fold, ends
+                )
+                if routes is None:
+                    if mappings is None:
+                        groups = [plan.group, *map(tuple, copies)]
+                        mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
+                    routes = self._route_phase(groups, mappings, phase, class_of, len(tails))
+                n_links = len(self.links)
+                per_link = [_copies_per_link(ids, shares, n_links) for ids, shares in routes]
             flows = []
-            for (ids, shares), tail, factor in zip(routes, tails, factors, strict=True):
-                links, counts = _copies_per_link(ids, shares, len(self.links))
+            for (links, counts), tail, factor in zip(per_link, tails, factors, strict=True):
                 rating = self._rating(links, counts, same)
                 pattern = (next(_SHAPES), len(flows))
                 symmetric = None
@@ -423,10 +434,47 @@ class CollectiveRunner:
         declines, or an endpoint is not a device (an NVLS switch). ``ends``: the transfers'
         (source, destination) devices as arrays, when known."""
         spread_ids = getattr(self.router, "spread_ids", None)
+        found = None if spread_ids is None else self._connections(group, copies, phase, ends)
+        if found is None:
+            return None
+        src, dst, n_groups = found
+        routed = spread_ids(src, dst, self.links, folded=True) if folded else None
+        if routed is None:
+            routed = spread_ids(src, dst, self.links)
+        if routed is None:
+            return None
+        ids, shares, lengths = routed
+        entry_class = np.repeat(np.repeat(np.array(class_of), n_groups), lengths)
+        if n_classes == 1:
+            return [(ids, shares)]
+        if n_classes <= 8:  # a few merged kinds: a mask each beats sorting every entry
+            masks = [entry_class == k for k in range(n_classes)]
+            return [(ids[m], shares[m]) for m in masks]
+        order = np.argsort(entry_class, kind="stable")  # route order kept within a class
+        bounds = np.cumsum(np.bincount(entry_class, minlength=n_classes))[:-1]
+        return list(zip(np.split(ids[order], bounds), np.split(shares[order], bounds), strict=True))
+
+    def _counted(
+        self, group, copies, phase, class_of, n_classes: int, ends=None
+    ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Each class's (links ascending, copies per link) as :func:`_copies_per_link` of
+        :meth:`_spread_phase`'s folded routes gives them, to the bit, counted by the router's
+        ``spread_counts`` from the connections' endpoints; None when it has none or declines."""
+        spread_counts = getattr(self.router, "spread_counts", None)
+        found = None if spread_counts is None else self._connections(group, copies, phase, ends)
+        if found is None:
+            return None
+        src, dst, n_groups = found
+        klass = np.repeat(np.asarray(class_of, np.int64), n_groups)
+        return spread_counts(src, dst, klass, n_classes, self.links)
+
+    def _connections(self, group, copies, phase, ends=None):
+        """(sources, destinations, groups): every copy's every transfer of ``phase`` as device
+        arrays in (transfer, copy) order, the group first; None when an endpoint is not a
+        device (an NVLS switch). ``ends``: the transfers' (source, destination) devices as
+        arrays, when known."""
         transfers = phase.transfers
-        if spread_ids is None or (
-            ends is None and not all(type(t.src) is int and type(t.dst) is int for t in transfers)
-        ):
+        if ends is None and not all(type(t.src) is int and type(t.dst) is int for t in transfers):
             return None
         width = len(group)
         devices = _device_rows(group, copies)
@@ -444,21 +492,7 @@ class CollectiveRunner:
             position = dict(zip(group, range(len(group)), strict=True))
             src = devices[:, [position[t.src] for t in transfers]].T.ravel()
             dst = devices[:, [position[t.dst] for t in transfers]].T.ravel()
-        routed = spread_ids(src, dst, self.links, folded=True) if folded else None
-        if routed is None:
-            routed = spread_ids(src, dst, self.links)
-        if routed is None:
-            return None
-        ids, shares, lengths = routed
-        entry_class = np.repeat(np.repeat(np.array(class_of), n_groups), lengths)
-        if n_classes == 1:
-            return [(ids, shares)]
-        if n_classes <= 8:  # a few merged kinds: a mask each beats sorting every entry
-            masks = [entry_class == k for k in range(n_classes)]
-            return [(ids[m], shares[m]) for m in masks]
-        order = np.argsort(entry_class, kind="stable")  # route order kept within a class
-        bounds = np.cumsum(np.bincount(entry_class, minlength=n_classes))[:-1]
-        return list(zip(np.split(ids[order], bounds), np.split(shares[order], bounds), strict=True))
+        return src, dst, n_groups
 
     def run(
         self,

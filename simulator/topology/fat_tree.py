@@ -278,6 +278,16 @@ class FatTreeRouter:
             return None
         return self._spread_table(links).routes(src, dst, folded)
 
+    def spread_counts(self, src, dst, klass, n_classes: int, links):
+        """Per class of connections (``klass[i]``: connection ``i``'s, of ``n_classes``):
+        the links their folded :meth:`spread_ids` cross (ascending) and the sum of the shares
+        on each, as ``np.bincount`` of the routes gives it, without building the routes
+        (``SpreadTable.folded_counts``); None where that is not guaranteed: use
+        :meth:`spread_ids`."""
+        if self.ecmp_flows or not self._even_pods:
+            return None
+        return self._spread_table(links).folded_counts(src, dst, klass, n_classes, len(links))
+
     def path_ids(self, src, dst, key, links):
         """:meth:`path` of the connections ``src[i]`` -> ``dst[i]`` with ``key[i]`` (integer
         arrays) as link ids under ``links``: (ids, path length per connection), paths

@@ -421,6 +421,75 @@ class SpreadTable:
             return ids, shares, lengths
         return self._with_relays(origin, src, relayed, ids, lengths, shares)
 
+    def folded_counts(
+        self, src: np.ndarray, dst: np.ndarray, klass: np.ndarray, n_classes: int, n_links: int
+    ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Per class ``0 .. n_classes-1`` (``klass[i]``: connection ``i``'s): the links its
+        connections' folded :meth:`routes` cross (ascending) and the sum of their shares on
+        each, without building the routes: what ``np.bincount`` of the routes' entries gives,
+        to the bit. None where that is not guaranteed (an endpoint that is not a device, a
+        PXN relay, a group with a link missing, a link a route would not find): use
+        :meth:`routes`. ``n_links``: the size of the id space.
+
+        A folded route crosses its two devices' links (share 1), then its leaves' first
+        uplink and downlink (share 1/S each) and its pods' first core links (1/(S C)): every
+        link takes one share, whatever the connection's kind, so its sum over ``k`` entries
+        is ``k`` additions of that share in a row, whatever their order: ``np.cumsum`` of
+        ``k`` copies, which adds in a row too (a 1,024-rank tree phase and its 7 rail
+        copies: 16K connections counted by label, not 130K route entries sorted by link)."""
+        if self._outside(src, dst) or self.relays(src, dst)[1] is not None:
+            return None
+        kind, leaf_s, leaf_d, pod_s, pod_d = self._kinds(src, dst)
+        if not self._whole_groups(kind, leaf_s, leaf_d, pod_s, pod_d):
+            return None
+        s, c = self.n_spines, self.n_cores
+        dev = self.device_links
+        host = np.flatnonzero(kind == _HOST)
+        far = kind >= _POD
+        between = np.flatnonzero(kind >= _LEAF)
+        pods = np.flatnonzero(far)
+        cross = np.flatnonzero(kind == _CROSS)
+        # (links, their share's row in ``shares``) of every entry, and each entry's class
+        parts = [
+            (dev[src[host], 0], host, 0),
+            (dev[dst[host], 1], host, 0),
+            (dev[src[between], 2:4].ravel(), np.repeat(between, 2), 0),
+            (dev[dst[between], 4:6].ravel(), np.repeat(between, 2), 0),
+        ]
+        if pods.size:
+            parts += [
+                (self.leaf_up[leaf_s[pods], 0], pods, 1),
+                (self.leaf_down[leaf_d[pods], 0], pods, 1),
+            ]
+        if cross.size:
+            parts += [
+                (self.pod_up[pod_s[cross], 0], cross, 2),
+                (self.pod_down[pod_d[cross], 0], cross, 3),
+            ]
+        ids = np.concatenate([p[0] for p in parts])
+        if ids.size and ids.min() < 0:
+            return None
+        share_row = np.zeros(n_links, np.int8)  # the one share each link takes
+        for links, _, row in parts:
+            share_row[links] = row
+        entry_class = np.concatenate([klass[p[1]] for p in parts])
+        k = np.bincount(entry_class * n_links + ids, minlength=n_classes * n_links)
+        k = k.reshape(n_classes, n_links)
+        most = int(k.max()) if k.size else 0
+        # row r, column j: j + 1 additions of share r in a row (as bincount adds them)
+        share = self.share_cross
+        values = [
+            1.0,
+            *([share[4]] if s else []),
+            *([share[4 + s], share[4 + s + s * c]] if c else []),
+        ]
+        table = np.cumsum(np.repeat(np.array(values)[:, None], max(most, 1), axis=1), axis=1)
+        out = []
+        for row in k:
+            links = np.flatnonzero(row)
+            out.append((links, table[share_row[links], row[links] - 1]))
+        return out
+
 
 def _row_by_row(lengths: np.ndarray, *matrices: np.ndarray) -> tuple[np.ndarray, ...]:
     """The first ``lengths[i]`` entries of row ``i`` of each matrix (one row per route, as

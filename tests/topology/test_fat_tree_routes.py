@@ -173,3 +173,72 @@ def test_pxn_keeps_an_all_to_all_off_oversubscribed_uplinks():
     # at 1:1 PXN costs what it moves over NVLink at most: within 1% (the hop's latency and
     # an 8:1 NVLink-to-NIC bandwidth ratio)
     assert time(True, 1.0) == pytest.approx(time(False, 1.0), rel=0.01)
+
+
+def _counts_from_routes(router, links, src, dst, klass, n_classes):
+    """Each class's (links, summed shares) as the engine makes them from folded routes:
+    ``_copies_per_link`` of the class's route entries, in route order."""
+    from simulator.engine.collective import _copies_per_link
+
+    ids, shares, lengths = router.spread_ids(src, dst, links, folded=True)
+    entry = np.repeat(klass, lengths)
+    return [
+        _copies_per_link(ids[entry == k], shares[entry == k], len(links)) for k in range(n_classes)
+    ]
+
+
+def _check_counts(topo, links, src, dst, klass, n_classes):
+    src, dst = np.array(src, np.int64), np.array(dst, np.int64)
+    klass = np.array(klass, np.int64)
+    got = topo.router.spread_counts(src, dst, klass, n_classes, links)
+    if src.size and topo.router.relays(src, dst, links).any():  # PXN: declined
+        assert got is None
+        return
+    want = _counts_from_routes(topo.router, links, src, dst, klass, n_classes)
+    assert got is not None and len(got) == n_classes
+    for (a, b), (c, d) in zip(got, want, strict=True):
+        # the same links, and the same bits: k additions of one share in a row either way
+        assert a.tolist() == c.tolist()
+        # (bincount gives an empty class integer counts: no entry, nothing to add)
+        assert b.tobytes() == d.tobytes() and (b.dtype == d.dtype or not b.size)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), shape=st.sampled_from(sorted(SMALL)))
+def test_spread_counts_equal_the_folded_routes_counted(data, shape):
+    topo = fat_tree_topology(**SMALL[shape])
+    links = LinkTable(topo.graph)
+    n = topo.num_devices
+    n_classes = data.draw(st.integers(1, 4))
+    pairs = data.draw(
+        st.lists(
+            st.tuples(st.integers(0, n - 1), st.integers(0, n - 1), st.integers(0, n_classes - 1))
+        )
+    )
+    src, dst, klass = ([p[i] for p in pairs] for i in range(3))
+    _check_counts(topo, links, src, dst, klass, n_classes)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_spread_counts_equal_the_folded_routes_counted_at_scale(root, name):
+    # many connections per link: the sums of 1/S and 1/(S C) over thousands of entries
+    topo, links = _shipped(root, name)
+    n = topo.num_devices
+    rng = np.random.default_rng(11)
+    rails = topo.router.rails or 1
+    src = rng.integers(0, n, 20000)
+    dst = rng.integers(0, n // rails, 20000) * rails + src % rails  # same rail: no PXN relay
+    dst[:500] = src[:500]  # a device to itself: no link
+    _check_counts(topo, links, src, dst, rng.integers(0, 3, src.size), 3)
+
+
+def test_spread_counts_decline_pxn_and_hashed_ecmp():
+    rails = fat_tree_topology(**SMALL["rails"])
+    links = LinkTable(rails.graph)
+    one = np.zeros(1, np.int64)
+    assert (
+        rails.router.spread_counts(np.array([0]), np.array([5]), one, 1, links) is None
+    )  # rail 0 -> 1
+    hashed = fat_tree_topology(nodes=4, gpus_per_node=2, nodes_per_leaf=2, ecmp_flows=4)
+    table = LinkTable(hashed.graph)
+    assert hashed.router.spread_counts(np.array([0]), np.array([7]), one, 1, table) is None

@@ -167,24 +167,36 @@ def test_folded_routes_are_the_full_ones_with_one_link_of_each_group(shape, numb
 
 
 def test_a_symmetric_run_with_folded_routes_is_the_same_run(monkeypatch):
-    # the engine folds the routes of its symmetric copies (CollectiveRunner._route_plan);
-    # unfolded, the classes carry every link and are reduced by their rating instead: the
-    # same trace to the bit (a 64-node data-parallel job through the spines)
+    # the engine folds the routes of its symmetric copies (CollectiveRunner._route_plan),
+    # counting each class's links from the endpoints (spread_counts) or, where the router
+    # declines, from folded routes; unfolded, the classes carry every link and are reduced
+    # by their rating instead: the same trace to the bit all three ways (a 64-node
+    # data-parallel job through the spines)
     from simulator.topology.fat_tree import FatTreeRouter
 
     over = ["cluster.gpus=512", "cluster.topology.nodes=64", "parallelism.pp=2"]
     over += ["training.global_batch=256", "model.layers=12"]
     scenario = api.load("scenarios/examples/gpt3-175b-dgx-a100.yaml", over)
-    spread_ids = FatTreeRouter.spread_ids
-    asked = []
+    spread_ids, spread_counts = FatTreeRouter.spread_ids, FatTreeRouter.spread_counts
+    counted, asked = [], []
+
+    def count_spy(self, *args):
+        found = spread_counts(self, *args)
+        counted.append(found is not None)
+        return found
 
     def spy(self, src, dst, links, folded=False):
         asked.append(folded)
         return spread_ids(self, src, dst, links, folded)
 
+    monkeypatch.setattr(FatTreeRouter, "spread_counts", count_spy)
     monkeypatch.setattr(FatTreeRouter, "spread_ids", spy)
+    counts = api.run(scenario).trace
+    assert any(counted)
+    monkeypatch.setattr(FatTreeRouter, "spread_counts", lambda *a: None)
     folded = api.run(scenario).trace
     assert any(asked)
+    assert counts.equals(folded)
     topo = api.build_topology(scenario.cluster)
     step = api.build_step(api.build_plan(scenario, topo))
 

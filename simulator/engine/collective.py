@@ -199,6 +199,7 @@ class CollectiveRunner:
                 if fold
                 else None
             )
+            firsts = per_link is not None  # folded links, each its group's first
             if per_link is None:
                 routes = self._spread_phase(
                     plan.group, copies, phase, class_of, len(tails), fold, ends
@@ -212,7 +213,7 @@ class CollectiveRunner:
                 per_link = [_copies_per_link(ids, shares, n_links) for ids, shares in routes]
             flows = []
             for (links, counts), tail, factor in zip(per_link, tails, factors, strict=True):
-                rating = self._rating(links, counts, same)
+                rating = self._rating(links, counts, same, firsts)
                 pattern = (next(_SHAPES), len(flows))
                 symmetric = None
                 if orbits is not None:
@@ -328,18 +329,27 @@ class CollectiveRunner:
             self._groups_alike = bool((capacity[same] == capacity).all())
         return self._groups_alike
 
-    def _rating(self, links: np.ndarray, counts: np.ndarray, same: np.ndarray | None):
+    def _rating(
+        self, links: np.ndarray, counts: np.ndarray, same: np.ndarray | None, firsts: bool = False
+    ):
         """A class's (links, counts) for the water-filling with one link of each group of
         ``same`` (:meth:`_same_links`) whose capacity is the group's first's, and without
-        the links the router names dominated (:meth:`_dominated`); None: all."""
+        the links the router names dominated (:meth:`_dominated`); None: all. ``firsts``:
+        every link is its group's first already (folded routes), so only the dominated
+        ones go."""
         if same is None:
             return None
-        first = same[links]
-        capacity = self.links.capacity
-        keep = (first == links) | (capacity[links] != capacity[first])
         dominated = self._dominated()
-        if dominated is not None:
-            keep &= ~dominated[links]
+        if firsts:  # first == links for every link: the groups keep them all
+            if dominated is None:
+                return None
+            keep = ~dominated[links]
+        else:
+            first = same[links]
+            capacity = self.links.capacity
+            keep = (first == links) | (capacity[links] != capacity[first])
+            if dominated is not None:
+                keep &= ~dominated[links]
         return None if keep.all() else (links[keep], counts[keep])
 
     def _dominated(self) -> np.ndarray | None:

@@ -118,6 +118,9 @@ class SpreadTable:
         self._dominated_capacity: np.ndarray | None = None
         self.device_known = np.zeros(n, bool)
         self._all_known = False  # every device's links learned: _learn has nothing to do
+        self._devices_own: bool | None = None  # _own_links, found once
+        self._mask: np.ndarray | None = None  # _scratch's buffers
+        self._sums: np.ndarray | None = None
         # Per leaf: leaf -> each spine of its pod, each spine -> leaf; per pod: (spine, core)
         # for spine for core, (core, spine) for core for spine. Every switch's links are
         # known from the start (a few thousand rows, looked up once when not recorded), so
@@ -191,6 +194,8 @@ class SpreadTable:
             if self._dominated is not None:  # more devices known: their twins too
                 self._mark_dominated(self.device_links[new])
         self.device_known[new] = True
+        if new.size:
+            self._devices_own = None  # more devices: _own_links looks again
 
     def _same(self, rows: np.ndarray) -> None:
         """Map the links of each row of ``rows`` to the row's first (rows with a link
@@ -291,7 +296,8 @@ class SpreadTable:
     def _kinds(self, src: np.ndarray, dst: np.ndarray):
         """(kind of each connection, source and destination leaves and pods), the devices'
         links learned; every endpoint a device (:meth:`_outside` checked first)."""
-        self._learn(np.concatenate([src, dst]))
+        if not self._all_known:
+            self._learn(np.concatenate([src, dst]))
         leaf_s, leaf_d = self.leaf[src], self.leaf[dst]
         pod_s, pod_d = self.pod[leaf_s], self.pod[leaf_d]
         kind = np.full(src.size, _CROSS, np.int8)
@@ -428,54 +434,51 @@ class SpreadTable:
         connections' folded :meth:`routes` cross (ascending) and the sum of their shares on
         each, without building the routes: what ``np.bincount`` of the routes' entries gives,
         to the bit. None where that is not guaranteed (an endpoint that is not a device, a
-        PXN relay, a group with a link missing, a link a route would not find): use
-        :meth:`routes`. ``n_links``: the size of the id space.
+        PXN relay, a group with a link missing, a device not yet known or a link two
+        devices share): use :meth:`routes`. ``n_links``: the size of the id space.
 
         A folded route crosses its two devices' links (share 1), then its leaves' first
         uplink and downlink (share 1/S each) and its pods' first core links (1/(S C)): every
         link takes one share, whatever the connection's kind, so its sum over ``k`` entries
         is ``k`` additions of that share in a row, whatever their order: ``np.cumsum`` of
-        ``k`` copies, which adds in a row too (a 1,024-rank tree phase and its 7 rail
-        copies: 16K connections counted by label, not 130K route entries sorted by link)."""
+        ``k`` copies, which adds in a row too. The ``k`` are counted per label (a device as
+        source or destination, a leaf, a pod: each names its own links), so the work grows
+        with the connections, not with their route entries or the fabric's links."""
         if self._outside(src, dst) or self.relays(src, dst)[1] is not None:
             return None
-        kind, leaf_s, leaf_d, pod_s, pod_d = self._kinds(src, dst)
-        if not self._whole_groups(kind, leaf_s, leaf_d, pod_s, pod_d):
+        kind, leaf_s, leaf_d, pod_s, pod_d = self._kinds(src, dst)  # devices learned
+        if not self._own_links() or not self._whole_groups(kind, leaf_s, leaf_d, pod_s, pod_d):
             return None
         s, c = self.n_spines, self.n_cores
         dev = self.device_links
         host = np.flatnonzero(kind == _HOST)
-        far = kind >= _POD
         between = np.flatnonzero(kind >= _LEAF)
-        pods = np.flatnonzero(far)
+        pods = np.flatnonzero(kind >= _POD)
         cross = np.flatnonzero(kind == _CROSS)
-        # (links, their share's row in ``shares``) of every entry, and each entry's class
-        parts = [
-            (dev[src[host], 0], host, 0),
-            (dev[dst[host], 1], host, 0),
-            (dev[src[between], 2:4].ravel(), np.repeat(between, 2), 0),
-            (dev[dst[between], 4:6].ravel(), np.repeat(between, 2), 0),
+        # (each connection's label, the connections, the links of each label, their share)
+        labelled = [
+            (src[host], host, (dev[:, 0],), 0),
+            (dst[host], host, (dev[:, 1],), 0),
+            (src[between], between, (dev[:, 2], dev[:, 3]), 0),
+            (dst[between], between, (dev[:, 4], dev[:, 5]), 0),
+            (leaf_s[pods], pods, (self.leaf_up[:, 0],) if s else (), 1),
+            (leaf_d[pods], pods, (self.leaf_down[:, 0],) if s else (), 1),
+            (pod_s[cross], cross, (self.pod_up[:, 0],) if c else (), 2),
+            (pod_d[cross], cross, (self.pod_down[:, 0],) if c else (), 3),
         ]
-        if pods.size:
-            parts += [
-                (self.leaf_up[leaf_s[pods], 0], pods, 1),
-                (self.leaf_down[leaf_d[pods], 0], pods, 1),
-            ]
-        if cross.size:
-            parts += [
-                (self.pod_up[pod_s[cross], 0], cross, 2),
-                (self.pod_down[pod_d[cross], 0], cross, 3),
-            ]
-        ids = np.concatenate([p[0] for p in parts])
-        if ids.size and ids.min() < 0:
-            return None
-        share_row = np.zeros(n_links, np.int8)  # the one share each link takes
-        for links, _, row in parts:
-            share_row[links] = row
-        entry_class = np.concatenate([klass[p[1]] for p in parts])
-        k = np.bincount(entry_class * n_links + ids, minlength=n_classes * n_links)
-        k = k.reshape(n_classes, n_links)
-        most = int(k.max()) if k.size else 0
+        pieces: list[list[tuple[np.ndarray, np.ndarray, int]]] = [[] for _ in range(n_classes)]
+        most = 1
+        for labels, rows, tables, share in labelled:
+            if not rows.size:
+                continue
+            size = tables[0].size
+            k = np.bincount(klass[rows] * size + labels, minlength=n_classes * size)
+            k = k.reshape(n_classes, size)
+            most = max(most, int(k.max()))
+            for cls, row in enumerate(k):
+                at = np.flatnonzero(row)
+                for table in tables:
+                    pieces[cls].append((table[at], row[at], share))
         # row r, column j: j + 1 additions of share r in a row (as bincount adds them)
         share = self.share_cross
         values = [
@@ -483,12 +486,41 @@ class SpreadTable:
             *([share[4]] if s else []),
             *([share[4 + s], share[4 + s + s * c]] if c else []),
         ]
-        table = np.cumsum(np.repeat(np.array(values)[:, None], max(most, 1), axis=1), axis=1)
+        table = np.cumsum(np.repeat(np.array(values)[:, None], most, axis=1), axis=1)
+        # each class's links in ascending order: marked in a mask over the id space (kept
+        # between calls, cleared after), their sums written beside them
+        mask, sums = self._scratch(n_links)
         out = []
-        for row in k:
-            links = np.flatnonzero(row)
-            out.append((links, table[share_row[links], row[links] - 1]))
+        for mine in pieces:
+            for links, k, row in mine:
+                if links.size and links.min() < 0:
+                    mask[:] = False
+                    return None  # a link a route would not find: route them
+                mask[links] = True
+                sums[links] = table[row, k - 1]
+            links = np.flatnonzero(mask)
+            mask[links] = False
+            out.append((links, sums[links]))
         return out
+
+    def _own_links(self) -> bool:
+        """Every known device's own links are its alone (no NIC two GPUs share), each
+        column's ids distinct: then a device's count is its links' count; found again only
+        after devices are learned."""
+        if self._devices_own is None:
+            own = True
+            for column in self.device_links.T:
+                known = column[column >= 0]
+                own = own and np.unique(known).size == known.size
+            self._devices_own = bool(own)
+        return self._devices_own
+
+    def _scratch(self, n_links: int) -> tuple[np.ndarray, np.ndarray]:
+        """A cleared mask and a sums buffer over ``n_links`` ids, kept between calls."""
+        if self._mask is None or self._mask.size != n_links:
+            self._mask = np.zeros(n_links, bool)
+            self._sums = np.empty(n_links)
+        return self._mask, self._sums
 
 
 def _row_by_row(lengths: np.ndarray, *matrices: np.ndarray) -> tuple[np.ndarray, ...]:

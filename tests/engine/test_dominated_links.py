@@ -102,8 +102,8 @@ def test_runs_leaving_dominated_links_out_equal_runs_keeping_them(case, monkeypa
     entries, reduced = [], []
     real_rating, real_class = CollectiveRunner._rating, collective.FlowClass
 
-    def counting(self, links, counts, same):
-        out = real_rating(self, links, counts, same)
+    def counting(self, links, counts, same, firsts=False):
+        out = real_rating(self, links, counts, same, firsts)
         entries.append((links if out is None else out[0]).size)
         return out
 

@@ -242,3 +242,16 @@ def test_spread_counts_decline_pxn_and_hashed_ecmp():
     hashed = fat_tree_topology(nodes=4, gpus_per_node=2, nodes_per_leaf=2, ecmp_flows=4)
     table = LinkTable(hashed.graph)
     assert hashed.router.spread_counts(np.array([0]), np.array([7]), one, 1, table) is None
+
+
+def test_spread_counts_decline_a_link_two_devices_share():
+    # counted per device, a NIC two GPUs shared would be counted apart: declined instead
+    topo = fat_tree_topology(**SMALL["tor pods"])
+    links = LinkTable(topo.graph)
+    src, dst = np.array([0, 2], np.int64), np.array([5, 7], np.int64)
+    one = np.zeros(2, np.int64)
+    assert topo.router.spread_counts(src, dst, one, 1, links) is not None
+    table = topo.router._spread_table(links)
+    table.device_links[2, 3] = table.device_links[0, 3]  # device 2 leaves by device 0's NIC
+    table._devices_own = None
+    assert topo.router.spread_counts(src, dst, one, 1, links) is None

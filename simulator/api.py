@@ -16,8 +16,8 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from itertools import compress, islice, repeat
-from operator import eq
+from itertools import compress, count, repeat
+from operator import eq, ne
 from pathlib import Path
 
 import numpy as np
@@ -494,12 +494,29 @@ def _orbit_labels(plan, device_of: Mapping[int, int]) -> Mapping[int, int] | Non
     return dict(zip(map(device_of.__getitem__, range(len(stages))), stages, strict=True))
 
 
-def _placement(ranks: int, devices: list[int]) -> Mapping[int, int]:
+def _placement(ranks: int, devices: list[int], numbered: int | None = None) -> Mapping[int, int]:
     """Rank r on ``devices[r]``: :class:`RanksOnDevices` when that is device r (the
-    topologies number their devices 0 .. n-1), else a dict."""
-    if len(devices) >= ranks and all(map(eq, islice(devices, ranks), range(ranks))):  # in C
+    topologies number their devices 0 .. n-1), else a dict. ``numbered``: how many of
+    ``devices`` from the first are their own position, when known (:func:`_numbered`)."""
+    if numbered is None:
+        numbered = _numbered(devices[:ranks])
+    if ranks <= numbered:
         return RanksOnDevices(ranks)
     return dict(zip(range(ranks), devices, strict=False))
+
+
+def _numbered(devices: list) -> int:
+    """How many of ``devices``, from the first, equal their position (device r at r)."""
+    return next(compress(count(), map(ne, devices, count())), len(devices))
+
+
+def _numbered_devices(topo: Topology) -> int:
+    """:func:`_numbered` of ``topo.devices``, kept in ``topo.derived`` while the list is the
+    same (16K devices compared once per topology, not once per run)."""
+    kept = topo.derived.get("numbered_devices")
+    if kept is None or kept[0] is not topo.devices:
+        kept = topo.derived["numbered_devices"] = (topo.devices, _numbered(topo.devices))
+    return kept[1]
 
 
 def simulate(
@@ -523,7 +540,7 @@ def simulate(
     degraded = _degraded(topo, perturbations)
     model = network_model(degraded)
     # rank r on the r-th device (the topology has at least as many: checked above)
-    device_of = _placement(step.plan.grid.size, topo.devices)
+    device_of = _placement(step.plan.grid.size, topo.devices, _numbered_devices(topo))
     run = run_engine(
         model,
         step.graph,

@@ -141,7 +141,8 @@ class Executor:
         self._finished = 0  # tasks finished, for the progress bar
         self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
         self.memory_task: list[int] = []  # the task of each memory event
-        self._hop_Bps: dict[tuple[int, ...], float] = {}
+        # per group of devices: (its slowest hop's bandwidth, its channels' bandwidth), B/s
+        self._hop_Bps: dict[tuple[int, ...], tuple[float, float]] = {}
         # Interference: comm tasks in flight per rank; running compute tasks per rank as
         # task -> [work left (s at full speed), as of time (s), rate, token, start time (s)].
         self.interference = interference
@@ -284,12 +285,11 @@ class Executor:
         """(the collective's plan, the slowdown it puts on overlapping compute), once per
         (collective, group, size, algorithm)."""
         devices = self._placed(tuple(spec.group))
-        bus = self._hop_Bps.get(devices)
-        if bus is None:
-            bus = self._hop_Bps[devices] = hop_bandwidth(
-                self.runner.links, self.runner.router, devices
-            )
-        channels = channels_Bps(bus, self.runner.host_of, devices)
+        found = self._hop_Bps.get(devices)
+        if found is None:  # the slowest hop and the channels' bandwidth, once per group
+            bus = hop_bandwidth(self.runner.links, self.runner.router, devices)
+            found = self._hop_Bps[devices] = (bus, channels_Bps(bus, self.runner.host_of, devices))
+        bus, channels = found
         plan = plan_collective(
             spec.collective,
             devices,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 from simulator.plan.nccl_tuning import (
     ALGORITHM_EFFICIENCY,
@@ -49,7 +50,16 @@ class NetworkFacts:
 
 
 def hosts_spanned(group: tuple[int, ...], facts: NetworkFacts) -> int:
-    return len({r // facts.gpus_per_host for r in group})
+    """Hosts the ranks of ``group`` sit on (ranks numbered host by host)."""
+    return len(members_per_host(tuple(group), facts.gpus_per_host))
+
+
+@lru_cache(maxsize=256)
+def members_per_host(group: tuple[int, ...], gpus_per_host: int) -> tuple[int, ...]:
+    """Members of ``group`` on each host it spans (ranks numbered host by host), in order of
+    first appearance: found once per group (a 1,024-rank data-parallel group is chosen for
+    at every bucket size of every stage)."""
+    return tuple(Counter(r // gpus_per_host for r in group).values())
 
 
 def choose_algorithm(
@@ -73,8 +83,8 @@ def choose_algorithm(
     if kind != "all_reduce" or facts.torus:
         return None
     # NCCL's bus bandwidth is its channels' across hosts, a channel per GPU and NIC
-    members = Counter(r // facts.gpus_per_host for r in group)
-    bus = facts.inter_Bps * channels_per_host(list(members.values()))
+    members = members_per_host(tuple(group), facts.gpus_per_host)
+    bus = facts.inter_Bps * channels_per_host(list(members))
     ring = fastest_protocol(kind, "ring", n, hosts, size, bus)[1]
     tree = fastest_protocol(kind, "tree", n, hosts, size, bus)[1]
     return "tree" if tree < ring else None

@@ -504,15 +504,18 @@ class SpreadTable:
         return out
 
     def _own_links(self) -> bool:
-        """Every known device's own links are its alone (no NIC two GPUs share), each
-        column's ids distinct: then a device's count is its links' count; found again only
-        after devices are learned."""
+        """Every label names links of its own: no link two known devices share (a NIC of two
+        GPUs) or two of a device's columns name, none a device and a switch's first links
+        share; then a label's count is its links' count. Found again only after devices
+        are learned (one bincount over the ids, not a sort per column)."""
         if self._devices_own is None:
-            own = True
-            for column in self.device_links.T:
-                known = column[column >= 0]
-                own = own and np.unique(known).size == known.size
-            self._devices_own = bool(own)
+            ids = np.concatenate(
+                [self.device_links[self.device_known].ravel()]
+                + [rows[:, 0] for rows in (self.leaf_up, self.leaf_down, self.pod_up, self.pod_down)
+                   if rows.shape[1]]
+            )  # fmt: skip
+            ids = ids[ids >= 0]
+            self._devices_own = not ids.size or int(np.bincount(ids).max()) == 1
         return self._devices_own
 
     def _scratch(self, n_links: int) -> tuple[np.ndarray, np.ndarray]:

@@ -66,6 +66,23 @@ def test_ranks_are_placed_by_the_topologys_device_list():
     assert _placement(4, [0, 1, 2, 3]) == {0: 0, 1: 1, 2: 2, 3: 3}
     other = _placement(3, [5, 1, 7, 0])  # not device r: a dict, rank by rank
     assert type(other) is dict and other == {0: 5, 1: 1, 2: 7}
+    # how many devices from the first are their own position: given, it decides alone
+    assert isinstance(_placement(3, [0, 1, 2, 9], numbered=3), RanksOnDevices)
+    assert type(_placement(4, [0, 1, 2, 9], numbered=3)) is dict
+    assert type(_placement(3, [0, 1, 2], numbered=2)) is dict
+
+
+def test_numbered_devices_are_counted_once_per_device_list():
+    from simulator import api
+    from simulator.topology.fat_tree import fat_tree_topology
+
+    assert [api._numbered(d) for d in ([0, 1, 2, 5], [0, 1, 2], [], [1], [0, 1.0], ["a"])] == [
+        3, 3, 0, 0, 2, 0,
+    ]  # fmt: skip
+    topo = fat_tree_topology(nodes=2, gpus_per_node=2, nodes_per_leaf=2)
+    assert api._numbered_devices(topo) == 4
+    topo.devices = [0, 1, 3, 2]  # a new list: counted anew, not the kept count
+    assert api._numbered_devices(topo) == 2
 
 
 def _scale_up_pair(devices, host_of):

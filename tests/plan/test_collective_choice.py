@@ -53,6 +53,31 @@ def test_network_facts_read_the_hosts_nvlink_bandwidth():
     assert facts.gpus_per_host == 8
 
 
+def test_network_facts_are_kept_per_graph():
+    import dataclasses
+
+    s = load_scenario_text(DDP_16K)
+    topo = api.build_topology(s.cluster)
+    facts = api.network_facts(topo)
+    assert api.network_facts(topo) is facts  # kept in topo.derived
+    graph = topo.graph.copy()
+    for u, v in graph.edges:  # every link at half its bandwidth, in a graph swapped in
+        graph.edges[u, v]["bandwidth"] /= 2
+    topo.graph = graph
+    again = api.network_facts(topo)
+    assert again.intra_Bps == facts.intra_Bps / 2 and again.inter_Bps == facts.inter_Bps / 2
+    assert dataclasses.replace(again, intra_Bps=None, inter_Bps=0) == dataclasses.replace(
+        facts, intra_Bps=None, inter_Bps=0
+    )
+
+
+def test_members_per_host_counts_a_group_by_host():
+    from simulator.plan.collective_choice import NetworkFacts, hosts_spanned, members_per_host
+
+    assert members_per_host((0, 1, 8, 9, 10, 17), 8) == (2, 3, 1)
+    assert hosts_spanned([0, 5, 6, 13], NetworkFacts(gpus_per_host=4)) == 3  # a list too
+
+
 def test_trees_where_ring_latency_dominates():
     group = tuple(range(0, 16384, 8))  # one GPU per node, 2,048 nodes
     small, large = 25e6, 8e9

@@ -80,6 +80,7 @@ class CollectiveRunner:
         geometry_cache: dict | None = None,
         route_cache: dict | None = None,
         orbits: LinkOrbits | None = None,
+        run_geometry_cache: dict | None = None,
     ):
         self.network = network
         # equivalent GPUs' own links (symmetric mode): classes routed for this run get a
@@ -97,8 +98,13 @@ class CollectiveRunner:
         )
         self._by_plan: dict[tuple, tuple[CollectivePlan, list[_Geometry]]] = {}
         # shapes routed with copies named by ``copies_key`` (an index into this run's task
-        # graph's copy sets): meaningless to another run, so kept with this runner only
-        self._run_geometry: dict[tuple, list[_Geometry]] = {}
+        # graph's copy sets), keyed by the copies' devices and this run's orbits and link
+        # tracking: shared with the runs on the network model that pass the same
+        # ``run_geometry_cache`` (a sweep's points of one layout, failure trials), at most
+        # RUN_GEOMETRIES of them kept
+        self._run_geometry: dict[tuple, list[_Geometry]] = (
+            run_geometry_cache if run_geometry_cache is not None else {}
+        )
         self._groups_alike: bool | None = None  # _alike, found once
 
     def _map(self, node: Node, mapping: dict[int, int], first: int) -> Node:
@@ -129,14 +135,19 @@ class CollectiveRunner:
         self, plan: CollectivePlan, copies: Sequence[Sequence[int]] = (), copies_key=None
     ) -> list[_Geometry]:
         """Route ``plan`` for its group and every copy; cached by shape. ``copies_key``, when
-        given, names the set of copies uniquely within this run (then the shape is cached for
-        this runner alone); without it the copies themselves are the key, shared by every run
-        on the network model."""
+        given, names the set of copies uniquely within this run (its classes may then carry
+        the run's orbits and fold their routes: cached with the orbits and whether links are
+        tracked, for the runs that share this runner's ``run_geometry_cache``); without it
+        the copies themselves are the key, shared by every run on the network model."""
         if copies_key is not None:  # the same plan object again: skip building the key
             hit = self._by_plan.get((id(plan), copies_key))
             if hit is not None and hit[0] is plan:
                 return hit[1]
-        copies_id = copies_key if copies_key is not None else tuple(map(tuple, copies))
+            # the copies' devices, this run's orbits (one object per labelling on a model)
+            # and link tracking decide the classes
+            copies_id = (_devices_key(copies), self.orbits, self.network.track_links)
+        else:
+            copies_id = tuple(map(tuple, copies))
         key = (
             plan.kind,
             plan.algorithm,
@@ -158,6 +169,9 @@ class CollectiveRunner:
             if floor != (0.0, 0.0):
                 out = [self._floored(g, p, floor) for g, p in zip(routed, plan.phases, strict=True)]
             cache[(key, floor)] = out
+            if copies_key is not None:
+                while len(cache) > RUN_GEOMETRIES:  # the oldest first
+                    del cache[next(iter(cache))]
         if copies_key is not None:
             self._by_plan[(id(plan), copies_key)] = (plan, out)
         return out
@@ -535,6 +549,18 @@ class CollectiveRunner:
 
 
 _UNEVEN_COPIES = "a collective's copies must have as many members as its group"
+# routed shapes with copies kept for later runs (each a collective's classes over its copies'
+# links: about 1 MB for a 1,024-rank tree and its 7 copies)
+RUN_GEOMETRIES = 128
+
+
+def _devices_key(copies: Sequence[Sequence[int]]) -> tuple:
+    """The devices of a collective's copies as a hashable key: a RankGroups' array by its
+    shape and bytes (8,191 pipeline pairs in microseconds), other copies as tuples."""
+    array = getattr(copies, "array", None)
+    if array is not None:
+        return ("rows", array.shape, str(array.dtype), array.tobytes())
+    return tuple(map(tuple, copies))
 
 
 def _device_rows(group: Sequence[int], copies: Sequence[Sequence[int]]) -> np.ndarray:

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy as np
 import simpy
 
 from simulator.collectives import CollectivePlan, Locality
@@ -17,6 +18,8 @@ from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats
 from simulator.engine.orbits import link_orbits
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
+
+ORBIT_LABELLINGS = 16  # device labellings whose link orbits a NetworkModel keeps
 
 
 @dataclass
@@ -35,6 +38,11 @@ class NetworkModel:
     links: LinkTable = field(init=False)
     geometry_cache: dict = field(default_factory=dict)
     route_cache: dict = field(default_factory=dict)
+    # collectives routed with a run's copies (CollectiveRunner.geometry), and the link
+    # orbits of each labelling of the devices met (one object each, so those shapes are
+    # found again by the runs that follow: a sweep's points of one layout, failure trials)
+    run_geometry_cache: dict = field(default_factory=dict)
+    orbits_cache: dict = field(default_factory=dict)
     # the builder's numbering of ``graph``'s links (Topology.own_layout), or None: read them
     # from the graph
     layout: object = None
@@ -60,9 +68,7 @@ class NetworkModel:
         (:mod:`simulator.engine.orbits`), where the router can list them."""
         env = Clock()
         net = FlowNetwork(env, self.links, track_links)
-        orbits = None
-        if orbit_labels:
-            orbits = link_orbits(orbit_labels, self.router, self.links, self.links.capacity)
+        orbits = self._orbits(orbit_labels) if orbit_labels else None
         runner = CollectiveRunner(
             net,
             self.router,
@@ -71,8 +77,29 @@ class NetworkModel:
             self.geometry_cache,
             self.route_cache,
             orbits,
+            self.run_geometry_cache,
         )
         return env, net, runner
+
+    def _orbits(self, orbit_labels: Mapping[int, int]):
+        """:func:`link_orbits` of ``orbit_labels``, one object per labelling (its devices and
+        labels, and how many links the router names dominated so far: a table that learns
+        its devices as they come names more) and kept, at most ORBIT_LABELLINGS of them."""
+        devices = getattr(orbit_labels, "devices", None)  # DeviceLabels: its arrays
+        if devices is not None:
+            key: tuple = (devices.tobytes(), orbit_labels.labels.tobytes())
+        else:
+            key = (tuple(orbit_labels.keys()), tuple(orbit_labels.values()))
+        find = getattr(self.router, "spread_dominated", None)
+        dominated = None if find is None else find(self.links)
+        key += (-1 if dominated is None else int(np.count_nonzero(dominated)),)
+        if key not in self.orbits_cache:
+            while len(self.orbits_cache) >= ORBIT_LABELLINGS:  # the oldest first
+                del self.orbits_cache[next(iter(self.orbits_cache))]
+            self.orbits_cache[key] = link_orbits(
+                orbit_labels, self.router, self.links, self.links.capacity
+            )
+        return self.orbits_cache[key]
 
 
 def time_collective(

@@ -1,0 +1,82 @@
+"""Later runs on one network model reuse the collectives routed with a run's copies (keyed by
+the copies' devices, the run's link orbits and link tracking) and give the runs a fresh
+model gives."""
+
+import numpy as np
+
+from simulator import api
+from simulator.engine import collective
+from simulator.engine.placement import DeviceLabels
+from simulator.engine.simulate import ORBIT_LABELLINGS
+
+SCENARIO = "scenarios/examples/gpt3-175b-dgx-a100.yaml"
+# 64 nodes, two stages, 32-rank data-parallel groups through the spines with 7 rail copies
+LAYOUT = ["cluster.gpus=512", "cluster.topology.nodes=64", "parallelism.pp=2", "model.layers=12"]
+
+
+def _counting(monkeypatch):
+    routed = []
+    real = collective.CollectiveRunner._route_plan
+
+    def count(self, plan, copies, this_run=False):
+        routed.append((plan.kind, len(plan.group), this_run))
+        return real(self, plan, copies, this_run)
+
+    monkeypatch.setattr(collective.CollectiveRunner, "_route_plan", count)
+    return routed
+
+
+def test_a_later_run_reuses_the_routed_copies_and_is_the_same_run(monkeypatch):
+    routed = _counting(monkeypatch)
+    scenario = api.load(SCENARIO, [*LAYOUT, "training.global_batch=256"])
+    topo = api.build_topology(scenario.cluster)
+    first = api.run(scenario, topo)
+    assert any(this_run for *_, this_run in routed)  # routed with the run's copies
+    routed.clear()
+    again = api.run(scenario, topo)
+    assert routed == []  # every collective found again
+    assert first.trace.equals(again.trace)
+
+
+def test_another_plan_of_the_same_layout_reuses_them_and_equals_a_fresh_run(monkeypatch):
+    routed = _counting(monkeypatch)
+    topo = api.build_topology(api.load(SCENARIO, LAYOUT).cluster)
+    api.run(api.load(SCENARIO, [*LAYOUT, "training.global_batch=256"]), topo)
+    # twice the micro-batches per replica: the same groups, copies and orbits
+    other = api.load(SCENARIO, [*LAYOUT, "training.global_batch=512"])
+    routed.clear()
+    reused = api.run(other, topo).trace
+    assert not any(this_run for *_, this_run in routed)
+    fresh = api.run(other, api.build_topology(other.cluster)).trace
+    assert routed and reused.equals(fresh)  # the fresh model routed them anew: the same run
+
+
+def test_tracked_links_and_another_layout_route_anew(monkeypatch):
+    routed = _counting(monkeypatch)
+    scenario = api.load(SCENARIO, [*LAYOUT, "training.global_batch=256"])
+    topo = api.build_topology(scenario.cluster)
+    api.run(scenario, topo)
+    routed.clear()
+    api.run(scenario, topo, track_links=True)  # unfolded classes: not the folded ones
+    assert any(this_run for *_, this_run in routed)
+    routed.clear()
+    stages4 = api.load(SCENARIO, [*LAYOUT, "parallelism.pp=4", "training.global_batch=256"])
+    api.run(stages4, topo)  # other groups, copies and orbits
+    assert any(this_run for *_, this_run in routed)
+
+
+def test_one_orbits_object_per_labelling():
+    scenario = api.load(SCENARIO, LAYOUT)
+    model = api.network_model(api.build_topology(scenario.cluster))
+    devices = np.arange(512)
+    two = DeviceLabels(devices, devices // 256)
+    assert model._orbits(two) is model._orbits(DeviceLabels(devices.copy(), devices // 256))
+    four = DeviceLabels(devices, devices // 128)
+    assert model._orbits(four) is not model._orbits(two)
+    as_dict = dict(zip(range(512), (devices // 256).tolist(), strict=True))
+    assert model._orbits(as_dict) is model._orbits(dict(as_dict))
+    # the same orbits either way
+    assert model._orbits(as_dict).of_link.tolist() == model._orbits(two).of_link.tolist()
+    for k in range(40):  # at most ORBIT_LABELLINGS kept, the oldest dropped first
+        model._orbits(DeviceLabels(devices, devices // 256 + k))
+    assert len(model.orbits_cache) == ORBIT_LABELLINGS

@@ -100,10 +100,10 @@ class CollectiveRunner:
         # shapes routed with copies named by ``copies_key`` (an index into this run's task
         # graph's copy sets), keyed by the copies' devices and this run's orbits and link
         # tracking: shared with the runs on the network model that pass the same
-        # ``run_geometry_cache`` (a sweep's points of one layout, failure trials), at most
-        # RUN_GEOMETRIES of them kept
+        # ``run_geometry_cache`` (a sweep's points of one layout, failure trials; a
+        # RoutedShapes keeps them within a budget of bytes)
         self._run_geometry: dict[tuple, list[_Geometry]] = (
-            run_geometry_cache if run_geometry_cache is not None else {}
+            run_geometry_cache if run_geometry_cache is not None else RoutedShapes()
         )
         self._groups_alike: bool | None = None  # _alike, found once
 
@@ -169,9 +169,6 @@ class CollectiveRunner:
             if floor != (0.0, 0.0):
                 out = [self._floored(g, p, floor) for g, p in zip(routed, plan.phases, strict=True)]
             cache[(key, floor)] = out
-            if copies_key is not None:
-                while len(cache) > RUN_GEOMETRIES:  # the oldest first
-                    del cache[next(iter(cache))]
         if copies_key is not None:
             self._by_plan[(id(plan), copies_key)] = (plan, out)
         return out
@@ -549,9 +546,47 @@ class CollectiveRunner:
 
 
 _UNEVEN_COPIES = "a collective's copies must have as many members as its group"
-# routed shapes with copies kept for later runs (each a collective's classes over its copies'
-# links: about 1 MB for a 1,024-rank tree and its 7 copies)
-RUN_GEOMETRIES = 128
+# bytes of the arrays of the routed shapes a RoutedShapes keeps: a 16K-GPU Llama 3 step's
+# 192 shapes hold 16 MB, a 1,024-rank data-parallel tree with its 7 copies 2.3 MB a phase
+ROUTED_SHAPES_BYTES = 256 * 2**20
+
+
+class RoutedShapes(dict):
+    """Routed collective shapes (key -> list of :class:`_Geometry`), the oldest dropped first
+    while their arrays hold more than ``budget`` bytes (shared arrays counted per entry: an
+    upper bound), the newest always kept. Runs that share one (a network model's) find the
+    shapes their layout routed before; a run keeps its own in hand
+    (``CollectiveRunner._by_plan``), so one dropped mid-run is not routed again by it."""
+
+    def __init__(self, budget: int = ROUTED_SHAPES_BYTES):
+        super().__init__()
+        self.budget = budget
+        self.nbytes = 0
+        self._sizes: dict = {}
+
+    def __setitem__(self, key, geometry) -> None:
+        if key in self:
+            self.nbytes -= self._sizes[key]
+        size = _geometry_bytes(geometry)
+        super().__setitem__(key, geometry)
+        self._sizes[key] = size
+        self.nbytes += size
+        while self.nbytes > self.budget and len(self) > 1:
+            oldest = next(iter(self))
+            self.nbytes -= self._sizes.pop(oldest)
+            super().__delitem__(oldest)
+
+
+def _geometry_bytes(geometry: list[_Geometry]) -> int:
+    """Bytes of the arrays a routed shape holds (its classes' links, counts and reduced
+    forms; its transfers' latencies and classes when arrays)."""
+    total = 0
+    for g in geometry:
+        for c in g.classes:
+            for part in (c.links, c.counts, *(c.rating or ()), *(c.symmetric or ())):
+                total += getattr(part, "nbytes", 0)
+        total += sum(getattr(a, "nbytes", 0) for a in (g.latency, g.class_of, g.crosses))
+    return total
 
 
 def _devices_key(copies: Sequence[Sequence[int]]) -> tuple:

@@ -80,3 +80,25 @@ def test_one_orbits_object_per_labelling():
     for k in range(40):  # at most ORBIT_LABELLINGS kept, the oldest dropped first
         model._orbits(DeviceLabels(devices, devices // 256 + k))
     assert len(model.orbits_cache) == ORBIT_LABELLINGS
+
+
+def test_routed_shapes_keep_a_budget_of_bytes_oldest_dropped_first():
+    from simulator.engine.network import FlowClass
+
+    def shape(n):  # one phase, one class over n links: 2 x 8 n bytes (+ its rating, the same)
+        links = np.arange(n, dtype=np.int64)
+        cls = FlowClass(links, np.ones(n), 1.0, 0.0, None)
+        return [collective._Geometry([cls])]
+
+    assert collective._geometry_bytes(shape(10)) == 4 * 8 * 10  # links, counts, rating's two
+    kept = collective.RoutedShapes(budget=1000)
+    kept["a"] = shape(10)  # 320 bytes
+    kept["b"] = shape(10)
+    kept["c"] = shape(10)
+    assert list(kept) == ["a", "b", "c"] and kept.nbytes == 960
+    kept["d"] = shape(5)  # 1,120 > 1,000: the oldest goes
+    assert list(kept) == ["b", "c", "d"] and kept.nbytes == 800
+    kept["b"] = shape(1)  # replaced in place: its bytes recounted
+    assert kept.nbytes == 800 - 320 + 32
+    kept["huge"] = shape(100)  # alone over the budget: kept, every other dropped
+    assert list(kept) == ["huge"] and kept.nbytes == 3200

@@ -81,6 +81,7 @@ class CollectiveRunner:
         route_cache: dict | None = None,
         orbits: LinkOrbits | None = None,
         run_geometry_cache: dict | None = None,
+        plan_cache: dict | None = None,
     ):
         self.network = network
         # equivalent GPUs' own links (symmetric mode): classes routed for this run get a
@@ -88,8 +89,8 @@ class CollectiveRunner:
         self.orbits = orbits
         self.links: LinkTable = network.links
         self.router = router
-        self.host_of = host_of or {}
-        self.switch_of_host = switch_of_host or {}
+        self.host_of = host_of if host_of is not None else {}
+        self.switch_of_host = switch_of_host if switch_of_host is not None else {}
         self._geometry: dict[tuple, list[_Geometry]] = (
             geometry_cache if geometry_cache is not None else {}
         )
@@ -97,6 +98,9 @@ class CollectiveRunner:
             route_cache if route_cache is not None else {}
         )
         self._by_plan: dict[tuple, tuple[CollectivePlan, list[_Geometry]]] = {}
+        # collective plans and groups' bandwidths an executor found for this runner's
+        # links, router and locality, for the runs that share ``plan_cache`` (a model's)
+        self.plans: dict = plan_cache if plan_cache is not None else KeptPlans()
         # shapes routed with copies named by ``copies_key`` (an index into this run's task
         # graph's copy sets), keyed by the copies' devices and this run's orbits and link
         # tracking: shared with the runs on the network model that pass the same
@@ -549,32 +553,58 @@ _UNEVEN_COPIES = "a collective's copies must have as many members as its group"
 # bytes of the arrays of the routed shapes a RoutedShapes keeps: a 16K-GPU Llama 3 step's
 # 192 shapes hold 16 MB, a 1,024-rank data-parallel tree with its 7 copies 2.3 MB a phase
 ROUTED_SHAPES_BYTES = 256 * 2**20
+# transfers of the collective plans a KeptPlans keeps (a transfer: a tuple of about 80 bytes)
+PLANNED_TRANSFERS = 1_000_000
 
 
-class RoutedShapes(dict):
-    """Routed collective shapes (key -> list of :class:`_Geometry`), the oldest dropped first
-    while their arrays hold more than ``budget`` bytes (shared arrays counted per entry: an
-    upper bound), the newest always kept. Runs that share one (a network model's) find the
-    shapes their layout routed before; a run keeps its own in hand
-    (``CollectiveRunner._by_plan``), so one dropped mid-run is not routed again by it."""
+class KeptWithin(dict):
+    """A dict that drops its oldest entries while their sizes (``size_of(value)``) add up to
+    more than ``budget``, the newest always kept."""
 
-    def __init__(self, budget: int = ROUTED_SHAPES_BYTES):
+    def __init__(self, budget: float, size_of: Callable[[object], float]):
         super().__init__()
         self.budget = budget
-        self.nbytes = 0
+        self.size_of = size_of
+        self.nbytes = 0  # the entries' sizes added up (bytes for RoutedShapes)
         self._sizes: dict = {}
 
-    def __setitem__(self, key, geometry) -> None:
+    def __setitem__(self, key, value) -> None:
         if key in self:
             self.nbytes -= self._sizes[key]
-        size = _geometry_bytes(geometry)
-        super().__setitem__(key, geometry)
+        size = self.size_of(value)
+        super().__setitem__(key, value)
         self._sizes[key] = size
         self.nbytes += size
         while self.nbytes > self.budget and len(self) > 1:
             oldest = next(iter(self))
             self.nbytes -= self._sizes.pop(oldest)
             super().__delitem__(oldest)
+
+
+class RoutedShapes(KeptWithin):
+    """Routed collective shapes (key -> list of :class:`_Geometry`) within ``budget`` bytes of
+    their arrays (shared arrays counted per entry: an upper bound), oldest dropped first.
+    Runs that share one (a network model's) find the shapes their layout routed before; a
+    run keeps its own in hand (``CollectiveRunner._by_plan``), so one dropped mid-run is not
+    routed again by it."""
+
+    def __init__(self, budget: int = ROUTED_SHAPES_BYTES):
+        super().__init__(budget, _geometry_bytes)
+
+
+class KeptPlans(KeptWithin):
+    """Collective plans (and a group's bandwidths) kept for later runs on a network model,
+    within ``budget`` transfers (a plan counts its transfers, anything else 1): a 1,024-rank
+    data-parallel tree is 8K transfers, a 16K-GPU Llama 3 step's 100 plans 5K in all."""
+
+    def __init__(self, budget: int = PLANNED_TRANSFERS):
+        super().__init__(budget, _transfers_in)
+
+
+def _transfers_in(value) -> int:
+    """Transfers in a kept plan's phases (1 for a value that is no plan)."""
+    phases = getattr(value, "phases", None)
+    return 1 if phases is None else max(1, sum(len(p.transfers) for p in phases))
 
 
 def _geometry_bytes(geometry: list[_Geometry]) -> int:

@@ -141,8 +141,14 @@ class Executor:
         self._finished = 0  # tasks finished, for the progress bar
         self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
         self.memory_task: list[int] = []  # the task of each memory event
-        # per group of devices: (its slowest hop's bandwidth, its channels' bandwidth), B/s
-        self._hop_Bps: dict[tuple[int, ...], tuple[float, float]] = {}
+        # Per group of devices, ("bus", devices): (its slowest hop's bandwidth, its channels'
+        # bandwidth), B/s; per (collective, devices, size, algorithm, torus): its plan. The
+        # runner's (its model's, shared by later runs) where this locality is the runner's,
+        # else this run's own.
+        shared = locality.host_of is runner.host_of and (
+            locality.nvls_switch is runner.switch_of_host
+        )
+        self._known: dict = runner.plans if shared else {}
         # Interference: comm tasks in flight per rank; running compute tasks per rank as
         # task -> [work left (s at full speed), as of time (s), rate, token, start time (s)].
         self.interference = interference
@@ -285,19 +291,23 @@ class Executor:
         """(the collective's plan, the slowdown it puts on overlapping compute), once per
         (collective, group, size, algorithm)."""
         devices = self._placed(tuple(spec.group))
-        found = self._hop_Bps.get(devices)
+        known = self._known
+        found = known.get(("bus", devices))
         if found is None:  # the slowest hop and the channels' bandwidth, once per group
             bus = hop_bandwidth(self.runner.links, self.runner.router, devices)
-            found = self._hop_Bps[devices] = (bus, channels_Bps(bus, self.runner.host_of, devices))
+            found = known[("bus", devices)] = (bus, channels_Bps(bus, self.runner.host_of, devices))
         bus, channels = found
-        plan = plan_collective(
-            spec.collective,
-            devices,
-            spec.size_bytes,
-            spec.algorithm,
-            self.locality,
-            bus_Bps=channels if math.isfinite(channels) else None,
-        )
+        key = (spec.collective, devices, spec.size_bytes, spec.algorithm, self.locality.torus_shape)
+        plan = known.get(key)
+        if plan is None:
+            plan = known[key] = plan_collective(
+                spec.collective,
+                devices,
+                spec.size_bytes,
+                spec.algorithm,
+                self.locality,
+                bus_Bps=channels if math.isfinite(channels) else None,
+            )
         # point-to-point sends run on NCCL's p2p channels (2 per peer by default, so about 2
         # SMs against a collective's up to 32): they are not what Lee et al. measured, and
         # are taken not to slow compute

@@ -12,7 +12,7 @@ import simpy
 from simulator.collectives import CollectivePlan, Locality
 from simulator.collector import paused_gc
 from simulator.engine.clock import Clock
-from simulator.engine.collective import CollectiveRunner, RoutedShapes
+from simulator.engine.collective import CollectiveRunner, KeptPlans, RoutedShapes
 from simulator.engine.executor import Executor
 from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats
 from simulator.engine.orbits import link_orbits
@@ -42,6 +42,7 @@ class NetworkModel:
     # orbits of each labelling of the devices met (one object each, so those shapes are
     # found again by the runs that follow: a sweep's points of one layout, failure trials)
     run_geometry_cache: dict = field(default_factory=RoutedShapes)
+    plan_cache: dict = field(default_factory=KeptPlans)
     orbits_cache: dict = field(default_factory=dict)
     # the builder's numbering of ``graph``'s links (Topology.own_layout), or None: read them
     # from the graph
@@ -78,6 +79,7 @@ class NetworkModel:
             self.route_cache,
             orbits,
             self.run_geometry_cache,
+            self.plan_cache,
         )
         return env, net, runner
 

@@ -2,6 +2,8 @@
 the copies' devices, the run's link orbits and link tracking) and give the runs a fresh
 model gives."""
 
+import dataclasses
+
 import numpy as np
 
 from simulator import api
@@ -102,3 +104,34 @@ def test_routed_shapes_keep_a_budget_of_bytes_oldest_dropped_first():
     assert kept.nbytes == 800 - 320 + 32
     kept["huge"] = shape(100)  # alone over the budget: kept, every other dropped
     assert list(kept) == ["huge"] and kept.nbytes == 3200
+
+
+def test_a_later_run_plans_nothing_and_a_foreign_locality_keeps_its_own(monkeypatch):
+    from simulator.engine import executor
+
+    planned = []
+    real = executor.plan_collective
+
+    def count(*args, **kw):
+        planned.append(args[0])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(executor, "plan_collective", count)
+    scenario = api.load(SCENARIO, [*LAYOUT, "training.global_batch=256"])
+    topo = api.build_topology(scenario.cluster)
+    first = api.run(scenario, topo)
+    assert planned
+    planned.clear()
+    assert api.run(scenario, topo).trace.equals(first.trace) and planned == []
+    model = api.network_model(topo)
+    kept = len(model.plan_cache)
+    # an executor given a locality that is not its runner's plans for itself
+    env, net, runner = model.new_run()
+    foreign = dataclasses.replace(model.locality, host_of=dict(model.host_of))
+    step = api.build_step(api.build_plan(scenario, topo))
+    run = executor.Executor(
+        env, step.graph, runner, api._placement(step.plan.grid.size, topo.devices), foreign
+    )
+    assert run._known is not model.plan_cache
+    run.run()
+    assert planned and len(model.plan_cache) == kept

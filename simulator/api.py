@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from itertools import compress, count, repeat
-from operator import eq, ne
+from operator import eq, is_not, ne
 from pathlib import Path
 
 import numpy as np
@@ -375,11 +375,13 @@ def _cost_row(cm: ComputeModel, op, phase: str, name: str) -> dict:
 def network_facts(topo: Topology) -> NetworkFacts:
     """What the plan's collective choice needs to know of ``topo``: devices per host, NVLS,
     one GPU's bandwidth and per-hop latency to another host, and the bandwidth between two
-    GPUs of one host. Found once per topology and graph and kept in ``topo.derived`` (as
-    :func:`network_model`): a walk over every device's host, 1.5 ms at 16K GPUs."""
+    GPUs of one host. Found once per topology (its graph, devices and hosts) and kept in
+    ``topo.derived`` (as :func:`network_model`): a walk over every device's host, 1.5 ms at
+    16K GPUs."""
     kept = topo.derived.get("network_facts")
-    if kept is None or kept[0] is not topo.graph:  # a graph swapped in: found anew
-        kept = topo.derived["network_facts"] = (topo.graph, _network_facts(topo))
+    reads = (topo.graph, topo.devices, topo.host_of)
+    if kept is None or any(map(is_not, kept[0], reads)):  # one swapped in: found anew
+        kept = topo.derived["network_facts"] = (reads, _network_facts(topo))
     return kept[1]
 
 

@@ -6,7 +6,9 @@ routed too, and each representative transfer becomes a flow class whose per-link
 how many copies cross each link (fractions where load balancing spreads a connection over
 several paths; DESIGN.md, Scale), so contention between the copies stays real while the
 simulation follows one group. Routing and counting are done once per (plan shape, copies)
-and reused for every size.
+in a run and reused for its other sizes; runs on one network model share them, keyed also by
+the size a run first met the shape with (a class's bytes are a fraction of the size, to the
+last bit a function of it), so a run is the same whatever ran before.
 
 A ring (``Phase.lockstep``: the ring and hierarchical algorithms' rings and chains; a torus's
 bidirectional dimension rings are not) is one flow class over all its hops: its chunks pass
@@ -21,8 +23,11 @@ Routers that offer it route a whole phase at once, every copy's every transfer, 
 link ids (a fat-tree's ``spread_ids`` and ``path_ids``; :mod:`simulator.topology.fat_tree_routes`)
 with the same links, order and shares as routing each connection on its own, so the classes
 are the same to the bit: a 1,024-rank tree and its copies (90K connections) take milliseconds,
-not a second, and routing no longer grows with the data-parallel degree at Python speed. Other
-routers (NVSwitch, torus, hashed ECMP sub-flows) route one connection at a time, memoised.
+not a second, and routing no longer grows with the data-parallel degree at Python speed. Where
+a symmetric run's copies are folded (below), a fat-tree counts each class's links straight from
+the connections' endpoints (``spread_counts``: per device, leaf and pod, no route built), the
+same counts to the bit. Other routers (NVSwitch, torus, hashed ECMP sub-flows) route one
+connection at a time, memoised.
 A fat-tree also names the groups of links that every route crosses all or none of with equal
 shares (a leaf's uplinks, a pod's core links); a class keeps one link per group for the
 water-filling (``FlowClass.rating``), which gives the same rates over far fewer entries; and of
@@ -80,7 +85,7 @@ class CollectiveRunner:
         geometry_cache: dict | None = None,
         route_cache: dict | None = None,
         orbits: LinkOrbits | None = None,
-        run_geometry_cache: dict | None = None,
+        copies_cache: dict | None = None,
         plan_cache: dict | None = None,
     ):
         self.network = network
@@ -101,14 +106,19 @@ class CollectiveRunner:
         # collective plans and groups' bandwidths an executor found for this runner's
         # links, router and locality, for the runs that share ``plan_cache`` (a model's)
         self.plans: dict = plan_cache if plan_cache is not None else KeptPlans()
-        # shapes routed with copies named by ``copies_key`` (an index into this run's task
-        # graph's copy sets), keyed by the copies' devices and this run's orbits and link
-        # tracking: shared with the runs on the network model that pass the same
-        # ``run_geometry_cache`` (a sweep's points of one layout, failure trials; a
-        # RoutedShapes keeps them within a budget of bytes)
-        self._run_geometry: dict[tuple, list[_Geometry]] = (
-            run_geometry_cache if run_geometry_cache is not None else RoutedShapes()
+        # Shapes routed with a run's copies (``copies_key`` given): keyed by the copies'
+        # devices, the run's link orbits (their token) and link tracking, and shared with
+        # the runs on the network model that pass the same ``copies_cache`` (a sweep's
+        # points of one layout, trials that slow ranks); a RoutedShapes keeps them within a
+        # budget of bytes
+        self._copies_geometry: dict[tuple, list[_Geometry]] = (
+            copies_cache if copies_cache is not None else RoutedShapes()
         )
+        # this run's: each shape as first met (routed, the size it was routed at) and its
+        # floored forms, so the run is the same whatever runs came before; each copy set's
+        # devices as a key
+        self._here: dict[tuple, object] = {}
+        self._copies_ids: dict[object, tuple] = {}
         self._groups_alike: bool | None = None  # _alike, found once
 
     def _map(self, node: Node, mapping: dict[int, int], first: int) -> Node:
@@ -139,17 +149,25 @@ class CollectiveRunner:
         self, plan: CollectivePlan, copies: Sequence[Sequence[int]] = (), copies_key=None
     ) -> list[_Geometry]:
         """Route ``plan`` for its group and every copy; cached by shape. ``copies_key``, when
-        given, names the set of copies uniquely within this run (its classes may then carry
-        the run's orbits and fold their routes: cached with the orbits and whether links are
-        tracked, for the runs that share this runner's ``run_geometry_cache``); without it
-        the copies themselves are the key, shared by every run on the network model."""
+        given, names the set of copies uniquely within this run: its classes then carry the
+        run's orbits and fold their routes, and the shape is kept with the copies' devices,
+        the orbits and whether links are tracked (``copies_cache``); without it the copies
+        themselves are the key (``geometry_cache``). Either is shared by the runs on the
+        network model.
+
+        A class's bytes are a fraction of the collective's size, to the last bit a function
+        of that size: a run routes each shape once, at the size it first meets it with, and
+        uses that for its other sizes; the shared caches are keyed by that first size too,
+        so a run gets what it would get on a fresh model, whatever ran before."""
         if copies_key is not None:  # the same plan object again: skip building the key
             hit = self._by_plan.get((id(plan), copies_key))
             if hit is not None and hit[0] is plan:
                 return hit[1]
-            # the copies' devices, this run's orbits (one object per labelling on a model)
-            # and link tracking decide the classes
-            copies_id = (_devices_key(copies), self.orbits, self.network.track_links)
+            devices = self._copies_ids.get(copies_key)
+            if devices is None:
+                devices = self._copies_ids[copies_key] = _devices_key(copies)
+            orbits = None if self.orbits is None else self.orbits.token
+            copies_id = (devices, orbits, self.network.track_links)
         else:
             copies_id = tuple(map(tuple, copies))
         key = (
@@ -162,39 +180,53 @@ class CollectiveRunner:
                 for p in plan.phases
             ),
         )
-        cache = self._geometry if copies_key is None else self._run_geometry
+        cache = self._geometry if copies_key is None else self._copies_geometry
         floor = plan.step_latency_s
-        out = cache.get((key, floor))
+        here = self._here
+        out = here.get((key, floor))
         if out is None:  # routed once per shape; tails again per protocol's step latency
-            routed = cache.get(key)
-            if routed is None:
-                routed = cache[key] = self._route_plan(plan, copies, copies_key is not None)
+            found = here.get(key)
+            if found is None:
+                first = (key, plan.size_bytes)
+                routed = cache.get(first)
+                if routed is None:
+                    routed = cache[first] = self._route_plan(plan, copies, copies_key is not None)
+                found = here[key] = (routed, first)
+            routed, first = found
             out = routed
             if floor != (0.0, 0.0):
-                out = [self._floored(g, p, floor) for g, p in zip(routed, plan.phases, strict=True)]
-            cache[(key, floor)] = out
+                out = cache.get((first, floor))
+                if out is None:
+                    out = cache[(first, floor)] = [
+                        self._floored(g, p, floor) for g, p in zip(routed, plan.phases, strict=True)
+                    ]
+            here[(key, floor)] = out
         if copies_key is not None:
             self._by_plan[(id(plan), copies_key)] = (plan, out)
         return out
 
     def _route_plan(
-        self, plan: CollectivePlan, copies: Sequence[Sequence[int]], this_run: bool = False
+        self, plan: CollectivePlan, copies: Sequence[Sequence[int]], run_copies: bool = False
     ) -> list[_Geometry]:
         """Each phase routed (every copy), its classes' tails from the paths' latency alone;
-        ``this_run``: for this runner alone, so its classes may carry the run's orbits."""
-        orbits = self.orbits if this_run else None
+        ``run_copies``: the copies are a run's, named by its ``copies_key`` (its classes may
+        carry the run's orbits and fold their routes: kept under a key that names both)."""
+        orbits = self.orbits if run_copies else None
         groups = None  # the group and its copies as tuples, for routing one by one
         mappings = None
         out = []
         size = plan.size_bytes or 1.0
         same = self._same_links()
-        # Routes with each group of ``same`` folded to its first link, where the classes are
-        # this run's alone and link loads are not tracked (the full links name every link a
-        # flow loads), and every group's links have one capacity: the folded route's links
-        # and counts are then the rating the full one would be reduced to, entry for entry
-        # in the same order, so the same bits (the 16K connections of a 1,024-rank tree and
-        # its copies cross 68 links each through 32 spines, 6 folded)
-        fold = this_run and not self.network.track_links and same is not None and self._alike(same)
+        # Routes with each group of ``same`` folded to its first link, where the copies are a
+        # run's (kept under a key that says links are not tracked: folded classes never meet
+        # a run that tracks them) and link loads are not tracked (the full links name every
+        # link a flow loads), and every group's links have one capacity: the folded route's
+        # links and counts are then the rating the full one would be reduced to, entry for
+        # entry in the same order, so the same bits (the 16K connections of a 1,024-rank
+        # tree and its copies cross 68 links each through 32 spines, 6 folded)
+        fold = (
+            run_copies and not self.network.track_links and same is not None and self._alike(same)
+        )
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE and not phase.lockstep
             # per class (one per transfer, or per merged kind): its factor, and the class of
@@ -558,10 +590,12 @@ PLANNED_TRANSFERS = 1_000_000
 
 
 class KeptWithin(dict):
-    """A dict that drops its oldest entries while their sizes (``size_of(value)``) add up to
-    more than ``budget``, the newest always kept."""
+    """A dict that drops its oldest entries while their sizes (``size_of(key, value)``) add
+    up to more than ``budget``, the newest always kept. Entries come and go by ``d[k] = v``,
+    ``del d[k]``, ``pop`` and ``clear``, which keep the count; other ways to change it are
+    refused."""
 
-    def __init__(self, budget: float, size_of: Callable[[object], float]):
+    def __init__(self, budget: float, size_of: Callable[[object, object], float]):
         super().__init__()
         self.budget = budget
         self.size_of = size_of
@@ -571,25 +605,44 @@ class KeptWithin(dict):
     def __setitem__(self, key, value) -> None:
         if key in self:
             self.nbytes -= self._sizes[key]
-        size = self.size_of(value)
+        size = self.size_of(key, value)
         super().__setitem__(key, value)
         self._sizes[key] = size
         self.nbytes += size
         while self.nbytes > self.budget and len(self) > 1:
-            oldest = next(iter(self))
-            self.nbytes -= self._sizes.pop(oldest)
-            super().__delitem__(oldest)
+            del self[next(iter(self))]  # the oldest
+
+    def __delitem__(self, key) -> None:
+        super().__delitem__(key)
+        self.nbytes -= self._sizes.pop(key)
+
+    def pop(self, key, *default):
+        if key not in self:
+            return super().pop(key, *default)
+        value = self[key]
+        del self[key]
+        return value
+
+    def clear(self) -> None:
+        super().clear()
+        self._sizes.clear()
+        self.nbytes = 0
+
+    def _refused(self, *args, **kw):
+        raise TypeError(f"{type(self).__name__} changes by d[k] = v, del, pop and clear only")
+
+    update = setdefault = popitem = __ior__ = _refused
 
 
 class RoutedShapes(KeptWithin):
     """Routed collective shapes (key -> list of :class:`_Geometry`) within ``budget`` bytes of
-    their arrays (shared arrays counted per entry: an upper bound), oldest dropped first.
-    Runs that share one (a network model's) find the shapes their layout routed before; a
-    run keeps its own in hand (``CollectiveRunner._by_plan``), so one dropped mid-run is not
-    routed again by it."""
+    their arrays and of the copies' devices in their keys (arrays and keys an entry shares
+    with another counted for each: an upper bound), oldest dropped first. Runs that share
+    one (a network model's) find the shapes their layout routed before; a run keeps its own
+    in hand (``CollectiveRunner._here``), so one dropped mid-run is not routed again by it."""
 
     def __init__(self, budget: int = ROUTED_SHAPES_BYTES):
-        super().__init__(budget, _geometry_bytes)
+        super().__init__(budget, _shape_bytes)
 
 
 class KeptPlans(KeptWithin):
@@ -601,10 +654,26 @@ class KeptPlans(KeptWithin):
         super().__init__(budget, _transfers_in)
 
 
-def _transfers_in(value) -> int:
+def _transfers_in(key, value) -> int:
     """Transfers in a kept plan's phases (1 for a value that is no plan)."""
     phases = getattr(value, "phases", None)
     return 1 if phases is None else max(1, sum(len(p.transfers) for p in phases))
+
+
+def _shape_bytes(key, geometry: list[_Geometry]) -> int:
+    """Bytes of a kept shape: its arrays (:func:`_geometry_bytes`) and the copies' devices
+    its key holds (``(shape, size)`` or ``((shape, size), floor)``; a shape's fourth item
+    names the copies: (devices, orbits, tracked) for a run's, see
+    :meth:`CollectiveRunner.geometry`)."""
+    head = key[0]
+    shape = head[0] if len(head) == 2 else head
+    copies = shape[3]
+    devices = copies[0] if len(copies) == 3 and isinstance(copies[0], tuple) else copies
+    if devices and devices[0] == "rows":  # _devices_key of an array: its bytes
+        held = len(devices[3])
+    else:  # tuples of ints: about 64 bytes a tuple and 8 an entry
+        held = len(devices) * (64 + 8 * len(devices[0])) if devices else 0
+    return _geometry_bytes(geometry) + held
 
 
 def _geometry_bytes(geometry: list[_Geometry]) -> int:

@@ -21,9 +21,12 @@ one (``FatTreeRouter.spread_dominated``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 import numpy as np
+
+_TOKENS = itertools.count()
 
 
 class LinkOrbits:
@@ -59,6 +62,9 @@ class LinkOrbits:
             linked = np.flatnonzero(of_link >= 0)
         self.of_link = of_link
         self.size = np.bincount(of_link[linked], minlength=n_orbits)
+        # names these orbits in the keys of shapes routed with them (never reused, so a
+        # kept shape pins no orbits' arrays and outlives them harmlessly)
+        self.token = next(_TOKENS)
 
     def reduce(self, links: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """A class's (links ascending, counts) with one link of each orbit it touches (its

@@ -41,7 +41,7 @@ class NetworkModel:
     # collectives routed with a run's copies (CollectiveRunner.geometry), and the link
     # orbits of each labelling of the devices met (one object each, so those shapes are
     # found again by the runs that follow: a sweep's points of one layout, failure trials)
-    run_geometry_cache: dict = field(default_factory=RoutedShapes)
+    copies_cache: dict = field(default_factory=RoutedShapes)
     plan_cache: dict = field(default_factory=KeptPlans)
     orbits_cache: dict = field(default_factory=dict)
     # the builder's numbering of ``graph``'s links (Topology.own_layout), or None: read them
@@ -61,9 +61,10 @@ class NetworkModel:
     def new_run(
         self, track_links: bool = False, orbit_labels: Mapping[int, int] | None = None
     ) -> tuple[simpy.Environment, FlowNetwork, CollectiveRunner]:
-        """A clock, a flow network and a collective runner for one simulation; routes and
-        routed collective shapes are shared by every run (a task graph's copy sets, named by
-        its own indices, stay with its runner: :meth:`CollectiveRunner.geometry`).
+        """A clock, a flow network and a collective runner for one simulation; routes,
+        routed collective shapes (those of a run's copies keyed by their devices and the
+        run's orbits: :meth:`CollectiveRunner.geometry`), collective plans and link orbits
+        are shared by every run on this model.
         ``orbit_labels`` (device -> label, symmetric mode: the stage of its rank) name the
         equivalent GPUs whose own links a water-filling may keep one of
         (:mod:`simulator.engine.orbits`), where the router can list them."""
@@ -78,7 +79,7 @@ class NetworkModel:
             self.geometry_cache,
             self.route_cache,
             orbits,
-            self.run_geometry_cache,
+            self.copies_cache,
             self.plan_cache,
         )
         return env, net, runner

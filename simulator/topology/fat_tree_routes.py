@@ -434,8 +434,8 @@ class SpreadTable:
         connections' folded :meth:`routes` cross (ascending) and the sum of their shares on
         each, without building the routes: what ``np.bincount`` of the routes' entries gives,
         to the bit. None where that is not guaranteed (an endpoint that is not a device, a
-        PXN relay, a group with a link missing, a device not yet known or a link two
-        devices share): use :meth:`routes`. ``n_links``: the size of the id space.
+        PXN relay, a group with a link missing, a link two labels share): use
+        :meth:`routes`. ``n_links``: the size of the id space.
 
         A folded route crosses its two devices' links (share 1), then its leaves' first
         uplink and downlink (share 1/S each) and its pods' first core links (1/(S C)): every
@@ -471,6 +471,8 @@ class SpreadTable:
         for labels, rows, tables, share in labelled:
             if not rows.size:
                 continue
+            if not tables:  # through spines or cores a fabric without them lacks
+                return None
             size = tables[0].size
             k = np.bincount(klass[rows] * size + labels, minlength=n_classes * size)
             k = k.reshape(n_classes, size)

@@ -85,6 +85,8 @@ def test_one_orbits_object_per_labelling():
 
 
 def test_routed_shapes_keep_a_budget_of_bytes_oldest_dropped_first():
+    import pytest
+
     from simulator.engine.network import FlowClass
 
     def shape(n):  # one phase, one class over n links: 2 x 8 n bytes (+ its rating, the same)
@@ -92,18 +94,47 @@ def test_routed_shapes_keep_a_budget_of_bytes_oldest_dropped_first():
         cls = FlowClass(links, np.ones(n), 1.0, 0.0, None)
         return [collective._Geometry([cls])]
 
+    def key(name, copies=()):  # (shape, first size), a run's copies named as geometry names them
+        return (("all_reduce", "ring", (0, 1), (copies, 7, False), ((2, 1, 1, True, 0, 2),)), name)
+
     assert collective._geometry_bytes(shape(10)) == 4 * 8 * 10  # links, counts, rating's two
+    assert collective._shape_bytes(key(1.0), shape(10)) == 320
+    assert collective._shape_bytes(key(1.0, ((0, 1), (2, 3))), shape(10)) == 320 + 2 * 80
+    with_rows = key(1.0, ("rows", (3, 2), "int64", bytes(48)))
+    assert collective._shape_bytes((with_rows, (0.0, 0.0)), shape(10)) == 320 + 48  # floored
     kept = collective.RoutedShapes(budget=1000)
-    kept["a"] = shape(10)  # 320 bytes
-    kept["b"] = shape(10)
-    kept["c"] = shape(10)
-    assert list(kept) == ["a", "b", "c"] and kept.nbytes == 960
-    kept["d"] = shape(5)  # 1,120 > 1,000: the oldest goes
-    assert list(kept) == ["b", "c", "d"] and kept.nbytes == 800
-    kept["b"] = shape(1)  # replaced in place: its bytes recounted
+    kept[key("a")] = shape(10)  # 320 bytes
+    kept[key("b")] = shape(10)
+    kept[key("c")] = shape(10)
+    assert [k[1] for k in kept] == ["a", "b", "c"] and kept.nbytes == 960
+    kept[key("d")] = shape(5)  # 1,120 > 1,000: the oldest goes
+    assert [k[1] for k in kept] == ["b", "c", "d"] and kept.nbytes == 800
+    kept[key("b")] = shape(1)  # replaced in place: its bytes recounted
     assert kept.nbytes == 800 - 320 + 32
-    kept["huge"] = shape(100)  # alone over the budget: kept, every other dropped
-    assert list(kept) == ["huge"] and kept.nbytes == 3200
+    del kept[key("c")]
+    assert kept.pop(key("d")) is not None and kept.pop(key("zz"), None) is None
+    assert kept.nbytes == 32 and len(kept) == 1
+    kept[key("huge")] = shape(100)  # alone over the budget: kept, every other dropped
+    assert [k[1] for k in kept] == ["huge"] and kept.nbytes == 3200
+    with pytest.raises(TypeError):
+        kept.update({key("e"): shape(1)})  # would not count: refused
+    kept.clear()
+    assert kept.nbytes == 0 and not kept
+
+
+def test_a_run_is_the_same_whatever_sizes_ran_before_on_the_model():
+    # a class's bytes are a fraction of its collective's size, to the last bit a function of
+    # it (a 24-rank ZeRO reduce-scatter: 0.95833...34 at one size, ...33 at another): a run
+    # after another whose buckets differ gets what it gets on a fresh model
+    over = ["cluster.gpus=384", "cluster.topology.nodes=48", "parallelism.pp=2"]
+    over += ["training.global_batch=48", "parallelism.zero=1"]
+    before = api.load(SCENARIO, [*over, "model.layers=12"])
+    after = api.load(SCENARIO, [*over, "model.layers=18"])
+    topo = api.build_topology(before.cluster)
+    api.run(before, topo)
+    warm = api.run(after, topo).trace
+    fresh = api.run(after, api.build_topology(after.cluster)).trace
+    assert warm.equals(fresh)
 
 
 def test_a_later_run_plans_nothing_and_a_foreign_locality_keeps_its_own(monkeypatch):

@@ -255,3 +255,16 @@ def test_spread_counts_decline_a_link_two_devices_share():
     table.device_links[2, 3] = table.device_links[0, 3]  # device 2 leaves by device 0's NIC
     table._devices_own = None
     assert topo.router.spread_counts(src, dst, one, 1, links) is None
+
+
+def test_spread_counts_look_again_at_shared_links_when_devices_are_learned():
+    # a table that learns devices as they come (links looked up by (u, v)): a device learned
+    # later whose NIC uplink is another's is found out then, not only at the first call
+    topo = fat_tree_topology(**SMALL["tor pods"])
+    index = dict(LinkTable(topo.graph).index)
+    index[("nic2", next(v for u, v in index if u == "nic2"))] = index[
+        ("nic0", next(v for u, v in index if u == "nic0"))
+    ]  # device 2 leaves by device 0's NIC uplink
+    one = np.zeros(1, np.int64)
+    assert topo.router.spread_counts(np.array([0]), np.array([5]), one, 1, index) is not None
+    assert topo.router.spread_counts(np.array([2]), np.array([5]), one, 1, index) is None

@@ -194,6 +194,7 @@ def test_a_symmetric_run_with_folded_routes_is_the_same_run(monkeypatch):
     counts = api.run(scenario).trace
     assert any(counted)
     monkeypatch.setattr(FatTreeRouter, "spread_counts", lambda *a: None)
+    asked.clear()  # the first run's PXN phases asked for folded routes too
     folded = api.run(scenario).trace
     assert any(asked)
     assert counts.equals(folded)

@@ -6,9 +6,10 @@ routed too, and each representative transfer becomes a flow class whose per-link
 how many copies cross each link (fractions where load balancing spreads a connection over
 several paths; DESIGN.md, Scale), so contention between the copies stays real while the
 simulation follows one group. Routing and counting are done once per (plan shape, copies)
-in a run and reused for its other sizes; runs on one network model share them, keyed also by
-the size a run first met the shape with (a class's bytes are a fraction of the size, to the
-last bit a function of it), so a run is the same whatever ran before.
+in a run and reused for its other sizes; runs on one network model share them, a run's copies
+keyed also by the size the run first met the shape with (a class's bytes are a fraction of the
+size, to the last bit a function of it), so a run is the same whatever ran before
+(:meth:`CollectiveRunner.geometry`).
 
 A ring (``Phase.lockstep``: the ring and hierarchical algorithms' rings and chains; a torus's
 bidirectional dimension rings are not) is one flow class over all its hops: its chunks pass
@@ -157,8 +158,11 @@ class CollectiveRunner:
 
         A class's bytes are a fraction of the collective's size, to the last bit a function
         of that size: a run routes each shape once, at the size it first meets it with, and
-        uses that for its other sizes; the shared caches are keyed by that first size too,
-        so a run gets what it would get on a fresh model, whatever ran before."""
+        uses that for its other sizes; the shapes of a run's copies are kept keyed by that
+        first size too, so a run gets what it would get on a fresh model, whatever ran
+        before. Shapes without ``copies_key`` are kept by shape alone, at the size first
+        routed on the model (a table of one collective over 34 sizes routes it once; its
+        rows may differ in the last bit from the same sizes timed alone)."""
         if copies_key is not None:  # the same plan object again: skip building the key
             hit = self._by_plan.get((id(plan), copies_key))
             if hit is not None and hit[0] is plan:
@@ -187,7 +191,9 @@ class CollectiveRunner:
         if out is None:  # routed once per shape; tails again per protocol's step latency
             found = here.get(key)
             if found is None:
-                first = (key, plan.size_bytes)
+                # a run's copies: by the size first met in this run; other shapes (a table of
+                # one collective over sizes: routed once) by the shape alone, as first routed
+                first = key if copies_key is None else (key, plan.size_bytes)
                 routed = cache.get(first)
                 if routed is None:
                     routed = cache[first] = self._route_plan(plan, copies, copies_key is not None)

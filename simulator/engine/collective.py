@@ -116,8 +116,8 @@ class CollectiveRunner:
             copies_cache if copies_cache is not None else RoutedShapes()
         )
         # this run's: each shape as first met (routed, the size it was routed at) and its
-        # floored forms, so the run is the same whatever runs came before; each copy set's
-        # devices as a key
+        # floored forms, so the run is the same whatever runs came before; the devices of
+        # each (copy set, group) as a key
         self._here: dict[tuple, object] = {}
         self._copies_ids: dict[object, tuple] = {}
         self._groups_alike: bool | None = None  # _alike, found once
@@ -167,9 +167,10 @@ class CollectiveRunner:
             hit = self._by_plan.get((id(plan), copies_key))
             if hit is not None and hit[0] is plan:
                 return hit[1]
-            devices = self._copies_ids.get(copies_key)
+            devices = self._copies_ids.get((copies_key, plan.group))
             if devices is None:
-                devices = self._copies_ids[copies_key] = _devices_key(copies)
+                devices = _devices_key(plan.group, copies)
+                self._copies_ids[(copies_key, plan.group)] = devices
             orbits = None if self.orbits is None else self.orbits.token
             copies_id = (devices, orbits, self.network.track_links)
         else:
@@ -233,6 +234,7 @@ class CollectiveRunner:
         fold = (
             run_copies and not self.network.track_links and same is not None and self._alike(same)
         )
+        whole_phase = getattr(self.router, "spread_ids", None) is not None
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE and not phase.lockstep
             # per class (one per transfer, or per merged kind): its factor, and the class of
@@ -244,19 +246,16 @@ class CollectiveRunner:
                 factors, class_of, latency, tails = self._classes(phase, size, merge)
                 ends = None
             crosses = self._crosses(phase.transfers, ends)
+            # every copy's every transfer as device arrays, for a router that takes a whole
+            # phase at once (None: it takes none, or an endpoint is not a device)
+            whole = self._connections(plan.group, copies, phase, ends) if whole_phase else None
             # each class's links and copies per link: counted from the endpoints where the
             # router can (folded routes), else from every copy's route of each class, in
             # (transfer, copy) order
-            per_link = (
-                self._counted(plan.group, copies, phase, class_of, len(tails), ends)
-                if fold
-                else None
-            )
+            per_link = self._counted(whole, class_of, len(tails)) if fold else None
             firsts = per_link is not None  # folded links, each its group's first
             if per_link is None:
-                routes = self._spread_phase(
-                    plan.group, copies, phase, class_of, len(tails), fold, ends
-                )
+                routes = self._spread_phase(whole, class_of, len(tails), fold)
                 if routes is None:
                     if mappings is None:
                         groups = [plan.group, *map(tuple, copies)]
@@ -483,24 +482,15 @@ class CollectiveRunner:
         ]
 
     def _spread_phase(
-        self,
-        group,
-        copies,
-        phase,
-        class_of,
-        n_classes: int,
-        folded: bool = False,
-        ends: tuple[np.ndarray, np.ndarray] | None = None,
+        self, connections, class_of, n_classes: int, folded: bool = False
     ) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """As :meth:`_route_phase`, every connection of the phase routed at once by the
-        router's ``spread_ids`` (identical routes, as arrays); None when the router has none,
-        declines, or an endpoint is not a device (an NVLS switch). ``ends``: the transfers'
-        (source, destination) devices as arrays, when known."""
-        spread_ids = getattr(self.router, "spread_ids", None)
-        found = None if spread_ids is None else self._connections(group, copies, phase, ends)
-        if found is None:
+        """As :meth:`_route_phase`, every connection of the phase (``connections``:
+        :meth:`_connections`) routed at once by the router's ``spread_ids`` (identical
+        routes, as arrays); None when there are no connections or the router declines."""
+        if not connections:
             return None
-        src, dst, n_groups = found
+        src, dst, n_groups = connections
+        spread_ids = self.router.spread_ids
         routed = spread_ids(src, dst, self.links, folded=True) if folded else None
         if routed is None:
             routed = spread_ids(src, dst, self.links)
@@ -518,16 +508,16 @@ class CollectiveRunner:
         return list(zip(np.split(ids[order], bounds), np.split(shares[order], bounds), strict=True))
 
     def _counted(
-        self, group, copies, phase, class_of, n_classes: int, ends=None
+        self, connections, class_of, n_classes: int
     ) -> list[tuple[np.ndarray, np.ndarray]] | None:
         """Each class's (links ascending, copies per link) as :func:`_copies_per_link` of
         :meth:`_spread_phase`'s folded routes gives them, to the bit, counted by the router's
-        ``spread_counts`` from the connections' endpoints; None when it has none or declines."""
+        ``spread_counts`` from the endpoints of ``connections`` (:meth:`_connections`); None
+        when there are none, the router has no ``spread_counts`` or declines."""
         spread_counts = getattr(self.router, "spread_counts", None)
-        found = None if spread_counts is None else self._connections(group, copies, phase, ends)
-        if found is None:
+        if not connections or spread_counts is None:
             return None
-        src, dst, n_groups = found
+        src, dst, n_groups = connections
         klass = np.repeat(np.asarray(class_of, np.int64), n_groups)
         return spread_counts(src, dst, klass, n_classes, self.links)
 
@@ -667,19 +657,12 @@ def _transfers_in(key, value) -> int:
 
 
 def _shape_bytes(key, geometry: list[_Geometry]) -> int:
-    """Bytes of a kept shape: its arrays (:func:`_geometry_bytes`) and the copies' devices
-    its key holds (``(shape, size)`` or ``((shape, size), floor)``; a shape's fourth item
-    names the copies: (devices, orbits, tracked) for a run's, see
+    """Bytes of a kept shape of a run's copies: its arrays (:func:`_geometry_bytes`) and the
+    devices' bytes its key holds (the key: ``(shape, size)`` or ``((shape, size), floor)``,
+    the shape's fourth item ``((rows, bytes), orbits, tracked)``: see
     :meth:`CollectiveRunner.geometry`)."""
-    head = key[0]
-    shape = head[0] if len(head) == 2 else head
-    copies = shape[3]
-    devices = copies[0] if len(copies) == 3 and isinstance(copies[0], tuple) else copies
-    if devices and devices[0] == "rows":  # _devices_key of an array: its bytes
-        held = len(devices[3])
-    else:  # tuples of ints: about 64 bytes a tuple and 8 an entry
-        held = len(devices) * (64 + 8 * len(devices[0])) if devices else 0
-    return _geometry_bytes(geometry) + held
+    shape = key[0][0] if len(key[0]) == 2 else key[0]
+    return _geometry_bytes(geometry) + len(shape[3][0][1])
 
 
 def _geometry_bytes(geometry: list[_Geometry]) -> int:
@@ -694,13 +677,11 @@ def _geometry_bytes(geometry: list[_Geometry]) -> int:
     return total
 
 
-def _devices_key(copies: Sequence[Sequence[int]]) -> tuple:
-    """The devices of a collective's copies as a hashable key: a RankGroups' array by its
-    shape and bytes (8,191 pipeline pairs in microseconds), other copies as tuples."""
-    array = getattr(copies, "array", None)
-    if array is not None:
-        return ("rows", array.shape, str(array.dtype), array.tobytes())
-    return tuple(map(tuple, copies))
+def _devices_key(group: Sequence[int], copies: Sequence[Sequence[int]]) -> tuple:
+    """The devices of a collective's group and copies as a hashable key: the shape and the
+    bytes of their rows (:func:`_device_rows`; 8,191 pipeline pairs in microseconds)."""
+    rows = _device_rows(group, copies)
+    return rows.shape, rows.tobytes()
 
 
 def _device_rows(group: Sequence[int], copies: Sequence[Sequence[int]]) -> np.ndarray:

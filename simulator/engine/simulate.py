@@ -12,7 +12,7 @@ import simpy
 from simulator.collectives import CollectivePlan, Locality
 from simulator.collector import paused_gc
 from simulator.engine.clock import Clock
-from simulator.engine.collective import CollectiveRunner, KeptPlans, RoutedShapes
+from simulator.engine.collective import CollectiveRunner, KeptPlans, KeptWithin, RoutedShapes
 from simulator.engine.executor import Executor
 from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats
 from simulator.engine.orbits import link_orbits
@@ -43,7 +43,9 @@ class NetworkModel:
     # found again by the runs that follow: a sweep's points of one layout, failure trials)
     copies_cache: dict = field(default_factory=RoutedShapes)
     plan_cache: dict = field(default_factory=KeptPlans)
-    orbits_cache: dict = field(default_factory=dict)
+    orbits_cache: dict = field(
+        default_factory=lambda: KeptWithin(ORBIT_LABELLINGS, lambda key, orbits: 1)
+    )
     # the builder's numbering of ``graph``'s links (Topology.own_layout), or None: read them
     # from the graph
     layout: object = None
@@ -96,13 +98,11 @@ class NetworkModel:
         find = getattr(self.router, "spread_dominated", None)
         dominated = None if find is None else find(self.links)
         key += (-1 if dominated is None else int(np.count_nonzero(dominated)),)
-        if key not in self.orbits_cache:
-            while len(self.orbits_cache) >= ORBIT_LABELLINGS:  # the oldest first
-                del self.orbits_cache[next(iter(self.orbits_cache))]
-            self.orbits_cache[key] = link_orbits(
-                orbit_labels, self.router, self.links, self.links.capacity
-            )
-        return self.orbits_cache[key]
+        orbits = self.orbits_cache.get(key)
+        if orbits is None:  # kept, the oldest labelling dropped past ORBIT_LABELLINGS
+            orbits = link_orbits(orbit_labels, self.router, self.links, self.links.capacity)
+            self.orbits_cache[key] = orbits
+        return orbits
 
 
 def time_collective(

@@ -480,7 +480,10 @@ class SpreadTable:
             for cls, row in enumerate(k):
                 at = np.flatnonzero(row)
                 for table in tables:
-                    pieces[cls].append((table[at], row[at], share))
+                    links = table[at]
+                    if links.size and links.min() < 0:
+                        return None  # a link a route would not find: route them
+                    pieces[cls].append((links, row[at], share))
         # row r, column j: j + 1 additions of share r in a row (as bincount adds them)
         share = self.share_cross
         values = [
@@ -495,9 +498,6 @@ class SpreadTable:
         out = []
         for mine in pieces:
             for links, k, row in mine:
-                if links.size and links.min() < 0:
-                    mask[:] = False
-                    return None  # a link a route would not find: route them
                 mask[links] = True
                 sums[links] = table[row, k - 1]
             links = np.flatnonzero(mask)

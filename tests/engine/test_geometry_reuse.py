@@ -94,14 +94,14 @@ def test_routed_shapes_keep_a_budget_of_bytes_oldest_dropped_first():
         cls = FlowClass(links, np.ones(n), 1.0, 0.0, None)
         return [collective._Geometry([cls])]
 
-    def key(name, copies=()):  # (shape, first size), a run's copies named as geometry names them
-        return (("all_reduce", "ring", (0, 1), (copies, 7, False), ((2, 1, 1, True, 0, 2),)), name)
+    def key(name, devices=((1, 2), b"")):  # (shape, first size), as geometry names a run's
+        return (("all_reduce", "ring", (0, 1), (devices, 7, False), ((2, 1, 1, True, 0, 2),)), name)
 
     assert collective._geometry_bytes(shape(10)) == 4 * 8 * 10  # links, counts, rating's two
     assert collective._shape_bytes(key(1.0), shape(10)) == 320
-    assert collective._shape_bytes(key(1.0, ((0, 1), (2, 3))), shape(10)) == 320 + 2 * 80
-    with_rows = key(1.0, ("rows", (3, 2), "int64", bytes(48)))
-    assert collective._shape_bytes((with_rows, (0.0, 0.0)), shape(10)) == 320 + 48  # floored
+    rows = collective._devices_key((0, 1), [(2, 3), (4, 5)])  # the group and two copies
+    assert rows == ((3, 2), np.arange(6, dtype=np.int64).tobytes())
+    assert collective._shape_bytes((key(1.0, rows), (0.0, 0.0)), shape(10)) == 320 + 48  # floored
     kept = collective.RoutedShapes(budget=1000)
     kept[key("a")] = shape(10)  # 320 bytes
     kept[key("b")] = shape(10)

@@ -36,6 +36,12 @@ SMALL = {  # every shape the builder makes: one leaf, one pod of rails, ToR pods
 }  # fmt: skip
 
 
+def _small(shape):
+    """One of the SMALL fat-trees, its link table and its number of devices."""
+    topo = fat_tree_topology(**SMALL[shape])
+    return topo, LinkTable(topo.graph), topo.num_devices
+
+
 def _expected(router, index, src, dst):
     """spread's routes, one connection at a time, as (ids, shares, lengths)."""
     ids, shares, lengths = [], [], []
@@ -79,9 +85,7 @@ def test_spread_ids_equal_spread_on_shipped_fat_trees(root, name):
 @settings(max_examples=40, deadline=None)
 @given(data=st.data(), shape=st.sampled_from(sorted(SMALL)))
 def test_spread_ids_equal_spread_for_random_pairs(data, shape):
-    topo = fat_tree_topology(**SMALL[shape])
-    links = LinkTable(topo.graph)
-    n = topo.num_devices
+    topo, links, n = _small(shape)
     pairs = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))))
     _check(topo, links, [p[0] for p in pairs], [p[1] for p in pairs])
 
@@ -206,9 +210,7 @@ def _check_counts(topo, links, src, dst, klass, n_classes):
 @settings(max_examples=40, deadline=None)
 @given(data=st.data(), shape=st.sampled_from(sorted(SMALL)))
 def test_spread_counts_equal_the_folded_routes_counted(data, shape):
-    topo = fat_tree_topology(**SMALL[shape])
-    links = LinkTable(topo.graph)
-    n = topo.num_devices
+    topo, links, n = _small(shape)
     n_classes = data.draw(st.integers(1, 4))
     pairs = data.draw(
         st.lists(

@@ -47,6 +47,7 @@ from operator import itemgetter, ne
 import numpy as np
 
 from simulator.collectives.plan import CollectivePlan, Node
+from simulator.engine.kept import KeptWithin
 from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
 from simulator.engine.orbits import LinkOrbits
 
@@ -583,51 +584,6 @@ _UNEVEN_COPIES = "a collective's copies must have as many members as its group"
 ROUTED_SHAPES_BYTES = 256 * 2**20
 # transfers of the collective plans a KeptPlans keeps (a transfer: a tuple of about 80 bytes)
 PLANNED_TRANSFERS = 1_000_000
-
-
-class KeptWithin(dict):
-    """A dict that drops its oldest entries while their sizes (``size_of(key, value)``) add
-    up to more than ``budget``, the newest always kept. Entries come and go by ``d[k] = v``,
-    ``del d[k]``, ``pop`` and ``clear``, which keep the count; other ways to change it are
-    refused."""
-
-    def __init__(self, budget: float, size_of: Callable[[object, object], float]):
-        super().__init__()
-        self.budget = budget
-        self.size_of = size_of
-        self.nbytes = 0  # the entries' sizes added up (bytes for RoutedShapes)
-        self._sizes: dict = {}
-
-    def __setitem__(self, key, value) -> None:
-        if key in self:
-            self.nbytes -= self._sizes[key]
-        size = self.size_of(key, value)
-        super().__setitem__(key, value)
-        self._sizes[key] = size
-        self.nbytes += size
-        while self.nbytes > self.budget and len(self) > 1:
-            del self[next(iter(self))]  # the oldest
-
-    def __delitem__(self, key) -> None:
-        super().__delitem__(key)
-        self.nbytes -= self._sizes.pop(key)
-
-    def pop(self, key, *default):
-        if key not in self:
-            return super().pop(key, *default)
-        value = self[key]
-        del self[key]
-        return value
-
-    def clear(self) -> None:
-        super().clear()
-        self._sizes.clear()
-        self.nbytes = 0
-
-    def _refused(self, *args, **kw):
-        raise TypeError(f"{type(self).__name__} changes by d[k] = v, del, pop and clear only")
-
-    update = setdefault = popitem = __ior__ = _refused
 
 
 class RoutedShapes(KeptWithin):

@@ -37,6 +37,7 @@ import numpy as np
 import simpy
 
 from simulator.engine.clock import caller
+from simulator.engine.kept import KeptWithin
 from simulator.engine.maxmin import max_min_rates_lists, max_min_rates_segments
 
 _EPS = 1e-12
@@ -50,6 +51,10 @@ SMALL_COMPONENT = 96
 # 128-class data-parallel rings of the 405B step are advanced 110K times (12M class updates);
 # the element-wise float operations are the same either way, so the bits are too.
 VECTOR_CLASSES = 64
+# Classes' patterns and water-fillings' rated classes a RatingMemory keeps (each entry counts
+# its classes): a 16K-GPU Llama 3 step names about 2K patterns and rates some 300 class sets,
+# a DP 1,024 step 30; a sweep's worker keeps its last few hundred layouts' worth.
+RATED_CLASSES = 500_000
 
 
 class LinkTable:
@@ -244,6 +249,28 @@ class _Group:
         self.t = now
 
 
+class RatingMemory:
+    """Water-fillings' rates kept for the runs after on one link table (a
+    :class:`~simulator.engine.simulate.NetworkModel`'s): the later runs of a layout (a sweep's
+    points, failure trials) rate the components they meet again without water-filling them.
+
+    A rate is a function of its classes' links, counts and ratings and of the links'
+    capacities alone, and a class's pattern names it for good (a routed shape's classes are
+    made once and kept: :mod:`simulator.engine.collective`), so the rates a run found for a
+    set of patterns are the rates any run would find. ``keys`` gives batches of patterns the
+    same key in every run (a run keeps the ones it met in hand, so one dropped from here
+    mid-run keeps its key in that run); ``rates`` maps a rated set of (key, which classes in
+    flight) to each item's rates and whether the filling was symmetric. A run counts a set it
+    finds here as rated (``NetworkStats.rerates``), as a fresh run would: its counters do not
+    depend on the runs before."""
+
+    def __init__(self, links: LinkTable, budget: int = RATED_CLASSES):
+        self.links = links
+        self.counter = itertools.count(1)
+        self.keys: dict = KeptWithin(budget, lambda patterns, key: len(patterns))
+        self.rates: dict = KeptWithin(budget, lambda items, found: len(found[0]))
+
+
 @dataclass
 class NetworkStats:
     """Counters for benchmarks and tests."""
@@ -283,7 +310,13 @@ def _latency_overflow(end: float) -> ValueError:
 class FlowNetwork:
     """Flows over a :class:`LinkTable` in ``env``; ``submit`` a batch, get a callback."""
 
-    def __init__(self, env: simpy.Environment, links: LinkTable, track_links: bool = False):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        links: LinkTable,
+        track_links: bool = False,
+        memory: RatingMemory | None = None,
+    ):
         self.env = env
         # call_in(delay s, fn, *args): fn(*args) that much later, the clock's delayed call
         # without an event object (Clock.call_in), for this network and its collectives
@@ -317,7 +350,10 @@ class FlowNetwork:
         self._described: dict[int, tuple[list, tuple]] = {}  # id(list) -> (list, _describe)
         # (key, signature) -> a group's live classes' entries: links, counts, per-class sizes
         self._entries: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._keys = itertools.count(1)  # > 0: rates reusable; < 0: a batch without patterns
+        # rates and keys of earlier runs on these links (RatingMemory), or None
+        self._memory = memory if memory is not None and memory.links is links else None
+        # > 0: rates reusable; < 0: a batch without patterns
+        self._keys = self._memory.counter if self._memory is not None else itertools.count(1)
         self._lone_seen = False  # some group ran lone (see _rate_alone)
         # key -> a group that ended lone, untouched, kept for the key's next lone run
         # (submit_later), which gives it its batch's sizes and tails
@@ -402,7 +438,13 @@ class FlowNetwork:
             return -next(self._keys)
         key = self._pattern_keys.get(patterns)
         if key is None:
-            key = self._pattern_keys[patterns] = next(self._keys)
+            memory = self._memory
+            key = memory.keys.get(patterns) if memory is not None else None
+            if key is None:
+                key = next(self._keys)
+                if memory is not None:
+                    memory.keys[patterns] = key
+            self._pattern_keys[patterns] = key
         return key
 
     def _register(self, group: _Group) -> None:
@@ -465,6 +507,14 @@ class FlowNetwork:
             else:
                 key = None
         self.stats.rerates += 1
+        if key is not None and self._memory is not None:  # rated by an earlier run
+            found = self._memory.rates.get(key)
+            if found is not None:
+                rated, symmetric = found
+                self.stats.symmetric_fillings += symmetric
+                self._rate_cache[key] = rated
+                return [rated[item] for item in items]
+        symmetric = False
         live = [g.live() for g in groups]
         chosen = [g.classes[k] for g, ks in zip(groups, live, strict=True) for k in ks]
         parts = [self._group_entries(g, ks) for g, ks in zip(groups, live, strict=True)]
@@ -481,6 +531,7 @@ class FlowNetwork:
                     self._group_entries(g, ks, True) for g, ks in zip(groups, live, strict=True)
                 ]
                 self.stats.symmetric_fillings += 1
+                symmetric = True
             flat = max_min_rates_segments(
                 np.concatenate([p[2] for p in parts]),
                 np.concatenate([p[0] for p in parts]),
@@ -496,7 +547,9 @@ class FlowNetwork:
                 i += 1
             out.append(np.array(rates) if g.vector else rates)
         if key is not None:
-            self._rate_cache[key] = dict(zip(items, out, strict=True))
+            rated = self._rate_cache[key] = dict(zip(items, out, strict=True))
+            if self._memory is not None:
+                self._memory.rates[key] = (rated, symmetric)
         return out
 
     def _group_entries(self, g: _Group, live: list[int], symmetric: bool = False):

@@ -12,9 +12,10 @@ import simpy
 from simulator.collectives import CollectivePlan, Locality
 from simulator.collector import paused_gc
 from simulator.engine.clock import Clock
-from simulator.engine.collective import CollectiveRunner, KeptPlans, KeptWithin, RoutedShapes
+from simulator.engine.collective import CollectiveRunner, KeptPlans, RoutedShapes
 from simulator.engine.executor import Executor
-from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats
+from simulator.engine.kept import KeptWithin
+from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats, RatingMemory
 from simulator.engine.orbits import link_orbits
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
@@ -36,6 +37,8 @@ class NetworkModel:
     nvls_switch: dict = field(default_factory=dict)
     torus_shape: tuple[int, ...] | None = None
     links: LinkTable = field(init=False)
+    # water-fillings' rates found by the runs so far, for the runs after (made with links)
+    ratings: RatingMemory = field(init=False)
     geometry_cache: dict = field(default_factory=dict)
     route_cache: dict = field(default_factory=dict)
     # collectives routed with a run's copies (CollectiveRunner.geometry), and the link
@@ -55,6 +58,7 @@ class NetworkModel:
             self.links = LinkTable.from_layout(self.layout)
         else:
             self.links = LinkTable(self.graph)
+        self.ratings = RatingMemory(self.links)
 
     @property
     def locality(self) -> Locality:
@@ -65,13 +69,13 @@ class NetworkModel:
     ) -> tuple[simpy.Environment, FlowNetwork, CollectiveRunner]:
         """A clock, a flow network and a collective runner for one simulation; routes,
         routed collective shapes (those of a run's copies keyed by their devices and the
-        run's orbits: :meth:`CollectiveRunner.geometry`), collective plans and link orbits
-        are shared by every run on this model.
+        run's orbits: :meth:`CollectiveRunner.geometry`), collective plans, link orbits and
+        water-fillings' rates (:class:`RatingMemory`) are shared by every run on this model.
         ``orbit_labels`` (device -> label, symmetric mode: the stage of its rank) name the
         equivalent GPUs whose own links a water-filling may keep one of
         (:mod:`simulator.engine.orbits`), where the router can list them."""
         env = Clock()
-        net = FlowNetwork(env, self.links, track_links)
+        net = FlowNetwork(env, self.links, track_links, self.ratings)
         orbits = self._orbits(orbit_labels) if orbit_labels else None
         runner = CollectiveRunner(
             net,

@@ -41,24 +41,25 @@ class LinkOrbits:
             labels = np.fromiter(label_of_device.values(), np.int64, len(label_of_device))
         kinds = ids.shape[1]
         orbit = (labels[:, None] * kinds + np.arange(kinds)).ravel()
+        n = capacity.size
         ids = ids.ravel()
-        known = ids >= 0
-        ids, orbit = ids[known], orbit[known]
-        of_link = np.full(capacity.size, -1, dtype=np.int64)
+        ids = np.where(ids >= 0, ids, n)  # no such link: a slot past the links, dropped below
+        of_link = np.full(n + 1, -1, dtype=np.int64)
         of_link[ids] = orbit
         # a link that devices of two orbits share belongs to neither
-        of_link[ids[of_link[ids] != orbit]] = -2
-        of_link[of_link == -2] = -1
+        of_link[ids[of_link[ids] != orbit]] = -1
+        of_link = of_link[:n]
         linked = np.flatnonzero(of_link >= 0)
         n_orbits = int(of_link.max()) + 1 if linked.size else 0
-        # every orbit's links of one capacity, or the orbit is dropped
-        lo = np.full(n_orbits, np.inf)
-        hi = np.full(n_orbits, -np.inf)
-        np.minimum.at(lo, of_link[linked], capacity[linked])
-        np.maximum.at(hi, of_link[linked], capacity[linked])
-        uneven = lo != hi
+        # every orbit's links of one capacity (each as its orbit's last link's), or the
+        # orbit is dropped
+        mine = of_link[linked]
+        last = np.empty(n_orbits, np.int64)
+        last[mine] = linked  # the last write of each orbit's stands
+        uneven = np.zeros(n_orbits, bool)
+        uneven[mine[capacity[linked] != capacity[last[mine]]]] = True
         if uneven.any():
-            of_link[linked[uneven[of_link[linked]]]] = -1
+            of_link[linked[uneven[mine]]] = -1
             linked = np.flatnonzero(of_link >= 0)
         self.of_link = of_link
         self.size = np.bincount(of_link[linked], minlength=n_orbits)

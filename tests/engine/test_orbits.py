@@ -6,7 +6,8 @@ import pytest
 
 from simulator import api
 from simulator.engine.network import LinkTable
-from simulator.engine.orbits import link_orbits
+from simulator.engine.orbits import LinkOrbits, link_orbits
+from simulator.engine.placement import DeviceLabels
 from simulator.topology.fat_tree import fat_tree_topology
 
 
@@ -128,3 +129,39 @@ def test_orbits_shrink_the_data_parallel_rings(monkeypatch):
     path, overrides = CASES["zero2-pp-tp"]
     api.run(api.load(path, overrides))
     assert sizes and max(full - kept for full, kept in sizes) >= 8
+
+
+def _orbits_by_extremes(labels: np.ndarray, ids: np.ndarray, capacity: np.ndarray):
+    """Orbits as first written: links two orbits share marked apart, then each orbit's least
+    and greatest capacity compared (np.minimum.at / np.maximum.at)."""
+    kinds = ids.shape[1]
+    orbit = (labels[:, None] * kinds + np.arange(kinds)).ravel()
+    ids = ids.ravel()
+    known = ids >= 0
+    ids, orbit = ids[known], orbit[known]
+    of_link = np.full(capacity.size, -1, dtype=np.int64)
+    of_link[ids] = orbit
+    of_link[ids[of_link[ids] != orbit]] = -2
+    of_link[of_link == -2] = -1
+    linked = np.flatnonzero(of_link >= 0)
+    n_orbits = int(of_link.max()) + 1 if linked.size else 0
+    lo, hi = np.full(n_orbits, np.inf), np.full(n_orbits, -np.inf)
+    np.minimum.at(lo, of_link[linked], capacity[linked])
+    np.maximum.at(hi, of_link[linked], capacity[linked])
+    of_link[linked[(lo != hi)[of_link[linked]]]] = -1
+    return of_link, np.bincount(of_link[of_link >= 0], minlength=n_orbits)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_orbits_as_first_written_on_random_tables(seed):
+    """Shared links (ids drawn from few), missing links (-1) and two capacities at random:
+    the orbits of LinkOrbits are the ones its first, slower form found."""
+    rng = np.random.default_rng(seed)
+    devices, kinds, n_links = int(rng.integers(1, 12)), int(rng.integers(1, 4)), 40
+    ids = rng.integers(-1, n_links, (devices, kinds))
+    labels = rng.integers(0, 3, devices)
+    capacity = rng.choice([1.0, 2.0] if seed % 2 else [1.0], n_links)
+    got = LinkOrbits(DeviceLabels(np.arange(devices), labels), ids, capacity)
+    of_link, size = _orbits_by_extremes(labels, ids, capacity)
+    assert got.of_link.tolist() == of_link.tolist()
+    assert got.size.tolist() == size.tolist()

@@ -55,6 +55,9 @@ VECTOR_CLASSES = 64
 # its classes): a 16K-GPU Llama 3 step names about 2K patterns and rates some 300 class sets,
 # a DP 1,024 step 30; a sweep's worker keeps its last few hundred layouts' worth.
 RATED_CLASSES = 500_000
+# Bytes of the links each key's classes cross (a link-sharing graph's nodes) a RatingMemory
+# keeps: the 96 keys of a 16K-GPU Llama 3 step hold about 20 MB.
+CROSSED_BYTES = 64 << 20
 
 
 class LinkTable:
@@ -260,15 +263,19 @@ class RatingMemory:
     set of patterns are the rates any run would find. ``keys`` gives batches of patterns the
     same key in every run (a run keeps the ones it met in hand, so one dropped from here
     mid-run keeps its key in that run); ``rates`` maps a rated set of (key, which classes in
-    flight) to each item's rates and whether the filling was symmetric. A run counts a set it
-    finds here as rated (``NetworkStats.rerates``), as a fresh run would: its counters do not
-    depend on the runs before."""
+    flight) to each item's rates and whether the filling was symmetric; ``crossed`` a key to
+    the links its classes cross (ascending), what the link-sharing graph is built from. A run
+    counts a set it finds here as rated (``NetworkStats.rerates``), as a fresh run would: its
+    counters do not depend on the runs before."""
 
-    def __init__(self, links: LinkTable, budget: int = RATED_CLASSES):
+    def __init__(
+        self, links: LinkTable, budget: int = RATED_CLASSES, crossed_bytes: int = CROSSED_BYTES
+    ):
         self.links = links
         self.counter = itertools.count(1)
         self.keys: dict = KeptWithin(budget, lambda patterns, key: len(patterns))
         self.rates: dict = KeptWithin(budget, lambda items, found: len(found[0]))
+        self.crossed: dict = KeptWithin(crossed_bytes, lambda key, links: links.nbytes)
 
 
 @dataclass
@@ -450,7 +457,13 @@ class FlowNetwork:
     def _register(self, group: _Group) -> None:
         """Add ``group``'s key to the link-sharing graph (once per key and run)."""
         key = group.key
-        links = _union(np.concatenate([c.links for c in group.classes]), len(self._link_set))
+        memory = self._memory if key > 0 else None
+        links = memory.crossed.get(key) if memory is not None else None
+        if links is None:
+            links = _union(np.concatenate([c.links for c in group.classes]), len(self._link_set))
+            if memory is not None:
+                links.flags.writeable = False  # shared by the runs after
+                memory.crossed[key] = links
         sets = self._link_set[links]
         near = {key}
         # the distinct sets among them, without sorting every link

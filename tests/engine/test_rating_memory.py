@@ -47,6 +47,7 @@ def test_a_later_run_water_fills_nothing_and_is_the_same_run(monkeypatch):
     filled.clear()
     again = api.run(scenario, topo)
     assert filled == []  # every rate found in the model's memory
+    assert api.network_model(topo).ratings.crossed  # and the links each key crosses
     assert again.trace.equals(first.trace)
     # the counters count what a fresh run rates, whatever ran before
     assert _counters(again) == _counters(first)

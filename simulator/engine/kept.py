@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 class KeptWithin(dict):
     """A dict that drops its oldest entries while their sizes (``size_of(key, value)``) add
-    up to more than ``budget``, the newest always kept. Entries come and go by ``d[k] = v``,
+    up to more than ``budget``, the newest always kept (:meth:`fresh` reads an entry and
+    makes it the newest). Entries come and go by ``d[k] = v``,
     ``del d[k]``, ``pop`` and ``clear``, which keep the count; other ways to change it are
     refused."""
 
@@ -39,6 +40,15 @@ class KeptWithin(dict):
             return super().pop(key, *default)
         value = self[key]
         del self[key]
+        return value
+
+    def fresh(self, key, default=None):
+        """``self.get(key, default)``, the entry found made the newest (the last to be
+        dropped): a budget then keeps what is used, not what came first."""
+        if key not in self:
+            return default
+        value = self.pop(key)
+        self[key] = value
         return value
 
     def clear(self) -> None:

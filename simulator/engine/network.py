@@ -51,9 +51,8 @@ SMALL_COMPONENT = 96
 # 128-class data-parallel rings of the 405B step are advanced 110K times (12M class updates);
 # the element-wise float operations are the same either way, so the bits are too.
 VECTOR_CLASSES = 64
-# Classes' patterns and water-fillings' rated classes a RatingMemory keeps (each entry counts
-# its classes): a 16K-GPU Llama 3 step names about 2K patterns and rates some 300 class sets,
-# a DP 1,024 step 30; a sweep's worker keeps its last few hundred layouts' worth.
+# Classes' patterns and water-fillings' rated classes a RatingMemory keeps (an entry counts
+# its classes, and its groups): a few MB at most (a rate is a float; a pattern a small tuple).
 RATED_CLASSES = 500_000
 # Bytes of the links each key's classes cross (a link-sharing graph's nodes) a RatingMemory
 # keeps: the 96 keys of a 16K-GPU Llama 3 step hold about 20 MB.
@@ -118,7 +117,9 @@ class FlowClass:
 
     ``links``/``counts``: the links its copies cross and how many copies cross each;
     ``bytes_``: bytes each copy moves; ``tail_s``: latency paid after the bytes;
-    ``pattern``: a hashable identity for rate reuse (None: never reuse);
+    ``pattern``: a hashable identity for rate reuse (None: never reuse): it must name the
+    same links, counts, rating and symmetric form for good, on every run on a link table
+    (a :class:`RatingMemory` reuses rates across runs by it);
     ``rating``: the (links, counts) the water-filling needs, when fewer: links that every
     class crosses all or none of, with equal counts and capacities, share one entry (see
     :meth:`~simulator.engine.collective.CollectiveRunner._same_links`).
@@ -257,16 +258,21 @@ class RatingMemory:
     :class:`~simulator.engine.simulate.NetworkModel`'s): the later runs of a layout (a sweep's
     points, failure trials) rate the components they meet again without water-filling them.
 
-    A rate is a function of its classes' links, counts and ratings and of the links'
-    capacities alone, and a class's pattern names it for good (a routed shape's classes are
-    made once and kept: :mod:`simulator.engine.collective`), so the rates a run found for a
-    set of patterns are the rates any run would find. ``keys`` gives batches of patterns the
-    same key in every run (a run keeps the ones it met in hand, so one dropped from here
-    mid-run keeps its key in that run); ``rates`` maps a rated set of (key, which classes in
-    flight) to each item's rates and whether the filling was symmetric; ``crossed`` a key to
-    the links its classes cross (ascending), what the link-sharing graph is built from. A run
-    counts a set it finds here as rated (``NetworkStats.rerates``), as a fresh run would: its
-    counters do not depend on the runs before."""
+    A water-filling's rates are a function of its classes' links, counts, ratings and
+    symmetric forms, of the links' capacities, and, in the last bit, of the order of its
+    groups (weights are added and used bandwidth taken away class by class). A class's
+    pattern names it for good (a routed shape's classes are made once and kept:
+    :mod:`simulator.engine.collective`), so ``rates`` maps the groups of a filling *in order*
+    (key, which classes in flight) to each one's rates and whether the filling was
+    symmetric: what a fresh run filling those groups in that order finds. (A run's own cache
+    is keyed by the set: a run meets a set in its first order first, whatever ran before.)
+    ``keys`` gives batches of patterns the same key in every run (a run keeps the ones it met
+    in hand, so one dropped from here mid-run keeps its key in that run); ``crossed`` maps a
+    key to the links its classes cross (ascending), what the link-sharing graph is built
+    from. Entries found are made the newest (:meth:`KeptWithin.fresh`), so the budgets drop
+    what is not used. A run counts a filling it finds here as done (``NetworkStats.rerates``,
+    ``symmetric_fillings``), as a fresh run would: its counters do not depend on the runs
+    before."""
 
     def __init__(
         self, links: LinkTable, budget: int = RATED_CLASSES, crossed_bytes: int = CROSSED_BYTES
@@ -274,8 +280,13 @@ class RatingMemory:
         self.links = links
         self.counter = itertools.count(1)
         self.keys: dict = KeptWithin(budget, lambda patterns, key: len(patterns))
-        self.rates: dict = KeptWithin(budget, lambda items, found: len(found[0]))
+        self.rates: dict = KeptWithin(budget, _rated_classes)
         self.crossed: dict = KeptWithin(crossed_bytes, lambda key, links: links.nbytes)
+
+
+def _rated_classes(items: tuple, found: tuple) -> int:
+    """The size of a :class:`RatingMemory` ``rates`` entry: its groups and their classes."""
+    return len(items) + sum(len(rates) for rates in found[0].values())
 
 
 @dataclass
@@ -446,7 +457,7 @@ class FlowNetwork:
         key = self._pattern_keys.get(patterns)
         if key is None:
             memory = self._memory
-            key = memory.keys.get(patterns) if memory is not None else None
+            key = memory.keys.fresh(patterns) if memory is not None else None
             if key is None:
                 key = next(self._keys)
                 if memory is not None:
@@ -458,7 +469,7 @@ class FlowNetwork:
         """Add ``group``'s key to the link-sharing graph (once per key and run)."""
         key = group.key
         memory = self._memory if key > 0 else None
-        links = memory.crossed.get(key) if memory is not None else None
+        links = memory.crossed.fresh(key) if memory is not None else None
         if links is None:
             links = _union(np.concatenate([c.links for c in group.classes]), len(self._link_set))
             if memory is not None:
@@ -520,8 +531,9 @@ class FlowNetwork:
             else:
                 key = None
         self.stats.rerates += 1
-        if key is not None and self._memory is not None:  # rated by an earlier run
-            found = self._memory.rates.get(key)
+        ordered = tuple(items) if key is not None and self._memory is not None else None
+        if ordered is not None:  # filled in this order by an earlier run
+            found = self._memory.rates.fresh(ordered)
             if found is not None:
                 rated, symmetric = found
                 self.stats.symmetric_fillings += symmetric
@@ -561,8 +573,11 @@ class FlowNetwork:
             out.append(np.array(rates) if g.vector else rates)
         if key is not None:
             rated = self._rate_cache[key] = dict(zip(items, out, strict=True))
-            if self._memory is not None:
-                self._memory.rates[key] = (rated, symmetric)
+            if ordered is not None:
+                for rates in out:  # shared by the runs after: none may change them
+                    if isinstance(rates, np.ndarray):
+                        rates.flags.writeable = False
+                self._memory.rates[ordered] = (rated, symmetric)
         return out
 
     def _group_entries(self, g: _Group, live: list[int], symmetric: bool = False):

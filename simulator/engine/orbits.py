@@ -51,13 +51,13 @@ class LinkOrbits:
         of_link = of_link[:n]
         linked = np.flatnonzero(of_link >= 0)
         n_orbits = int(of_link.max()) + 1 if linked.size else 0
-        # every orbit's links of one capacity (each as its orbit's last link's), or the
-        # orbit is dropped
+        # every orbit's links of one capacity (each compared with one link of its orbit:
+        # whichever write of an orbit's stands), or the orbit is dropped
         mine = of_link[linked]
-        last = np.empty(n_orbits, np.int64)
-        last[mine] = linked  # the last write of each orbit's stands
+        one = np.empty(n_orbits, np.int64)
+        one[mine] = linked
         uneven = np.zeros(n_orbits, bool)
-        uneven[mine[capacity[linked] != capacity[last[mine]]]] = True
+        uneven[mine[capacity[linked] != capacity[one[mine]]]] = True
         if uneven.any():
             of_link[linked[uneven[mine]]] = -1
             linked = np.flatnonzero(of_link >= 0)

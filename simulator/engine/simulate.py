@@ -28,7 +28,8 @@ class NetworkModel:
     """What the engine needs of a topology, prepared once and reused across runs.
 
     ``router.path(src, dst, key)`` gives a flow's edges; ``host_of`` and ``nvls_switch`` say
-    where devices sit. Routes and routed collective shapes are cached here for every run.
+    where devices sit. Routes, routed collective shapes, plans, link orbits and
+    water-fillings' rates are kept here for every run.
     """
 
     graph: nx.DiGraph

@@ -10,7 +10,8 @@ other groups (their connected component in the link-sharing graph), are re-rated
 fairly over link capacities (line rate x payload efficiency): max-min fair rates of disjoint
 components are independent, so the other groups keep their rates and their finish times.
 Rates for a component whose set of flow patterns was seen before are reused: a ring's phases,
-or the same all-reduce issued again, cost one water-filling. Small components are
+or the same all-reduce issued again, cost one water-filling; and the runs after on the same
+links find the fillings earlier runs did (:class:`RatingMemory`). Small components are
 water-filled in plain Python, large ones with numpy (:mod:`simulator.engine.maxmin`).
 
 Each group's next finish time sits in a heap (stale entries are skipped); the event loop keeps

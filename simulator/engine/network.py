@@ -356,6 +356,13 @@ class FlowNetwork:
         self._key_sets: list[frozenset] = [frozenset()]
         self._set_plus: dict[tuple[int, int], int] = {}
         self._groups_of: dict = {}
+        # The same graph as bit masks, for walking it (_component): each key registered gets
+        # a bit (its position in ``_key_at``); ``_near_bits[key]`` has the bits of its
+        # neighbours, itself included; ``_flying`` the bits of the keys with groups in flight.
+        self._bit: dict = {}
+        self._key_at: list = []
+        self._near_bits: dict = {}
+        self._flying = 0
         self._heap: list[tuple[float, int, int, _Group]] = []  # (finish, seq, version, group)
         self._seq = 0
         self._generation = 0
@@ -424,6 +431,7 @@ class FlowNetwork:
             in_flight.append(group)
         else:
             self._groups_of[key] = [group]
+            self._flying |= self._bit[key]
             if len(self._neighbours[key]) == 1 and not group.vector and not self.track_links:
                 # alone on its links (a collective inside one node): its component is itself
                 self._rate_alone(group, now, sized)
@@ -489,10 +497,16 @@ class FlowNetwork:
                 self._key_sets.append(shared | {key})
             remap[sid] = plus
         self._link_set[links] = remap[sets]
+        bit = self._bit[key] = 1 << len(self._key_at)
+        self._key_at.append(key)
+        near_bits, bits = self._near_bits, bit
         for other in near:
             if other != key:
                 self._neighbours[other].add(key)
+                near_bits[other] |= bit
+                bits |= self._bit[other]
         self._neighbours[key] = near
+        near_bits[key] = bits
 
     def _component(self, keys: list) -> list[_Group]:
         """The groups in flight that share links with ``keys``' groups, directly or through
@@ -502,19 +516,28 @@ class FlowNetwork:
             # a key that shares links only with itself (a collective inside one node): its
             # groups in flight, already in submission order
             return list(groups_of.get(keys[0], ()))
-        seen = set()
+        # breadth first over bit masks, a level at a time: the keys in flight next to the
+        # level before, not reached yet (the 405B step's 44,623 walks, 15 groups in the large
+        # ones: half the time of a walk over sets, which tested each neighbour in Python)
+        near_bits, key_at, flying = self._near_bits, self._key_at, self._flying
+        level = 0
+        for key in keys:
+            level |= near_bits[key]
+        level &= flying
+        reached = 0
+        while level:
+            reached |= level
+            beyond = 0
+            while level:
+                low = level & -level
+                beyond |= near_bits[key_at[low.bit_length() - 1]]
+                level ^= low
+            level = beyond & flying & ~reached
         found: list[_Group] = []
-        stack = list(keys)
-        neighbours = self._neighbours
-        while stack:
-            near = neighbours[stack.pop()]
-            if len(near) > len(groups_of):  # walk the shorter of the two, in C
-                near = groups_of.keys() & near
-            for other in near:
-                if other not in seen and other in groups_of:
-                    seen.add(other)
-                    found.extend(groups_of[other])
-                    stack.append(other)
+        while reached:
+            low = reached & -reached
+            found += groups_of[key_at[low.bit_length() - 1]]
+            reached ^= low
         found.sort(key=_by_seq)
         return found
 
@@ -727,6 +750,7 @@ class FlowNetwork:
         else:  # the key's last lone group
             g.restart(on_done, classes, sized[2], self._seq, start, sized[3])
         self._groups_of[key] = [g]
+        self._flying |= self._bit[key]
         g.rate = self._alone[key]
         self.stats.cache_hits += 1
         g.finish = start + left
@@ -765,6 +789,7 @@ class FlowNetwork:
         groups.remove(g)
         if not groups:
             del self._groups_of[g.key]
+            self._flying &= ~self._bit[g.key]
 
     def _drop_through(self, groups: list[_Group], now: float) -> list[_Group]:
         """``groups`` less the lone ones whose bytes are through at ``now`` (their timers end

@@ -589,9 +589,10 @@ PLANNED_TRANSFERS = 1_000_000
 class RoutedShapes(KeptWithin):
     """Routed collective shapes (key -> list of :class:`_Geometry`) within ``budget`` bytes of
     their arrays and of the copies' devices in their keys (arrays and keys an entry shares
-    with another counted for each: an upper bound), oldest dropped first. Runs that share
-    one (a network model's) find the shapes their layout routed before; a run keeps its own
-    in hand (``CollectiveRunner._here``), so one dropped mid-run is not routed again by it."""
+    with another counted for each: an upper bound), the least recently used dropped first.
+    Runs that share one (a network model's) find the shapes their layout routed before; a
+    run keeps its own in hand (``CollectiveRunner._here``), so one dropped mid-run is not
+    routed again by it."""
 
     def __init__(self, budget: int = ROUTED_SHAPES_BYTES):
         super().__init__(budget, _shape_bytes)

@@ -1,6 +1,6 @@
 """A dict kept within a budget: the caches a network model keeps for the runs after
 (routed shapes, collective plans, link orbits, water-fillings' rates) drop their oldest
-entries past it, so a long sweep's memory stays bounded."""
+entries past it (the least recently used), so a long sweep's memory stays bounded."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 
 class KeptWithin(dict):
-    """A dict that drops its oldest entries while their sizes (``size_of(key, value)``) add
-    up to more than ``budget``, the newest always kept (:meth:`fresh` reads an entry and
-    makes it the newest). Entries come and go by ``d[k] = v``,
+    """A dict that drops its least recently used entries while their sizes
+    (``size_of(key, value)``) add up to more than ``budget``, the newest always kept: ``get``
+    and ``d[k] = v`` make an entry the newest. Entries come and go by ``d[k] = v``,
     ``del d[k]``, ``pop`` and ``clear``, which keep the count; other ways to change it are
     refused."""
 
@@ -42,13 +42,13 @@ class KeptWithin(dict):
         del self[key]
         return value
 
-    def fresh(self, key, default=None):
-        """``self.get(key, default)``, the entry found made the newest (the last to be
-        dropped): a budget then keeps what is used, not what came first."""
+    def get(self, key, default=None):
+        """The entry of ``key`` (``default`` if none), made the newest, the last to be
+        dropped: a budget keeps what is used, not what came first."""
         if key not in self:
             return default
-        value = self.pop(key)
-        self[key] = value
+        value = super().pop(key)  # to the end of the order; its size stays counted
+        super().__setitem__(key, value)
         return value
 
     def clear(self) -> None:

@@ -270,7 +270,7 @@ class RatingMemory:
     ``keys`` gives batches of patterns the same key in every run (a run keeps the ones it met
     in hand, so one dropped from here mid-run keeps its key in that run); ``crossed`` maps a
     key to the links its classes cross (ascending), what the link-sharing graph is built
-    from. Entries found are made the newest (:meth:`KeptWithin.fresh`), so the budgets drop
+    from. Entries found are made the newest (:meth:`KeptWithin.get`), so the budgets drop
     what is not used. A run counts a filling it finds here as done (``NetworkStats.rerates``,
     ``symmetric_fillings``), as a fresh run would: its counters do not depend on the runs
     before."""
@@ -346,19 +346,17 @@ class FlowNetwork:
         # scratch for the water-filling of large components (see max_min_rates_segments),
         # made at the first one
         self._work: tuple[np.ndarray, np.ndarray] | None = None
-        # The link-sharing graph between group keys (each key shares links with itself), built
-        # once per key seen, and the groups in flight under each key.
-        self._neighbours: dict = {}
         # The keys on each link, interned: link -> id of its key set (0: none yet), the sets,
         # and (set id, key) -> the id of that set with the key added. Links fall into a few
         # sets per key, so registering a key costs a few set unions, not one per link.
         self._link_set = np.zeros(len(links), dtype=np.int64)
         self._key_sets: list[frozenset] = [frozenset()]
         self._set_plus: dict[tuple[int, int], int] = {}
-        self._groups_of: dict = {}
-        # The same graph as bit masks, for walking it (_component): each key registered gets
-        # a bit (its position in ``_key_at``); ``_near_bits[key]`` has the bits of its
-        # neighbours, itself included; ``_flying`` the bits of the keys with groups in flight.
+        self._groups_of: dict = {}  # key -> its groups in flight
+        # The link-sharing graph between group keys, built once per key seen, as bit masks:
+        # each key registered gets a bit (its position in ``_key_at``); ``_near_bits[key]``
+        # has the bits of the keys that share links with it, its own included (equal to its
+        # own bit: it shares links with none); ``_flying`` the bits of the keys in flight.
         self._bit: dict = {}
         self._key_at: list = []
         self._near_bits: dict = {}
@@ -424,7 +422,7 @@ class FlowNetwork:
             key, _, tail = self._describe(moving, remember=False)
         self._seq += 1
         group = _Group(batch, moving, sizes, self._seq, key, now, tail)
-        if key not in self._neighbours:
+        if key not in self._bit:
             self._register(group)
         in_flight = self._groups_of.get(key)
         if in_flight is not None:
@@ -432,7 +430,8 @@ class FlowNetwork:
         else:
             self._groups_of[key] = [group]
             self._flying |= self._bit[key]
-            if len(self._neighbours[key]) == 1 and not group.vector and not self.track_links:
+            alone = self._near_bits[key] == self._bit[key]
+            if alone and not group.vector and not self.track_links:
                 # alone on its links (a collective inside one node): its component is itself
                 self._rate_alone(group, now, sized)
                 return
@@ -466,7 +465,7 @@ class FlowNetwork:
         key = self._pattern_keys.get(patterns)
         if key is None:
             memory = self._memory
-            key = memory.keys.fresh(patterns) if memory is not None else None
+            key = memory.keys.get(patterns) if memory is not None else None
             if key is None:
                 key = next(self._keys)
                 if memory is not None:
@@ -478,7 +477,7 @@ class FlowNetwork:
         """Add ``group``'s key to the link-sharing graph (once per key and run)."""
         key = group.key
         memory = self._memory if key > 0 else None
-        links = memory.crossed.fresh(key) if memory is not None else None
+        links = memory.crossed.get(key) if memory is not None else None
         if links is None:
             links = _union(np.concatenate([c.links for c in group.classes]), len(self._link_set))
             if memory is not None:
@@ -502,17 +501,15 @@ class FlowNetwork:
         near_bits, bits = self._near_bits, bit
         for other in near:
             if other != key:
-                self._neighbours[other].add(key)
                 near_bits[other] |= bit
                 bits |= self._bit[other]
-        self._neighbours[key] = near
         near_bits[key] = bits
 
     def _component(self, keys: list) -> list[_Group]:
         """The groups in flight that share links with ``keys``' groups, directly or through
         other groups in flight, in submission order."""
         groups_of = self._groups_of
-        if len(keys) == 1 and len(self._neighbours[keys[0]]) == 1:
+        if len(keys) == 1 and self._near_bits[keys[0]] == self._bit[keys[0]]:
             # a key that shares links only with itself (a collective inside one node): its
             # groups in flight, already in submission order
             return list(groups_of.get(keys[0], ()))
@@ -557,7 +554,7 @@ class FlowNetwork:
         self.stats.rerates += 1
         ordered = tuple(items) if key is not None and self._memory is not None else None
         if ordered is not None:  # filled in this order by an earlier run
-            found = self._memory.rates.fresh(ordered)
+            found = self._memory.rates.get(ordered)
             if found is not None:
                 rated, symmetric = found
                 self.stats.symmetric_fillings += symmetric
@@ -733,7 +730,7 @@ class FlowNetwork:
             or not timing[1]
             or key <= 0
             or key in self._groups_of
-            or len(self._neighbours.get(key, ())) != 1
+            or self._near_bits.get(key, 0) != self._bit.get(key)
             or self.track_links
         ):
             self.call_in(delay, self.submit, classes, on_done, scale)
@@ -775,7 +772,7 @@ class FlowNetwork:
         batch.pending = 0
         g.n_alive = 0
         on_done, batch.on_done = batch.on_done, None
-        if g.lone and len(self._neighbours[g.key]) == 1:
+        if g.lone and self._near_bits[g.key] == self._bit[g.key]:
             # never taken back (alive, rates as made), on links no other key crosses: for the
             # key's next lone run (submit_later, which reuses no other)
             g.later = None
@@ -862,7 +859,7 @@ class FlowNetwork:
             self._complete(g, now)
         if len(due) == 1 and not self.track_links:
             key = due[0].key
-            if key not in self._groups_of and len(self._neighbours[key]) == 1:
+            if key not in self._groups_of and self._near_bits[key] == self._bit[key]:
                 self._schedule(now)  # its component is empty now: nothing to re-rate
                 return
         self._rerate(self._component([g.key for g in due]), now)

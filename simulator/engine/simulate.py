@@ -104,7 +104,7 @@ class NetworkModel:
         dominated = None if find is None else find(self.links)
         key += (-1 if dominated is None else int(np.count_nonzero(dominated)),)
         orbits = self.orbits_cache.get(key)
-        if orbits is None:  # kept, the oldest labelling dropped past ORBIT_LABELLINGS
+        if orbits is None:  # kept, the least recently used dropped past ORBIT_LABELLINGS
             orbits = link_orbits(orbit_labels, self.router, self.links, self.links.capacity)
             self.orbits_cache[key] = orbits
         return orbits

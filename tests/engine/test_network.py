@@ -115,19 +115,12 @@ def _reference_finish(flows, capacity):
     return finish
 
 
+# a flow: (arrival s, source GPU, destination GPU, bytes) on a 4-GPU switch
+_FLOW = (st.floats(0.0, 5.0), st.integers(0, 3), st.integers(0, 3), st.floats(1.0, 1000.0))
+
+
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.floats(0.0, 5.0),
-            st.integers(0, 3),
-            st.integers(0, 3),
-            st.floats(1.0, 1000.0),
-        ),
-        min_size=1,
-        max_size=12,
-    )
-)
+@given(st.lists(st.tuples(*_FLOW), min_size=1, max_size=12))
 def test_component_rerating_matches_global_rerating(spec):
     # Flows between random GPU pairs of one switch, arriving at random times: the finish
     # times equal those of a simulation that re-rates every flow at every event. 1e-9: the two
@@ -544,13 +537,14 @@ def test_a_lone_batch_issued_again_at_another_size_or_tail_runs_as_a_fresh_one()
     assert general[("a", 7)] - 70.0 == pytest.approx(3.45, rel=1e-12)
 
 
-def _component_by_sets(net: FlowNetwork, keys: list) -> list:
-    """The groups in flight linked to ``keys``' by the link-sharing graph, walked key by key
-    over ``_neighbours`` (the engine walks bit masks): in submission order."""
+def _component_by_links(net: FlowNetwork, crossed: dict, keys: list) -> list:
+    """The groups in flight linked to ``keys``' through shared links (``crossed``: each
+    key's links), walked key by key over sets: in submission order."""
     seen, stack = set(), list(keys)
     while stack:
-        for other in net._neighbours[stack.pop()]:
-            if other not in seen and other in net._groups_of:
+        mine = crossed[stack.pop()]
+        for other in net._groups_of:
+            if other not in seen and crossed[other] & mine:
                 seen.add(other)
                 stack.append(other)
     return sorted((g for k in seen for g in net._groups_of[k]), key=lambda g: g.seq)
@@ -559,13 +553,8 @@ def _component_by_sets(net: FlowNetwork, keys: list) -> list:
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
-        st.tuples(
-            st.floats(0.0, 5.0),
-            st.integers(0, 3),
-            st.integers(0, 3),
-            st.floats(1.0, 1000.0),
-            st.integers(0, 2),  # a pattern (several batches of one key at once) or none
-        ),
+        # and a pattern (several batches of one key at once) or none
+        st.tuples(*_FLOW, st.integers(0, 2)),
         min_size=1,
         max_size=16,
     )
@@ -574,13 +563,20 @@ def _component_by_sets(net: FlowNetwork, keys: list) -> list:
 def test_the_component_walk_finds_what_a_walk_over_sets_finds(spec):
     env, net, links, topo = _net(track_links=False)
     found_sizes = []
+    crossed = {}  # key -> the links its classes cross, as the engine registers it
+    register = net._register
+
+    def registered(group):
+        crossed[group.key] = set(np.concatenate([c.links for c in group.classes]).tolist())
+        register(group)
 
     def both(keys):  # the engine's walk, checked against the walk over sets at each call
         found = FlowNetwork._component(net, keys)
-        assert found == _component_by_sets(net, keys)
+        assert found == _component_by_links(net, crossed, keys)
         found_sizes.append(len(found))
         return found
 
+    net._register = registered
     net._component = both
     for t, s, d, size, pattern in spec:
         if s == d:

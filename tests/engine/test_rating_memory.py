@@ -145,6 +145,6 @@ def test_a_memory_of_other_links_is_not_read():
 def test_an_entry_found_is_dropped_last():
     kept = KeptWithin(2, lambda key, value: 1)
     kept["a"], kept["b"] = 1, 2
-    assert kept.fresh("a") == 1 and kept.fresh("z", 0) == 0
+    assert kept.get("a") == 1 and kept.get("z", 0) == 0
     kept["c"] = 3  # over budget: the oldest goes, "b" (a was found since)
     assert list(kept) == ["a", "c"] and kept.nbytes == 2

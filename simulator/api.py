@@ -64,6 +64,7 @@ __all__ = [
     "SlowCompute",
     "SlowLink",
     "build_plan",
+    "build_topology",
     "build_step",
     "perturb",
     "run",

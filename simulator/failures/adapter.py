@@ -25,19 +25,28 @@ class StepInputs:
     state_bytes: float  # one checkpoint: parameters and optimizer state, all ranks, no copies
 
 
-def checkpoint_bytes(scenario) -> float:
+def topology(scenario):
+    """The scenario's topology, built (:func:`simulator.api.build_topology`): build it once
+    and hand it to the calls below (a 16K-GPU fabric takes about as long to build as its
+    step takes to simulate)."""
+    return api.build_topology(scenario.cluster)
+
+
+def checkpoint_bytes(scenario, topo=None) -> float:
     """Bytes of one checkpoint: every parameter once, with its optimizer state (master copy and
-    moments), at the precision recipe's bytes per parameter; gradients are not saved."""
-    report = api.memory_report(scenario)
+    moments), at the precision recipe's bytes per parameter; gradients are not saved. ``topo``:
+    the scenario's topology, if built (a searched pipeline schedule needs it)."""
+    report = api.memory_report(scenario, topo)
     params, _, optimizer = scenario.precision.bytes_per_param(scenario.training.optimizer)
     return report.parameter_count * (params + optimizer)
 
 
-def step_inputs(scenario) -> StepInputs:
+def step_inputs(scenario, topo=None) -> StepInputs:
     """Step time (s) of the job, with its fixed stragglers (``failures.stragglers.gpus`` and
-    ``links``, which the step simulation applies itself), and its checkpoint bytes."""
-    step = api.run(scenario).summary["step_time_s"]
-    return StepInputs(float(step), float(checkpoint_bytes(scenario)))
+    ``links``, which the step simulation applies itself), and its checkpoint bytes. ``topo``:
+    the scenario's topology, if built (else built here, and freed after)."""
+    step = api.run(scenario, topo).summary["step_time_s"]
+    return StepInputs(float(step), float(checkpoint_bytes(scenario, topo)))
 
 
 def step_time_for(scenario):
@@ -66,9 +75,9 @@ def step_time_for(scenario):
     return at
 
 
-def component_counts(scenario) -> dict[str, int]:
+def component_counts(scenario, topo=None) -> dict[str, int]:
     """Switches and links (cables: two directed edges each) of the topology, for
-    ``per: switch|link`` causes without a ``count``."""
+    ``per: switch|link`` causes without a ``count``; ``topo``: the scenario's, if built."""
     causes = scenario.failures.all_causes().values()
     if not any(c.per in ("switch", "link") and c.count is None for c in causes):
         return {}
@@ -77,18 +86,19 @@ def component_counts(scenario) -> dict[str, int]:
     from simulator.topology import build_topology
     from simulator.topology.summary import summary
 
-    info = summary(build_topology(scenario.cluster))
+    info = summary(topo or build_topology(scenario.cluster))
     return {"switch": int(sum(info["switches"].values())), "link": int(info["links"]) // 2}
 
 
-def job_model(scenario, inputs: StepInputs | None = None) -> JobModel:
-    """The resolved :class:`JobModel` of ``scenario`` (step simulation run if not given)."""
-    inputs = inputs or step_inputs(scenario)
+def job_model(scenario, inputs: StepInputs | None = None, topo=None) -> JobModel:
+    """The resolved :class:`JobModel` of ``scenario`` (step simulation run if not given);
+    ``topo``: the scenario's topology, if built."""
+    inputs = inputs or step_inputs(scenario, topo)
     elastic = scenario.failures.policy == "elastic"
     return resolve_job(
         scenario,
         inputs.step_time_s,
         inputs.state_bytes,
-        component_counts(scenario),
+        component_counts(scenario, topo),
         step_time_for(scenario) if elastic else None,
     )

@@ -105,17 +105,19 @@ def goodput(
         s.num_gpus,
         s.cluster.accelerator.kind.upper(),
     )
+    topo = None
     try:
-        inputs = adapter.step_inputs(s)
+        topo = adapter.topology(s)  # built once: the step, the checkpoint, the part counts
+        inputs = adapter.step_inputs(s, topo)
+        findings = check_failures(s, inputs.step_time_s)
+        if findings:
+            _exit_bad_input(str(located_error(scenario, overrides, findings)))
+        model = adapter.job_model(s, inputs, topo)
     except ValueError as exc:
         _exit_bad_input(f"{scenario}: {exc}")
-    findings = check_failures(s, inputs.step_time_s)
-    if findings:
-        _exit_bad_input(str(located_error(scenario, overrides, findings)))
-    try:
-        model = adapter.job_model(s, inputs)
-    except ValueError as exc:
-        _exit_bad_input(f"{scenario}: {exc}")
+    finally:
+        if topo is not None:
+            topo.release()  # its graph's reference cycles, freed now
     log.info("%d seeds of %g days", seeds, days)
     result = simulate_seeds(model, days, seeds, record_seed=0 if out else None)
     summary = summarise(result)

@@ -129,6 +129,22 @@ def run_case(name: str, repeats: int, again: int = 0) -> dict:
     }
 
 
+def run_command(name: str) -> float:
+    """Wall seconds of one whole ``trainsim run`` of case ``name`` as a user types it
+    (``python -m simulator run PATH --set ... --format json``): the imports, the scenario's
+    loading, the topology's build (once since session 19: the warnings and the run shared
+    it), the step and its output."""
+    path, overrides = CASES[name]
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "simulator", "run", path, *sets, "--format", "json"],
+        capture_output=True,
+        check=True,
+    )
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", help=f"default: all of {', '.join(CASES)}")
@@ -148,12 +164,22 @@ def main() -> None:
         help="also run dp8 and dp1024 back to back this many times: the median ratio of "
         "first runs and of later runs (each process runs its case --again times more, at least 3)",
     )
+    parser.add_argument(
+        "--command",
+        action="store_true",
+        help="time the whole `trainsim run` command of each case instead (fresh process, "
+        "imports and topology build included: what a user waits for); with --pairs, the "
+        "dp1024 / dp8 ratio of whole commands run back to back",
+    )
     args = parser.parse_args()
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
     args.cases = args.cases or list(CASES)
     heap_s = statistics.median(bare_heapq() for _ in range(3))
+    if args.command:
+        commands(args.cases, args.repeats, args.pairs, heap_s, args.json)
+        return
     if not args.json:
         print(f"bare heapq loop, 1M events: {heap_s:.3f} s (median of 3)")
         print(
@@ -192,6 +218,34 @@ def main() -> None:
                 )
         if args.json:
             print(json.dumps(summary))
+
+
+def commands(cases: list[str], repeats: int, pairs: int, heap_s: float, as_json: bool) -> None:
+    """Print the median wall time of ``repeats`` whole ``trainsim run`` commands per case
+    (:func:`run_command`) and, with ``pairs``, the median dp1024 / dp8 ratio of commands
+    run back to back."""
+    if not as_json:
+        print(f"bare heapq loop, 1M events: {heap_s:.3f} s (median of 3)")
+        print(f"{'case':<10} {'command s':>9} {'x heapq':>8}  runs")
+    for name in cases:
+        runs = [run_command(name) for _ in range(repeats)]
+        median = statistics.median(runs)
+        if as_json:
+            row = {"case": name, "command_s": median, "runs_s": runs, "heapq_s": heap_s}
+            print(json.dumps(row))
+        else:
+            each = [round(r, 2) for r in runs]
+            print(f"{name:<10} {median:9.2f} {median / heap_s:8.1f}  {each}", flush=True)
+    if pairs:
+        ratios = [run_command("dp1024") / run_command("dp8") for _ in range(pairs)]
+        if as_json:
+            print(json.dumps({"case": "dp1024/dp8", "command_ratio": statistics.median(ratios)}))
+        else:
+            each = ", ".join(f"{r:.2f}" for r in ratios)
+            print(
+                f"dp1024 / dp8, whole commands, {pairs} pairs run back to back: median "
+                f"{statistics.median(ratios):.2f} (per pair {each})"
+            )
 
 
 def dp_pairs(n: int, again: int) -> list[tuple[dict, dict]]:

@@ -83,10 +83,9 @@ def component_counts(scenario, topo=None) -> dict[str, int]:
         return {}
     if scenario.cluster.topology is None:
         return {}
-    from simulator.topology import build_topology
     from simulator.topology.summary import summary
 
-    info = summary(topo or build_topology(scenario.cluster))
+    info = summary(topo or topology(scenario))
     return {"switch": int(sum(info["switches"].values())), "link": int(info["links"]) // 2}
 
 

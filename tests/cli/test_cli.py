@@ -314,3 +314,17 @@ def test_costs_prints_one_layer_per_pass(root):
         app, ["costs", str(root / "scenarios/examples/tp-sp-llama3-70b.yaml"), "--layer", "80"]
     )
     assert bad.exit_code == 2 and "--layer" in bad.output
+
+
+def test_run_builds_the_topology_once(root, monkeypatch):
+    """The warnings and the step share one build (a 16K-GPU fabric takes about as long to
+    build as its step to simulate; `run` built it twice)."""
+    from simulator import api
+
+    built = []
+    build = api.build_topology
+    monkeypatch.setattr(api, "build_topology", lambda c: built.append(c) or build(c))
+    path = root / "scenarios/examples/ddp-megatron-1.7b.yaml"
+    result = runner.invoke(app, ["run", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert len(built) == 1

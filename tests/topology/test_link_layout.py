@@ -277,3 +277,29 @@ def test_a_group_missing_a_link_is_not_folded():
     src, dst = np.array([0]), np.array([8])  # leaf0.0 -> leaf1.0 through the spines
     assert topo.router.spread_ids(src, dst, index, folded=True) is None
     assert topo.router.spread_ids(np.array([1]), np.array([9]), index, folded=True) is not None
+
+
+def test_the_recorded_graph_is_the_graph_built_link_by_link():
+    """LinkRecorder puts its links into the graph at once when the layout is taken: the same
+    nodes, edges, order and attributes as ``add_link`` one at a time, each edge with an
+    attribute dict of its own (a degraded copy changes one direction, not its twin)."""
+    from simulator.topology.graph import add_link
+
+    links = [("a", "b", 1.0, 0.1, "x", 1.0, True), ("b", "c", 2.0, 0.2, "y", 0.5, False)]
+    links += [(i, "s", 3.0 + i, 0.3, "z", 1.0, True) for i in range(5)]
+    recorded, by_hand = nx.DiGraph(), nx.DiGraph()
+    for g in (recorded, by_hand):
+        g.add_nodes_from(["s", "c", "b", "a", *range(5)])
+    recorder = LinkRecorder(recorded)
+    for link in links:
+        recorder.add(*link)
+        add_link(by_hand, *link)
+    assert recorded.number_of_edges() == 0  # not yet: at the layout
+    layout = recorder.layout()
+    assert list(recorded.edges(data=True)) == list(by_hand.edges(data=True))
+    assert [list(recorded.predecessors(n)) for n in recorded] == [
+        list(by_hand.predecessors(n)) for n in by_hand
+    ]
+    assert layout.edges == [e for u, v, *_, both in links for e in [(u, v), (v, u)][: 1 + both]]
+    recorded.edges["a", "b"]["bandwidth"] = 9.0
+    assert recorded.edges["b", "a"]["bandwidth"] == 1.0

@@ -1,9 +1,11 @@
 """Max-min fair rates: feasible, and every class has a saturated bottleneck where it is largest."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.engine import maxmin
 from simulator.engine.maxmin import max_min_rates, max_min_rates_lists, max_min_rates_segments
 
 
@@ -63,16 +65,48 @@ def test_plain_python_water_filling_is_the_numpy_one(inst):
     assert rates == max_min_rates(flows, links, counts, n, cap).tolist()
 
 
+@pytest.mark.parametrize("dense_at", [maxmin.DENSE_AT, 0])
 @settings(max_examples=300, deadline=None)
-@given(instances())
-def test_segment_water_filling_is_the_general_one(inst):
+@given(inst=instances())
+def test_segment_water_filling_is_the_general_one(inst, dense_at):
     # Entries grouped by class (as the flow network lists them): the per-class reduceat and
     # the dropped frozen classes do the same float operations in the same order as the
     # masks of max_min_rates, so the rates agree exactly; the scratch arrays come back clean.
+    # With the first round over every link id tried first (these few links: always), and
+    # without it (dense_at 0: the links numbered from the first round).
     flows, links, counts, n, cap = inst
     work = (np.zeros(cap.size, dtype=bool), np.empty(cap.size, dtype=np.intp))
     lengths = np.bincount(flows, minlength=n)
-    got = max_min_rates_segments(lengths, links, counts, cap, work)
+    kept, maxmin.DENSE_AT = maxmin.DENSE_AT, dense_at
+    try:
+        got = max_min_rates_segments(lengths, links, counts, cap, work)
+        assert got.tolist() == max_min_rates(flows, links, counts, n, cap).tolist()
+        assert not work[0].any()
+        assert max_min_rates_segments(lengths, links, counts, cap).tolist() == got.tolist()
+    finally:
+        maxmin.DENSE_AT = kept
+
+
+def test_a_one_round_filling_over_many_links_is_the_general_one():
+    """As a tree's copies: 2,000 classes over 30,000 of 40,000 links, each crossing one link
+    all share (its level is every class's) and others of its own or a few classes':
+    found in the first round over link ids, the same rates to the bit; and a filling with
+    two levels, which that round declines."""
+    rng = np.random.default_rng(7)
+    n, n_links = 2_000, 40_000
+    own = [np.unique(rng.choice(np.arange(1, 30_000), size=15)) for _ in range(n)]
+    per_class = [np.concatenate([[0], r]) for r in own]
+    links = np.concatenate(per_class)
+    lengths = np.array([r.size for r in per_class])
+    flows = np.repeat(np.arange(n), lengths)
+    counts = rng.choice([1.0, 2.0], size=links.size)
+    cap = np.full(n_links, 4e10)
+    assert links.size * maxmin.DENSE_AT >= n_links
+    assert maxmin._one_round_level(lengths, links, counts, cap) is not None
+    got = max_min_rates_segments(lengths, links, counts, cap)
     assert got.tolist() == max_min_rates(flows, links, counts, n, cap).tolist()
-    assert not work[0].any()
-    assert max_min_rates_segments(lengths, links, counts, cap).tolist() == got.tolist()
+    cap[0] = 1e15  # the shared link no longer binds: levels per the other links
+    assert maxmin._one_round_level(lengths, links, counts, cap) is None
+    got = max_min_rates_segments(lengths, links, counts, cap)
+    assert got.tolist() == max_min_rates(flows, links, counts, n, cap).tolist()
+    assert len(set(got.tolist())) > 1

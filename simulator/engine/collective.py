@@ -443,8 +443,13 @@ class CollectiveRunner:
 
     def _path_latency(self, src: np.ndarray, dst: np.ndarray):
         """(links on each connection's own path, the sum of their latencies s, as a list) by
-        the router's ``path_ids`` (connection ``j`` keyed ``j``), the sums taken once per
-        distinct row of latencies; None when the router has no ``path_ids`` or declines."""
+        the router's ``path_latencies`` (the same sums without the paths, where it can), else
+        its ``path_ids`` (connection ``j`` keyed ``j``), the sums taken once per distinct row
+        of latencies; None when the router has neither or declines."""
+        latencies = getattr(self.router, "path_latencies", None)
+        found = None if latencies is None else latencies(src, dst, self.links)
+        if found is not None:  # the sums without the paths (a fat-tree of even latencies)
+            return found
         path_ids = getattr(self.router, "path_ids", None)
         found = None if path_ids is None else path_ids(src, dst, np.arange(src.size), self.links)
         if found is None:

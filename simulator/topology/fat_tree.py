@@ -297,6 +297,18 @@ class FatTreeRouter:
             return None
         return self._spread_table(links).paths(src, dst, key)
 
+    def path_latencies(self, src, dst, links):
+        """(path length per connection, the sum of its links' latencies s, as a list) of
+        :meth:`path_ids`' paths, without building them, where every link of each role the
+        paths take (a GPU's six own links by column, leaf uplinks, downlinks, pod links) has
+        one latency: then a path's latencies are its kind's row, whatever spine or core its
+        hash picks (``SpreadTable.path_latencies``); None otherwise, or where
+        :meth:`path_ids` would decline."""
+        latency = getattr(links, "latency", None)
+        if latency is None or not self._even_pods:
+            return None
+        return self._spread_table(links).path_latencies(src, dst, latency)
+
     def spread_representatives(self, links):
         """Groups of links that every route crosses all or none of, each with the same share
         (a leaf's uplinks and its downlinks, a pod's links to and from the cores), as an

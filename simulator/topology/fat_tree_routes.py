@@ -119,6 +119,7 @@ class SpreadTable:
         self.device_known = np.zeros(n, bool)
         self._all_known = False  # every device's links learned: _learn has nothing to do
         self._devices_own: bool | None = None  # _own_links, found once
+        self._switch_kept: tuple | None = None  # _switch_latencies: (latency, found)
         self._mask: np.ndarray | None = None  # _scratch's buffers
         self._sums: np.ndarray | None = None
         # Per leaf: leaf -> each spine of its pod, each spine -> leaf; per pod: (spine, core)
@@ -355,6 +356,80 @@ class SpreadTable:
             return ids, lengths
         found = self._with_relays(origin, src, relayed, ids, lengths)
         return None if found is None else (found[0], found[2])
+
+    def path_latencies(
+        self, src: np.ndarray, dst: np.ndarray, latency: np.ndarray
+    ) -> tuple[np.ndarray, list[float]] | None:
+        """(length per connection, its links' latencies summed, s) of :meth:`paths`, as
+        ``float(latency[ids][a:b].sum())`` of each path gives it, to the bit, without the
+        paths: None unless every link of each role the paths take has one latency (each of
+        the six device columns over the devices met, each switch table over all its links),
+        or where :meth:`paths` declines (not a device, a link missing).
+
+        A path of one kind (to itself, inside a host, under a leaf, a pod, across pods), with
+        or without a PXN relay in front, is then one row of latencies whatever spine or core
+        its hash picks: the row is summed once, as a contiguous array of the same values in
+        the same order (``ndarray.sum``, as the path's own sum is taken), and each
+        connection takes its row's sum (a tree's phase: 2,046 connections, 3 rows)."""
+        if self._outside(src, dst):
+            return None
+        if not src.size:
+            return np.zeros(0, np.int64), []
+        origin, (src, relayed) = src, self.relays(src, dst)
+        kind, *_ = self._kinds(src, dst)
+        dev = self.device_links
+        if relayed is not None:
+            self._learn(origin[relayed])
+        met = dev[np.concatenate([origin, src, dst])]
+        if (met < 0).any():
+            return None  # a link a path would not find: let paths() decline it
+        column = latency[met]
+        if (column != column[0]).any():
+            return None  # a device's link of another latency
+        switches = self._switch_latencies(latency)
+        if switches is None:
+            return None
+        gpu = column[0].tolist()  # the six columns' latencies
+        up, down, pod_up, pod_down = switches
+        rows = {
+            _SELF: [],
+            _HOST: [gpu[0], gpu[1]],
+            _LEAF: [gpu[2], gpu[3], gpu[4], gpu[5]],
+            _POD: [gpu[2], gpu[3], up, down, gpu[4], gpu[5]],
+            _CROSS: [gpu[2], gpu[3], up, pod_up, pod_down, down, gpu[4], gpu[5]],
+        }
+        front = [gpu[0], gpu[1]]  # GPU -> NVSwitch -> the relay
+        lengths = np.array([0, 2, 4, 6, 8], np.int64)[kind]
+        code = kind.astype(np.int64)
+        if relayed is not None:
+            lengths = lengths + np.where(relayed, 2, 0)
+            code = code + np.where(relayed, 5, 0)
+        sums = np.empty(10)
+        for k in np.unique(code).tolist():
+            row = rows[k % 5] if k < 5 else front + rows[k - 5]
+            if None in row:
+                return None  # through spines or cores a fabric without them lacks
+            sums[k] = float(np.array(row, dtype=float).sum())
+        return lengths, sums[code].tolist()
+
+    def _switch_latencies(self, latency: np.ndarray) -> tuple | None:
+        """The one latency of the leaf uplinks, leaf downlinks, pod uplinks and pod
+        downlinks (None for a level the fabric lacks), found once per latency array; None
+        when some table's links differ."""
+        kept = self._switch_kept
+        if kept is None or kept[0] is not latency:
+            found: list[float | None] = []
+            for table in (self.leaf_up, self.leaf_down, self.pod_up, self.pod_down):
+                if (table < 0).any():  # a link missing: paths() may decline
+                    found = None
+                    break
+                values = latency[table.ravel()]
+                if values.size and (values != values[0]).any():
+                    found = None
+                    break
+                found.append(float(values[0]) if values.size else None)
+            kept = self._switch_kept = (latency, None if found is None else tuple(found))
+        return kept[1]
 
     def routes(
         self, src: np.ndarray, dst: np.ndarray, folded: bool = False

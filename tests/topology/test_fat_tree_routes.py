@@ -270,3 +270,50 @@ def test_spread_counts_look_again_at_shared_links_when_devices_are_learned():
     one = np.zeros(1, np.int64)
     assert topo.router.spread_counts(np.array([0]), np.array([5]), one, 1, index) is not None
     assert topo.router.spread_counts(np.array([2]), np.array([5]), one, 1, index) is None
+
+
+def _latencies_from_paths(topo, links, src, dst):
+    """The path latencies the runner took before path_latencies: each hashed path built
+    (connection ``j`` keyed ``j``) and its row of latencies summed."""
+    from simulator.engine.collective import _segment_sums
+
+    ids, lengths = topo.router.path_ids(src, dst, np.arange(src.size), links)
+    return lengths, _segment_sums(links.latency[ids], lengths)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), shape=st.sampled_from(sorted(SMALL)))
+def test_path_latencies_are_the_paths_latencies_summed(data, shape):
+    # every kind of path (to itself, in a host, under a leaf, a pod, across pods), with and
+    # without PXN relays: the same lengths and the same bits as summing each built path
+    topo, links, n = _small(shape)
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))))
+    src = np.array([p[0] for p in pairs], np.int64)
+    dst = np.array([p[1] for p in pairs], np.int64)
+    got = topo.router.path_latencies(src, dst, links)
+    assert got is not None
+    lengths, sums = _latencies_from_paths(topo, links, src, dst)
+    assert got[0].tolist() == lengths.tolist() and got[1] == sums
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_path_latencies_are_the_paths_latencies_summed_at_scale(root, name):
+    topo, links = _shipped(root, name)
+    rng = np.random.default_rng(5)
+    src, dst = rng.integers(0, topo.num_devices, (2, 20000))
+    got = topo.router.path_latencies(src, dst, links)
+    lengths, sums = _latencies_from_paths(topo, links, src, dst)
+    assert got[0].tolist() == lengths.tolist() and got[1] == sums
+
+
+def test_path_latencies_decline_a_link_of_another_latency():
+    """A NIC link slower to cross than its peers (or a leaf uplink): the rows differ by
+    path, so the paths are built and summed (None here)."""
+    topo, links, n = _small("rail pods")
+    src, dst = np.arange(n), np.arange(n)[::-1].copy()
+    assert topo.router.path_latencies(src, dst, links) is not None
+    for edge in [(3, "nic3"), ("leaf0.1", "spine0.1")]:
+        slower = LinkTable(topo.graph)
+        slower.latency = slower.latency.copy()
+        slower.latency[slower.index[edge]] *= 2
+        assert topo.router.path_latencies(src, dst, slower) is None

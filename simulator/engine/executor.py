@@ -63,6 +63,10 @@ def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
         dst = np.roll(src, -1)
         apart = src != dst
         src, dst = src[apart], dst[apart]
+        least = getattr(router, "path_min_capacity", None)
+        slowest = None if least is None else least(src, dst, links)
+        if slowest is not None:  # without the paths (a fat-tree of even capacities)
+            return float(slowest)
         found = path_ids(src, dst, np.zeros(src.size, np.int64), links)
         if found is not None:
             ids = found[0]

@@ -18,6 +18,7 @@ links to the relay in front.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,7 +120,7 @@ class SpreadTable:
         self.device_known = np.zeros(n, bool)
         self._all_known = False  # every device's links learned: _learn has nothing to do
         self._devices_own: bool | None = None  # _own_links, found once
-        self._switch_kept: tuple | None = None  # _switch_latencies: (latency, found)
+        self._switch_kept: dict = {}  # _switch_values: id -> (values, found)
         self._mask: np.ndarray | None = None  # _scratch's buffers
         self._sums: np.ndarray | None = None
         # Per leaf: leaf -> each spine of its pod, each spine -> leaf; per pod: (spine, core)
@@ -362,74 +363,102 @@ class SpreadTable:
     ) -> tuple[np.ndarray, list[float]] | None:
         """(length per connection, its links' latencies summed, s) of :meth:`paths`, as
         ``float(latency[ids][a:b].sum())`` of each path gives it, to the bit, without the
-        paths: None unless every link of each role the paths take has one latency (each of
-        the six device columns over the devices met, each switch table over all its links),
-        or where :meth:`paths` declines (not a device, a link missing).
+        paths (:meth:`_rows`: None unless every link of each role the paths take has one
+        latency, or where :meth:`paths` declines). Each row is summed once, as a contiguous
+        array of the same values in the same order (``ndarray.sum``, as a path's own sum
+        is taken), and each connection takes its row's sum (a tree's phase: 2,046
+        connections, 3 rows)."""
+        found = self._rows(src, dst, latency)
+        if found is None:
+            return None
+        lengths, code, rows = found
+        sums = np.empty(len(rows) or 1)
+        for k, row in enumerate(rows):
+            sums[k] = float(np.array(row, dtype=float).sum())
+        return lengths, sums[code].tolist()
 
-        A path of one kind (to itself, inside a host, under a leaf, a pod, across pods), with
-        or without a PXN relay in front, is then one row of latencies whatever spine or core
-        its hash picks: the row is summed once, as a contiguous array of the same values in
-        the same order (``ndarray.sum``, as the path's own sum is taken), and each
-        connection takes its row's sum (a tree's phase: 2,046 connections, 3 rows)."""
+    def path_min_capacity(
+        self, src: np.ndarray, dst: np.ndarray, capacity: np.ndarray
+    ) -> float | None:
+        """The least capacity (B/s) of any link on :meth:`paths`' paths (inf if none has a
+        link), without the paths (:meth:`_rows`); None where those decline."""
+        found = self._rows(src, dst, capacity)
+        if found is None:
+            return None
+        return min((min(row) for row in found[2] if row), default=math.inf)
+
+    def _rows(self, src: np.ndarray, dst: np.ndarray, values: np.ndarray):
+        """(length per connection, the number of its row, the rows: each path's ``values``
+        per link, in path order) of :meth:`paths`, where every link of each role the paths
+        take has one value (each of the six device columns over the devices met, each
+        switch table over all its links): a path of one kind (to itself, inside a host,
+        under a leaf, a pod, across pods), with or without a PXN relay in front, is then
+        one row whatever spine or core its hash picks. None otherwise, or where
+        :meth:`paths` declines (not a device, a link missing)."""
         if self._outside(src, dst):
             return None
         if not src.size:
-            return np.zeros(0, np.int64), []
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), []
         origin, (src, relayed) = src, self.relays(src, dst)
         kind, *_ = self._kinds(src, dst)
         dev = self.device_links
         if relayed is not None:
             self._learn(origin[relayed])
-        met = dev[np.concatenate([origin, src, dst])]
+        met = dev[np.concatenate([src, dst] if relayed is None else [origin, src, dst])]
         if (met < 0).any():
             return None  # a link a path would not find: let paths() decline it
-        column = latency[met]
+        column = values[met]
         if (column != column[0]).any():
-            return None  # a device's link of another latency
-        switches = self._switch_latencies(latency)
+            return None  # a device's link of another value
+        switches = self._switch_values(values)
         if switches is None:
             return None
-        gpu = column[0].tolist()  # the six columns' latencies
+        gpu = column[0].tolist()  # the six columns' values
         up, down, pod_up, pod_down = switches
-        rows = {
+        by_kind = {
             _SELF: [],
             _HOST: [gpu[0], gpu[1]],
             _LEAF: [gpu[2], gpu[3], gpu[4], gpu[5]],
             _POD: [gpu[2], gpu[3], up, down, gpu[4], gpu[5]],
             _CROSS: [gpu[2], gpu[3], up, pod_up, pod_down, down, gpu[4], gpu[5]],
         }
-        front = [gpu[0], gpu[1]]  # GPU -> NVSwitch -> the relay
         lengths = np.array([0, 2, 4, 6, 8], np.int64)[kind]
         code = kind.astype(np.int64)
-        if relayed is not None:
+        if relayed is not None:  # GPU -> NVSwitch -> the relay, in front
             lengths = lengths + np.where(relayed, 2, 0)
             code = code + np.where(relayed, 5, 0)
-        sums = np.empty(10)
-        for k in np.unique(code).tolist():
-            row = rows[k % 5] if k < 5 else front + rows[k - 5]
+        present = np.flatnonzero(np.bincount(code, minlength=10))
+        number = np.empty(10, np.int64)
+        number[present] = np.arange(present.size)
+        code = number[code]  # rows numbered in order of their code
+        rows = []
+        for k in present.tolist():
+            row = by_kind[k] if k < 5 else [gpu[0], gpu[1], *by_kind[k - 5]]
             if None in row:
                 return None  # through spines or cores a fabric without them lacks
-            sums[k] = float(np.array(row, dtype=float).sum())
-        return lengths, sums[code].tolist()
+            rows.append(row)
+        return lengths, code, rows
 
-    def _switch_latencies(self, latency: np.ndarray) -> tuple | None:
-        """The one latency of the leaf uplinks, leaf downlinks, pod uplinks and pod
-        downlinks (None for a level the fabric lacks), found once per latency array; None
-        when some table's links differ."""
+    def _switch_values(self, values: np.ndarray) -> tuple | None:
+        """The one value of the leaf uplinks, leaf downlinks, pod uplinks and pod downlinks
+        in ``values`` (None for a level the fabric lacks), found once per array (the link
+        table's latencies, its capacities); None when some table's links differ or one is
+        missing."""
         kept = self._switch_kept
-        if kept is None or kept[0] is not latency:
-            found: list[float | None] = []
+        found = kept.get(id(values))
+        if found is None or found[0] is not values:
+            result: list[float | None] | None = []
             for table in (self.leaf_up, self.leaf_down, self.pod_up, self.pod_down):
                 if (table < 0).any():  # a link missing: paths() may decline
-                    found = None
+                    result = None
                     break
-                values = latency[table.ravel()]
-                if values.size and (values != values[0]).any():
-                    found = None
+                one = values[table.ravel()]
+                if one.size and (one != one[0]).any():
+                    result = None
                     break
-                found.append(float(values[0]) if values.size else None)
-            kept = self._switch_kept = (latency, None if found is None else tuple(found))
-        return kept[1]
+                result.append(float(one[0]) if one.size else None)
+            found = kept[id(values)] = (values, None if result is None else tuple(result))
+        return found[1]
 
     def routes(
         self, src: np.ndarray, dst: np.ndarray, folded: bool = False

@@ -28,7 +28,17 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import repeat
 
-from simulator.collectives.plan import CollectivePlan, Kind, Node, Phase, Transfer, transfers_of
+import numpy as np
+
+from simulator.collectives.plan import (
+    CollectivePlan,
+    Kind,
+    Node,
+    Phase,
+    Transfer,
+    TransferArrays,
+    transfers_of,
+)
 from simulator.plan import nccl_tuning
 from simulator.plan.nccl_tuning import ALGORITHM_EFFICIENCY
 
@@ -193,6 +203,15 @@ def _tree_ends(n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(c for c, _ in edges), tuple(p for _, p in edges)
 
 
+@lru_cache(maxsize=64)
+def _tree_ends_array(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_tree_ends` as read-only integer arrays (positions in the group)."""
+    out = tuple(np.array(ends, dtype=np.int64) for ends in _tree_ends(n))
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
 def _depth(parents: dict[int, int]) -> int:
     """The most edges from a rank up to its root (each rank's depth found once, from its
     first ancestor whose depth is known: a root's is 0)."""
@@ -230,11 +249,17 @@ def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
     g = len(hosts[0]) if hosts else 0
     if alone or len(hosts) < 2 or g < 2 or any(len(h) != g for h in hosts):
         depth = _trees_and_depth(n)[1]
-        children, parents = _tree_ends(n)
-        child = list(map(group.__getitem__, children))
-        parent = list(map(group.__getitem__, parents))
-        up = transfers_of(child, parent, repeat(size / 2))
-        down = transfers_of(parent, child, repeat(size / 2))
+        children, parents = _tree_ends_array(n)
+        if all(type(d) is int for d in group):  # devices: the transfers as arrays
+            at = np.array(group, dtype=np.int64)
+            child, parent = at[children], at[parents]
+            up = TransferArrays(child, parent, size / 2)
+            down = TransferArrays(parent, child, size / 2)
+        else:
+            child = list(map(group.__getitem__, children.tolist()))
+            parent = list(map(group.__getitem__, parents.tolist()))
+            up = transfers_of(child, parent, repeat(size / 2))
+            down = transfers_of(parent, child, repeat(size / 2))
         return [Phase(up, 1, depth), Phase(down, 1, depth)]
     trees, depth = _trees_and_depth(len(hosts))
     depth += g - 1

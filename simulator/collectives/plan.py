@@ -32,6 +32,59 @@ def transfers_of(src: Sequence[Node], dst: Sequence[Node], bytes_: Iterable[floa
     return tuple(map(tuple.__new__, repeat(Transfer), zip(src, dst, bytes_, strict=False)))
 
 
+class TransferArrays(Sequence):
+    """Transfers of one size from ``src[i]`` to ``dst[i]`` (integer device arrays), as a
+    sequence of :class:`Transfer`: a 1,024-rank tree's 2,046 per phase are made as tuples
+    only if something reads them one by one, and the engine takes the arrays as they are
+    (:meth:`arrays`). Equal to (and hashed as) the tuple of its transfers."""
+
+    __slots__ = ("_src", "_dst", "_bytes", "_tuple")
+
+    def __init__(self, src, dst, bytes_: float):
+        if len(src) != len(dst):
+            raise ValueError(f"{len(src)} sources for {len(dst)} destinations")
+        self._src, self._dst, self._bytes = src, dst, float(bytes_)
+        self._tuple: tuple | None = None
+
+    def arrays(self):
+        """(sources, destinations, bytes of each) as arrays, bytes as floats."""
+        import numpy as np
+
+        return self._src, self._dst, np.full(len(self._src), self._bytes)
+
+    def as_tuple(self) -> tuple:
+        """The transfers as a tuple of :class:`Transfer` (made once, then kept)."""
+        if self._tuple is None:
+            self._tuple = transfers_of(self._src.tolist(), self._dst.tolist(), repeat(self._bytes))
+        return self._tuple
+
+    def __len__(self) -> int:
+        return len(self._src)
+
+    def __getitem__(self, i):
+        return self.as_tuple()[i]
+
+    def __iter__(self):
+        return iter(self.as_tuple())
+
+    def __add__(self, other) -> tuple:
+        return self.as_tuple() + tuple(other)
+
+    def __radd__(self, other) -> tuple:
+        return tuple(other) + self.as_tuple()
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, TransferArrays):
+            other = other.as_tuple()
+        return isinstance(other, tuple) and self.as_tuple() == other
+
+    def __hash__(self) -> int:
+        return hash(self.as_tuple())
+
+    def __repr__(self) -> str:
+        return f"TransferArrays({len(self)} transfers of {self._bytes!r} B)"
+
+
 @dataclass(frozen=True)
 class Phase:
     """Transfers that run concurrently, repeated ``steps`` times with the same pattern.
@@ -58,7 +111,7 @@ class Phase:
     ahead and finish early. The engine rates each run as one flow over all its hops.
     """
 
-    transfers: tuple[Transfer, ...]
+    transfers: tuple[Transfer, ...] | TransferArrays
     steps: int = 1
     latency_hops: int | None = None
     ring: bool = False

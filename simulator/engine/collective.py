@@ -321,7 +321,11 @@ class CollectiveRunner:
         relays = getattr(self.router, "relays", None)
         if relays is None or phase.ring:
             return None
-        src, dst, bytes_ = map(np.array, zip(*phase.transfers, strict=True))
+        arrays = getattr(phase.transfers, "arrays", None)  # TransferArrays: as they are
+        if arrays is not None:
+            src, dst, bytes_ = arrays()
+        else:
+            src, dst, bytes_ = map(np.array, zip(*phase.transfers, strict=True))
         if src.dtype.kind != "i" or dst.dtype.kind != "i":  # an NVLS switch, say
             return None
         src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)

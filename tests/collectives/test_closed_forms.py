@@ -305,6 +305,14 @@ def test_tree_phases_are_the_trees_edges_as_transfers():
         loc = Locality(host_of={3 * d: hosts_of(d) for d in range(n)})
         up, down = tree("all_reduce", group, 6.0, loc)
         assert all(type(t) is Transfer for t in up.transfers + down.transfers)
+        assert all(type(t.src) is int and type(t.dst) is int for t in up.transfers)
+        for phase in (up, down):  # the arrays the engine reads, where the plan has them
+            arrays = getattr(phase.transfers, "arrays", None)
+            if arrays is not None:
+                src, dst, size = arrays()
+                assert list(zip(src.tolist(), dst.tolist(), size.tolist(), strict=True)) == [
+                    tuple(t) for t in phase.transfers
+                ]
         assert [(t.dst, t.src, t.bytes_) for t in down.transfers] == [
             tuple(t) for t in up.transfers
         ]

@@ -249,11 +249,18 @@ class SpreadTable:
         r = self.rails
         if not r or not src.size:
             return src, None
-        local = src % r
-        relayed = (local != dst % r) & (self.host[src] != self.host[dst])
+        # another rail (devices are >= 0: a mask of the low bits where r is a power of two,
+        # 9x faster than two int64 modulos), then another host
+        if r & (r - 1) == 0:
+            relayed = ((src ^ dst) & (r - 1)) != 0
+        else:
+            relayed = (src - dst) % r != 0
+        if not relayed.any():  # every connection on its rail (a data-parallel group's)
+            return src, None
+        relayed &= self.host[src] != self.host[dst]
         if not relayed.any():
             return src, None
-        return np.where(relayed, src - local + dst % r, src), relayed
+        return np.where(relayed, src - src % r + dst % r, src), relayed
 
     def _with_relays(self, src, via, relayed, ids, lengths, shares=None):
         """``ids`` (and ``shares``) of the routes from ``via``, each relayed connection's
@@ -588,14 +595,16 @@ class SpreadTable:
                     if links.size and links.min() < 0:
                         return None  # a link a route would not find: route them
                     pieces[cls].append((links, row[at], share))
-        # row r, column j: j + 1 additions of share r in a row (as bincount adds them)
+        # row r, column j: j additions of share r in a row (as bincount adds them; column 0
+        # none, so that a count indexes its row as it is)
         share = self.share_cross
         values = [
             1.0,
             *([share[4]] if s else []),
             *([share[4 + s], share[4 + s + s * c]] if c else []),
         ]
-        table = np.cumsum(np.repeat(np.array(values)[:, None], most, axis=1), axis=1)
+        table = np.zeros((len(values), most + 1))
+        table[:, 1:] = np.cumsum(np.repeat(np.array(values)[:, None], most, axis=1), axis=1)
         # each class's links in ascending order: marked in a mask over the id space (kept
         # between calls, cleared after), their sums written beside them
         mask, sums = self._scratch(n_links)
@@ -603,7 +612,7 @@ class SpreadTable:
         for mine in pieces:
             for links, k, row in mine:
                 mask[links] = True
-                sums[links] = table[row, k - 1]
+                sums[links] = table[row].take(k)
             links = np.flatnonzero(mask)
             mask[links] = False
             out.append((links, sums[links]))

@@ -324,3 +324,19 @@ def test_path_latencies_decline_a_link_of_another_latency():
         slower.capacity = slower.capacity.copy()  # a degraded link: the paths' least, built
         slower.capacity[slower.index[edge]] /= 2
         assert topo.router.path_min_capacity(src, dst, slower) is None
+
+
+@pytest.mark.parametrize("gpus", [4, 6])
+def test_relays_at_once_are_each_connections_relay(gpus):
+    # rails of a power of two (the low bits compared) and not (a modulo): every pair's PXN
+    # relay as relay() names it one connection at a time
+    topo = fat_tree_topology(nodes=5, gpus_per_node=gpus, nodes_per_leaf=2)
+    links = LinkTable(topo.graph)
+    n = topo.num_devices
+    src, dst = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(n)))
+    via, relayed = topo.router._spread_table(links).relays(src, dst)
+    want = [topo.router.relay(s, d) for s, d in zip(src.tolist(), dst.tolist(), strict=True)]
+    assert relayed.tolist() == [w is not None for w in want]
+    assert via.tolist() == [s if w is None else w for s, w in zip(src.tolist(), want, strict=True)]
+    same_rail = src % gpus == dst % gpus
+    assert topo.router._spread_table(links).relays(src[same_rail], dst[same_rail])[1] is None

@@ -43,11 +43,17 @@ class TransferArrays(Sequence):
     def __init__(self, src, dst, bytes_: float):
         if len(src) != len(dst):
             raise ValueError(f"{len(src)} sources for {len(dst)} destinations")
+        for ends in (src, dst):  # shared (a tree's up and down phases, cached plans): fixed
+            ends.flags.writeable = False
         self._src, self._dst, self._bytes = src, dst, float(bytes_)
         self._tuple: tuple | None = None
 
+    def __reduce__(self):
+        return TransferArrays, (self._src, self._dst, self._bytes)  # the tuples not carried
+
     def arrays(self):
-        """(sources, destinations, bytes of each) as arrays, bytes as floats."""
+        """(sources, destinations, bytes of each) as arrays, bytes as floats; the first two
+        read-only (shared by the plans that hold them)."""
         import numpy as np
 
         return self._src, self._dst, np.full(len(self._src), self._bytes)
@@ -82,7 +88,9 @@ class TransferArrays(Sequence):
         return hash(self.as_tuple())
 
     def __repr__(self) -> str:
-        return f"TransferArrays({len(self)} transfers of {self._bytes!r} B)"
+        shown = ", ".join(f"{a}->{b}" for a, b in zip(self._src[:3], self._dst[:3], strict=True))
+        more = ", ..." if len(self) > 3 else ""
+        return f"TransferArrays({len(self)} of {self._bytes!r} B: {shown}{more})"
 
 
 @dataclass(frozen=True)

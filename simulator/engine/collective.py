@@ -311,8 +311,10 @@ class CollectiveRunner:
     def _merged_at_once(self, phase, size: float):
         """:meth:`_classes` of a merged phase as arrays, every transfer at once, plus the
         transfers' (source, destination) device arrays; None unless every endpoint is a
-        device (an integer) and the router gives ``path_ids`` and ``relays``. Bytes are
-        floats (a plan's divisions): as floats, bytes x steps is the loop's product.
+        device (an integer) and the router gives ``path_latencies`` or ``path_ids``, and
+        ``relays``. Transfers held as arrays
+        (:class:`~simulator.collectives.plan.TransferArrays`) are read as they are.
+        Bytes are floats (a plan's divisions): as floats, bytes x steps is the loop's product.
 
         The same classes to the bit: the factors and tails are the same element-wise IEEE
         operations (bytes x steps / size; count x latency + fast), a class's tail the most

@@ -55,7 +55,9 @@ def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
     """The capacity (B/s) of the slowest link on the paths between neighbours of ``devices``
     taken as a ring: the bandwidth NCCL's tuning model calls Simple's bus bandwidth (inf for
     fewer than two devices). ``router.path(src, dst, key)`` gives a path's links; a router
-    with ``path_ids`` routes the whole ring at once (a 1,024-GPU ring: 1,024 paths)."""
+    with ``path_min_capacity`` finds it without the paths (a fat-tree whose links of each role
+    have one capacity), else one with ``path_ids`` routes the whole ring at once (a 1,024-GPU
+    ring: 1,024 paths)."""
     best = math.inf
     path_ids = getattr(router, "path_ids", None)
     if path_ids is not None and len(devices) > 1 and all(type(d) is int for d in devices):

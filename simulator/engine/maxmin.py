@@ -86,7 +86,9 @@ def max_min_rates_segments(
     round; the links' weights are summed, and what remains subtracted, in the same entry
     order as :func:`max_min_rates`, so the rates are the same to the last bit (a test checks).
     ``work``: a boolean array of ``capacity.size`` all False and an integer array as large,
-    reused across calls (left all False) to save allocating them.
+    reused across calls (left all False) to save allocating them. With entries at least
+    ``1 / DENSE_AT`` of the links, the first round is tried over the link ids as they are
+    (:func:`_one_round_level`): when every class freezes there, that is the answer.
     """
     n_flows = lengths.size
     rates = np.full(n_flows, np.inf)

@@ -44,7 +44,7 @@ def checkpoint_bytes(scenario, topo=None) -> float:
 def step_inputs(scenario, topo=None) -> StepInputs:
     """Step time (s) of the job, with its fixed stragglers (``failures.stragglers.gpus`` and
     ``links``, which the step simulation applies itself), and its checkpoint bytes. ``topo``:
-    the scenario's topology, if built (else built here, and freed after)."""
+    the scenario's topology, if built (else the step builds its own, and frees it)."""
     step = api.run(scenario, topo).summary["step_time_s"]
     return StepInputs(float(step), float(checkpoint_bytes(scenario, topo)))
 

@@ -107,14 +107,18 @@ def goodput(
     )
     topo = None
     try:
-        topo = adapter.topology(s)  # built once: the step, the checkpoint, the part counts
-        inputs = adapter.step_inputs(s, topo)
+        try:
+            topo = adapter.topology(s)  # built once: the step, the checkpoint, the part counts
+            inputs = adapter.step_inputs(s, topo)
+        except ValueError as exc:
+            _exit_bad_input(f"{scenario}: {exc}")
         findings = check_failures(s, inputs.step_time_s)
         if findings:
             _exit_bad_input(str(located_error(scenario, overrides, findings)))
-        model = adapter.job_model(s, inputs, topo)
-    except ValueError as exc:
-        _exit_bad_input(f"{scenario}: {exc}")
+        try:
+            model = adapter.job_model(s, inputs, topo)
+        except ValueError as exc:
+            _exit_bad_input(f"{scenario}: {exc}")
     finally:
         if topo is not None:
             topo.release()  # its graph's reference cycles, freed now

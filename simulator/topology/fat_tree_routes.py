@@ -449,8 +449,9 @@ class SpreadTable:
     def _switch_values(self, values: np.ndarray) -> tuple | None:
         """The one value of the leaf uplinks, leaf downlinks, pod uplinks and pod downlinks
         in ``values`` (None for a level the fabric lacks), found once per array (the link
-        table's latencies, its capacities); None when some table's links differ or one is
-        missing."""
+        table's latencies, its capacities, which are not changed in place once a table is
+        used: a changed network is a new table); None when some table's links differ or one
+        is missing."""
         kept = self._switch_kept
         found = kept.get(id(values))
         if found is None or found[0] is not values:

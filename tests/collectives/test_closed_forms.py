@@ -298,7 +298,7 @@ def test_tree_phases_are_the_trees_edges_as_transfers():
     # the transfers made in C (transfers_of) against the definition: each edge of both
     # trees once up (child -> parent) and once down, with half the buffer, as Transfer tuples
     from simulator.collectives.algorithms import double_binary_trees, tree
-    from simulator.collectives.plan import Transfer
+    from simulator.collectives.plan import Transfer, TransferArrays
 
     for hosts_of, n in ((lambda d: d, 37), (lambda d: d // 4, 48)):
         group = [3 * d for d in range(n)]
@@ -306,10 +306,10 @@ def test_tree_phases_are_the_trees_edges_as_transfers():
         up, down = tree("all_reduce", group, 6.0, loc)
         assert all(type(t) is Transfer for t in up.transfers + down.transfers)
         assert all(type(t.src) is int and type(t.dst) is int for t in up.transfers)
-        for phase in (up, down):  # the arrays the engine reads, where the plan has them
-            arrays = getattr(phase.transfers, "arrays", None)
-            if arrays is not None:
-                src, dst, size = arrays()
+        for phase in (up, down):  # the arrays the engine reads (one GPU per host)
+            if n == 37:
+                assert isinstance(phase.transfers, TransferArrays)
+                src, dst, size = phase.transfers.arrays()
                 assert list(zip(src.tolist(), dst.tolist(), size.tolist(), strict=True)) == [
                     tuple(t) for t in phase.transfers
                 ]
@@ -322,3 +322,34 @@ def test_tree_phases_are_the_trees_edges_as_transfers():
         else:  # 12 hosts of 4: 4 channels x 2 trees x (11 edges + 12 chains of 3 hops)
             assert len(up.transfers) == 4 * 2 * (11 + 12 * 3)
             assert {t.bytes_ for t in up.transfers} == {6.0 / 8}
+
+
+def test_transfer_arrays_are_the_tuple_of_their_transfers():
+    """TransferArrays stands for the tuple of its transfers wherever a plan is compared,
+    hashed, sliced, joined or pickled, and a phase holding one equals the phase holding the
+    tuple; its arrays are read-only (a tree's up and down phases share them)."""
+    import pickle
+
+    import numpy as np
+
+    from simulator.collectives.plan import Phase, Transfer, TransferArrays
+
+    src, dst = np.array([4, 7, 9]), np.array([7, 9, 4])
+    arrays = TransferArrays(src, dst, 2.5)
+    plain = tuple(Transfer(s, d, 2.5) for s, d in [(4, 7), (7, 9), (9, 4)])
+    assert arrays == plain and plain == arrays and not (arrays != plain)
+    assert arrays != plain[:2] and plain[:2] != arrays
+    assert hash(arrays) == hash(plain) and len(arrays) == 3
+    assert arrays[1] == Transfer(7, 9, 2.5) and arrays[1:] == plain[1:]
+    assert type(arrays[0].src) is int and type(arrays[0].dst) is int
+    assert arrays + plain[:1] == plain + plain[:1] and plain[:1] + arrays == plain[:1] + plain
+    assert Transfer(9, 4, 2.5) in arrays and list(arrays) == list(plain)
+    assert Phase(arrays, 2, 3) == Phase(plain, 2, 3)
+    assert hash(Phase(arrays, 2, 3)) == hash(Phase(plain, 2, 3))
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(arrays, protocol)) == plain
+    assert not src.flags.writeable and not arrays.arrays()[1].flags.writeable
+    assert arrays.arrays()[2].tolist() == [2.5] * 3
+    assert "4->7" in repr(arrays)
+    with pytest.raises(ValueError, match="3 sources for 2"):
+        TransferArrays(np.array([1, 2, 3]), np.array([1, 2]), 1.0)

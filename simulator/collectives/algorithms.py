@@ -249,15 +249,16 @@ def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
     g = len(hosts[0]) if hosts else 0
     if alone or len(hosts) < 2 or g < 2 or any(len(h) != g for h in hosts):
         depth = _trees_and_depth(n)[1]
-        children, parents = _tree_ends_array(n)
         if all(type(d) is int for d in group):  # devices: the transfers as arrays
+            children, parents = _tree_ends_array(n)
             at = np.array(group, dtype=np.int64)
             child, parent = at[children], at[parents]
             up = TransferArrays(child, parent, size / 2)
             down = TransferArrays(parent, child, size / 2)
         else:
-            child = list(map(group.__getitem__, children.tolist()))
-            parent = list(map(group.__getitem__, parents.tolist()))
+            children, parents = _tree_ends(n)
+            child = list(map(group.__getitem__, children))
+            parent = list(map(group.__getitem__, parents))
             up = transfers_of(child, parent, repeat(size / 2))
             down = transfers_of(parent, child, repeat(size / 2))
         return [Phase(up, 1, depth), Phase(down, 1, depth)]

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Literal, NamedTuple
 
+import numpy as np
+
 Node = int | str
 Kind = Literal[
     "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "send_recv"
@@ -54,8 +56,6 @@ class TransferArrays(Sequence):
     def arrays(self):
         """(sources, destinations, bytes of each) as arrays, bytes as floats; the first two
         read-only (shared by the plans that hold them)."""
-        import numpy as np
-
         return self._src, self._dst, np.full(len(self._src), self._bytes)
 
     def as_tuple(self) -> tuple:

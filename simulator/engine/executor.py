@@ -55,9 +55,7 @@ def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
     """The capacity (B/s) of the slowest link on the paths between neighbours of ``devices``
     taken as a ring: the bandwidth NCCL's tuning model calls Simple's bus bandwidth (inf for
     fewer than two devices). ``router.path(src, dst, key)`` gives a path's links; a router
-    with ``path_min_capacity`` finds it without the paths (a fat-tree whose links of each role
-    have one capacity), else one with ``path_ids`` routes the whole ring at once (a 1,024-GPU
-    ring: 1,024 paths)."""
+    with ``path_ids`` routes the whole ring at once (a 1,024-GPU ring: 1,024 paths)."""
     best = math.inf
     path_ids = getattr(router, "path_ids", None)
     if path_ids is not None and len(devices) > 1 and all(type(d) is int for d in devices):
@@ -65,10 +63,6 @@ def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
         dst = np.roll(src, -1)
         apart = src != dst
         src, dst = src[apart], dst[apart]
-        least = getattr(router, "path_min_capacity", None)
-        slowest = None if least is None else least(src, dst, links)
-        if slowest is not None:  # without the paths (a fat-tree of even capacities)
-            return float(slowest)
         found = path_ids(src, dst, np.zeros(src.size, np.int64), links)
         if found is not None:
             ids = found[0]

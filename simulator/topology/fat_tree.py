@@ -309,15 +309,6 @@ class FatTreeRouter:
             return None
         return self._spread_table(links).path_latencies(src, dst, latency)
 
-    def path_min_capacity(self, src, dst, links):
-        """The least capacity (B/s) of any link on :meth:`path_ids`' paths, without building
-        them where every link of each role has one capacity (``SpreadTable.path_min_capacity``);
-        None otherwise, or where :meth:`path_ids` would decline."""
-        capacity = getattr(links, "capacity", None)
-        if capacity is None or not self._even_pods:
-            return None
-        return self._spread_table(links).path_min_capacity(src, dst, capacity)
-
     def spread_representatives(self, links):
         """Groups of links that every route crosses all or none of, each with the same share
         (a leaf's uplinks and its downlinks, a pod's links to and from the cores), as an

@@ -18,7 +18,6 @@ links to the relay in front.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,7 +119,7 @@ class SpreadTable:
         self.device_known = np.zeros(n, bool)
         self._all_known = False  # every device's links learned: _learn has nothing to do
         self._devices_own: bool | None = None  # _own_links, found once
-        self._switch_kept: dict = {}  # _switch_values: id -> (values, found)
+        self._switch_kept: dict = {}  # _switch_tables_even: id -> (values, found)
         self._mask: np.ndarray | None = None  # _scratch's buffers
         self._sums: np.ndarray | None = None
         # Per leaf: leaf -> each spine of its pod, each spine -> leaf; per pod: (spine, core)
@@ -379,20 +378,8 @@ class SpreadTable:
         if found is None:
             return None
         lengths, code, rows = found
-        sums = np.empty(len(rows) or 1)
-        for k, row in enumerate(rows):
-            sums[k] = float(np.array(row, dtype=float).sum())
+        sums = np.array([float(row.sum()) for row in rows] or [0.0])
         return lengths, sums[code].tolist()
-
-    def path_min_capacity(
-        self, src: np.ndarray, dst: np.ndarray, capacity: np.ndarray
-    ) -> float | None:
-        """The least capacity (B/s) of any link on :meth:`paths`' paths (inf if none has a
-        link), without the paths (:meth:`_rows`); None where those decline."""
-        found = self._rows(src, dst, capacity)
-        if found is None:
-            return None
-        return min((min(row) for row in found[2] if row), default=math.inf)
 
     def _rows(self, src: np.ndarray, dst: np.ndarray, values: np.ndarray):
         """(length per connection, the number of its row, the rows: each path's ``values``
@@ -400,72 +387,58 @@ class SpreadTable:
         take has one value (each of the six device columns over the devices met, each
         switch table over all its links): a path of one kind (to itself, inside a host,
         under a leaf, a pod, across pods), with or without a PXN relay in front, is then
-        one row whatever spine or core its hash picks. None otherwise, or where
-        :meth:`paths` declines (not a device, a link missing)."""
+        one row whatever spine or core its hash picks, so each row is read off one
+        connection's path (:meth:`paths` of one connection per row, the paths' layout
+        kept there alone). None otherwise, or where :meth:`paths` declines."""
         if self._outside(src, dst):
             return None
         if not src.size:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), []
-        origin, (src, relayed) = src, self.relays(src, dst)
-        kind, *_ = self._kinds(src, dst)
-        dev = self.device_links
+        via, relayed = self.relays(src, dst)
+        kind = self._kinds(via, dst)[0]
         if relayed is not None:
-            self._learn(origin[relayed])
-        met = dev[np.concatenate([src, dst] if relayed is None else [origin, src, dst])]
+            self._learn(src[relayed])
+        met = self.device_links[np.concatenate([via, dst] if relayed is None else [src, via, dst])]
         if (met < 0).any():
             return None  # a link a path would not find: let paths() decline it
         column = values[met]
-        if (column != column[0]).any():
-            return None  # a device's link of another value
-        switches = self._switch_values(values)
-        if switches is None:
-            return None
-        gpu = column[0].tolist()  # the six columns' values
-        up, down, pod_up, pod_down = switches
-        by_kind = {
-            _SELF: [],
-            _HOST: [gpu[0], gpu[1]],
-            _LEAF: [gpu[2], gpu[3], gpu[4], gpu[5]],
-            _POD: [gpu[2], gpu[3], up, down, gpu[4], gpu[5]],
-            _CROSS: [gpu[2], gpu[3], up, pod_up, pod_down, down, gpu[4], gpu[5]],
-        }
-        lengths = np.array([0, 2, 4, 6, 8], np.int64)[kind]
+        if (column != column[0]).any() or not self._switch_tables_even(values):
+            return None  # a link of another value
         code = kind.astype(np.int64)
-        if relayed is not None:  # GPU -> NVSwitch -> the relay, in front
-            lengths = lengths + np.where(relayed, 2, 0)
-            code = code + np.where(relayed, 5, 0)
-        present = np.flatnonzero(np.bincount(code, minlength=10))
+        if relayed is not None:
+            code += np.where(relayed, 5, 0)
+        first = np.full(10, -1, np.int64)  # each code's first connection
+        first[code[::-1]] = np.arange(code.size - 1, -1, -1)
+        present = np.flatnonzero(first >= 0)
+        one = first[present]
+        found = self.paths(src[one], dst[one], np.zeros(one.size, np.int64))
+        if found is None:
+            return None
+        ids, per_row = found
         number = np.empty(10, np.int64)
         number[present] = np.arange(present.size)
         code = number[code]  # rows numbered in order of their code
-        rows = []
-        for k in present.tolist():
-            row = by_kind[k] if k < 5 else [gpu[0], gpu[1], *by_kind[k - 5]]
-            if None in row:
-                return None  # through spines or cores a fabric without them lacks
-            rows.append(row)
-        return lengths, code, rows
+        ends = np.cumsum(per_row)
+        rows = [
+            values[ids[b - n : b]] for n, b in zip(per_row.tolist(), ends.tolist(), strict=True)
+        ]
+        return per_row[code], code, rows
 
-    def _switch_values(self, values: np.ndarray) -> tuple | None:
-        """The one value of the leaf uplinks, leaf downlinks, pod uplinks and pod downlinks
-        in ``values`` (None for a level the fabric lacks), found once per array (the link
-        table's latencies, its capacities, which are not changed in place once a table is
-        used: a changed network is a new table); None when some table's links differ or one
-        is missing."""
+    def _switch_tables_even(self, values: np.ndarray) -> bool:
+        """Whether the leaf uplinks, leaf downlinks, pod uplinks and pod downlinks each have
+        one value in ``values``, none missing; found once per array (the link table's
+        latencies, its capacities, which are not changed in place once a table is used: a
+        changed network is a new table)."""
         kept = self._switch_kept
         found = kept.get(id(values))
         if found is None or found[0] is not values:
-            result: list[float | None] | None = []
+            even = True
             for table in (self.leaf_up, self.leaf_down, self.pod_up, self.pod_down):
-                if (table < 0).any():  # a link missing: paths() may decline
-                    result = None
-                    break
                 one = values[table.ravel()]
-                if one.size and (one != one[0]).any():
-                    result = None
+                if (table < 0).any() or (one.size and (one != one[0]).any()):
+                    even = False  # a link missing (paths() may decline), or another value
                     break
-                result.append(float(one[0]) if one.size else None)
-            found = kept[id(values)] = (values, None if result is None else tuple(result))
+            found = kept[id(values)] = (values, even)
         return found[1]
 
     def routes(

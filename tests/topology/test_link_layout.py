@@ -141,13 +141,11 @@ def test_the_rings_slowest_hop_is_the_same_routed_at_once(shape):
     assert hop_bandwidth(links, topo.router, pair) == slowest
     # without oversubscription, the 40 GB/s PCIe link between hosts
     assert shape == "tor pods" or slowest == 40e9
-    # one NIC link degraded: the rows decline (path_min_capacity None), the paths are built
+    # one NIC link degraded: the ring's slowest hop is it
     slowed = LinkTable.from_layout(topo.layout)
     slowed.capacity = slowed.capacity.copy()
     slowed.capacity[slowed.index[(0, "nic0")]] = 1e9
     ring = tuple(range(0, topo.num_devices, 4))
-    src = np.array(ring, np.int64)
-    assert topo.router.path_min_capacity(src, np.roll(src, -1), slowed) is None
     assert hop_bandwidth(slowed, topo.router, ring) == 1e9
     assert hop_bandwidth(slowed, topo.router, ring) == hop_bandwidth(
         slowed, _OneByOne(topo.router), ring

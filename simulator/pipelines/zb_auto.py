@@ -70,110 +70,140 @@ class PassTimes:
         return PassTimes((1.0,) * p, (1.0,) * p, (1.0,) * p)
 
 
-# Stages x micro-batches up to which the order is searched: the eight runs take about 40 us
-# per pass slot (p = 16, m = 2,048: 1.2 s), so about 5 s at this bound. The zero-bubble
-# paper's largest run is 32 x 512 = 16,384.
+# Stages x micro-batches up to which the order is searched: the eight runs took about 40 us
+# per pass slot on a quiet machine (p = 16, m = 2,048: 1.2 s), so about 5 s at this bound;
+# since session 20 (lists per kind, not tuple-keyed dicts) 43 against 70-76 us in one loaded
+# hour, so about 25 us quiet. The zero-bubble paper's largest run is 32 x 512 = 16,384.
 MAX_SEARCHED = 2**17
 
 
+_F, _B, _W = 0, 1, 2  # a pass kind's index into _Search's per-kind lists
+_KIND = ("F", "B", "W")
+
+
 class _Search:
-    """One run of the greedy heuristic (module doc) with one setting of its three choices."""
+    """One run of the greedy heuristic (module doc) with one setting of its three choices.
+
+    Its state is kept per kind (F, B, W: 0, 1, 2) in lists indexed by stage, each pass's end
+    in a list per (kind, stage) indexed by micro-batch (a pass is placed after its
+    predecessors of that kind, so its micro-batch is that list's length): the eight runs
+    place 3 x p x m passes each (393,216 for 32 stages and 512 micro-batches), and list
+    indexing is about twice as fast as the tuple-keyed dicts it replaces, with the same
+    arithmetic in the same order (the same orders and spans to the bit)."""
 
     def __init__(self, p: int, m: int, t: PassTimes, cap: int, choices: tuple[bool, ...]):
         self.p, self.m, self.cap = p, m, cap
         self.idle_before_first_b, self.favour_b, self.fill_overrun = choices
-        self.cost = {"F": t.f, "B": t.b, "W": t.w}
+        self.cost = (t.f, t.b, t.w)
         self.comm = t.comm
-        self.count = {"F": [0] * p, "B": [0] * p, "W": [0] * p}
-        self.end: dict[tuple[str, int, int], float] = {}  # (kind, stage, micro-batch) -> s
+        self.count = ([0] * p, [0] * p, [0] * p)
+        # end[kind][stage][micro-batch]: when that pass ends (s)
+        self.end: tuple[list[list[float]], ...] = tuple(
+            [[] for _ in range(p)] for _ in range(3)
+        )
         self.free = [0.0] * p  # when each stage's last placed pass ends
         self.held = [0] * p  # micro-batches between their F and their W
         self.idle = [0.0] * p  # each stage's waiting after its first forward
+        self.max_idle = 0.0  # max(idle): each entry only grows, so kept as they grow
         self.orders: list[list[Item]] = [[] for _ in range(p)]
 
-    def put(self, j: int, kind: str) -> None:
-        """Place stage ``j``'s next pass of ``kind`` as early as its inputs allow."""
-        i = self.count[kind][j]
+    def put(self, j: int, kind: int) -> None:
+        """Place stage ``j``'s next pass of ``kind`` (_F, _B or _W) as early as its inputs
+        allow: a forward after the stage before it has sent that micro-batch's activation,
+        an input gradient after the stage after it has sent its gradient, a weight gradient
+        when the stage is free."""
+        count = self.count[kind]
+        i = count[j]
         cost = self.cost[kind][j]
-        end = self.free[j] + cost
-        if kind == "F" and j > 0:
-            end = max(end, self.end[("F", j - 1, i)] + self.comm + cost)
-        elif kind == "B" and j < self.p - 1:
-            end = max(end, self.end[("B", j + 1, i)] + self.comm + cost)
-        if self.count["F"][j]:
-            self.idle[j] += end - (self.free[j] + cost)
-        self.free[j] = end
-        self.end[(kind, j, i)] = end
-        self.held[j] += 1 if kind == "F" else -1 if kind == "W" else 0
-        self.count[kind][j] += 1
-        self.orders[j].append((kind, 0, i))
+        free = self.free
+        earliest = free[j] + cost  # its end if nothing holds it back
+        end = earliest
+        if kind == _F:
+            if j > 0:
+                end = max(end, self.end[_F][j - 1][i] + self.comm + cost)
+            self.held[j] += 1
+        elif kind == _B:
+            if j < self.p - 1:
+                end = max(end, self.end[_B][j + 1][i] + self.comm + cost)
+        else:
+            self.held[j] -= 1
+        if self.count[_F][j]:  # waiting counts from the stage's first forward on
+            idle = self.idle
+            stage_idle = idle[j] = idle[j] + (end - earliest)
+            if stage_idle > self.max_idle:
+                self.max_idle = stage_idle
+        free[j] = end
+        self.end[kind][j].append(end)
+        count[j] = i + 1
+        self.orders[j].append((_KIND[kind], 0, i))
 
     def pending_w(self, j: int) -> bool:
-        return self.count["W"][j] < self.count["B"][j]
+        return self.count[_W][j] < self.count[_B][j]
 
     def fill_until(self, j: int, arrival: float) -> None:
         """Run postponed W's on stage ``j`` while it would wait for an input due at
         ``arrival``; one that overruns it too when the wait would be the longest of any
         stage's, or when ``fill_overrun`` says so."""
-        w = self.cost["W"][j]
+        w = self.cost[_W][j]
         while self.pending_w(j) and self.free[j] + w <= arrival:
-            self.put(j, "W")
+            self.put(j, _W)
         if self.pending_w(j) and self.free[j] < arrival:
-            affordable = arrival - self.free[j] <= max(self.idle) - self.idle[j]
+            affordable = arrival - self.free[j] <= self.max_idle - self.idle[j]
             if self.fill_overrun or not affordable:
-                self.put(j, "W")
+                self.put(j, _W)
 
     def make_room(self, j: int) -> None:
         """W's until stage ``j`` may take one more micro-batch under the cap."""
         while self.held[j] + 1 > self.cap:
             if not self.pending_w(j):
                 raise ValueError(f"a cap of {self.cap} micro-batches leaves stage {j} stuck")
-            self.put(j, "W")
+            self.put(j, _W)
 
     def warm_up(self) -> None:
-        p, m, f = self.p, self.m, self.cost["F"]
+        p, m, f = self.p, self.m, self.cost[_F]
         for j in range(p):
-            self.put(j, "F")
+            self.put(j, _F)
         extra = [0] * p
-        b_done = self.end[("F", p - 1, 0)] + self.cost["B"][p - 1]
+        b_done = self.end[_F][p - 1][0] + self.cost[_B][p - 1]
         for j in range(p - 2, -1, -1):
             busy, held = self.free[j], self.held[j]
-            while self.count["F"][j] + extra[j] < m and held + 1 <= self.cap:
+            while self.count[_F][j] + extra[j] < m and held + 1 <= self.cap:
                 due = b_done + self.comm
                 if busy + f[j] > due if self.idle_before_first_b else busy >= due:
                     break
                 busy, held, extra[j] = busy + f[j], held + 1, extra[j] + 1
-            b_done = max(busy, b_done + self.comm) + self.cost["B"][j]
+            b_done = max(busy, b_done + self.comm) + self.cost[_B][j]
         for j in range(1, p):  # a stage can only forward what the stage before it has
             while extra[j] > 0 and extra[j] >= extra[j - 1] and 1 + extra[j] < m:
                 extra[j] -= 1
             extra[j] = min(extra[j], extra[j - 1])
         for j in range(p):
             for _ in range(extra[j]):
-                self.put(j, "F")
+                self.put(j, _F)
         for j in range(p - 1, -1, -1):
-            self.put(j, "B")
+            self.put(j, _B)
 
     def wants_forward(self, j: int) -> bool:
         """Whether stage ``j`` runs a forward this round (step 2 of the module doc)."""
         p, count, cost = self.p, self.count, self.cost
-        if count["F"][j] >= self.m:
+        if count[_F][j] >= self.m:
             return False
-        if not (self.favour_b and j + 1 < p and count["F"][j] >= count["F"][j + 1] + 2):
+        if not (self.favour_b and j + 1 < p and count[_F][j] >= count[_F][j + 1] + 2):
             return True
-        b_due = self.free[j + 1] + cost["F"][j + 1] + cost["B"][j + 1] + self.comm
+        b_due = self.free[j + 1] + cost[_F][j + 1] + cost[_B][j + 1] + self.comm
         if self.free[j] >= b_due:
             return False
         room, held = 0.0, self.held[j] + 1
-        w = count["W"][j]
-        while held > self.cap and w < count["B"][j]:
-            room, held, w = room + cost["W"][j], held - 1, w + 1
-        if self.free[j] + cost["F"][j] + room <= b_due:
+        w = count[_W][j]
+        while held > self.cap and w < count[_B][j]:
+            room, held, w = room + cost[_W][j], held - 1, w + 1
+        if self.free[j] + cost[_F][j] + room <= b_due:
             return True
-        return b_due - self.free[j] > max(self.idle) - self.idle[j]
+        return b_due - self.free[j] > self.max_idle - self.idle[j]
 
     def steady(self) -> None:
         p = self.p
+        end_f, end_b, count_f = self.end[_F], self.end[_B], self.count[_F]
         for i in range(1, self.m):
             want = [self.wants_forward(j) for j in range(p)]
             for j in range(p - 2, -1, -1):
@@ -182,27 +212,26 @@ class _Search:
                 if want[j]:
                     self.make_room(j)
                     if j > 0:
-                        self.fill_until(j, self.end[("F", j - 1, self.count["F"][j])] + self.comm)
-                    self.put(j, "F")
+                        self.fill_until(j, end_f[j - 1][count_f[j]] + self.comm)
+                    self.put(j, _F)
             for j in range(p - 1, -1, -1):
                 if j + 1 < p:
-                    self.fill_until(j, self.end[("B", j + 1, i)] + self.comm)
-                if j == 0 and self.count["F"][0] == self.m:
+                    self.fill_until(j, end_b[j + 1][i] + self.comm)
+                if j == 0 and count_f[0] == self.m:
                     while self.pending_w(0):
-                        self.put(0, "W")
-                self.put(j, "B")
+                        self.put(0, _W)
+                self.put(j, _B)
 
     def run(self) -> tuple[list[list[Item]], float]:
         """(each stage's order, the longest stage span in the durations' unit)."""
         self.warm_up()
         self.steady()
         for j in range(self.p):
-            while self.count["W"][j] < self.m:
-                self.put(j, "W")
+            while self.count[_W][j] < self.m:
+                self.put(j, _W)
         last = self.m - 1
         span = max(
-            self.end[("W", j, last)] - self.end[("F", j, 0)] + self.cost["F"][j]
-            for j in range(self.p)
+            self.end[_W][j][last] - self.end[_F][j][0] + self.cost[_F][j] for j in range(self.p)
         )
         return self.orders, span
 

@@ -98,9 +98,7 @@ class _Search:
         self.comm = t.comm
         self.count = ([0] * p, [0] * p, [0] * p)
         # end[kind][stage][micro-batch]: when that pass ends (s)
-        self.end: tuple[list[list[float]], ...] = tuple(
-            [[] for _ in range(p)] for _ in range(3)
-        )
+        self.end: tuple[list[list[float]], ...] = tuple([[] for _ in range(p)] for _ in range(3))
         self.free = [0.0] * p  # when each stage's last placed pass ends
         self.held = [0] * p  # micro-batches between their F and their W
         self.idle = [0.0] * p  # each stage's waiting after its first forward

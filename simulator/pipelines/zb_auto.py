@@ -47,6 +47,7 @@ search to the authors' heuristic on uneven stages (orders and spans transcribed 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -57,12 +58,22 @@ from simulator.pipelines.base import Item, PipelineSchedule
 class PassTimes:
     """Durations (s) of one micro-batch's forward ``f``, input-gradient ``b`` and weight-gradient
     ``w`` pass on each stage, and ``comm``: an activation's (or gradient's) trip to the next
-    stage (s)."""
+    stage (s). Each finite and non-negative (ValueError otherwise): the search's arithmetic
+    (a stage's waiting only grows) assumes it."""
 
     f: tuple[float, ...]
     b: tuple[float, ...]
     w: tuple[float, ...]
     comm: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("f", "b", "w", "comm"):
+            value = getattr(self, name)
+            for x in value if isinstance(value, tuple) else (value,):
+                if not 0.0 <= x < math.inf:
+                    raise ValueError(
+                        f"pass time {name} = {x!r} s: each must be finite and non-negative"
+                    )
 
     @staticmethod
     def uniform(p: int) -> PassTimes:
@@ -71,9 +82,10 @@ class PassTimes:
 
 
 # Stages x micro-batches up to which the order is searched: the eight runs took about 40 us
-# per pass slot on a quiet machine (p = 16, m = 2,048: 1.2 s), so about 5 s at this bound;
+# per pass slot on a quiet machine (p = 16, m = 2,048: 1.2 s), about 5 s at this bound;
 # since session 20 (lists per kind, not tuple-keyed dicts) 43 against 70-76 us in one loaded
-# hour, so about 25 us quiet. The zero-bubble paper's largest run is 32 x 512 = 16,384.
+# hour, so about 25 us and 3.3 s at the bound on a quiet one. The zero-bubble paper's
+# largest run is 32 x 512 = 16,384.
 MAX_SEARCHED = 2**17
 
 
@@ -86,9 +98,9 @@ class _Search:
 
     Its state is kept per kind (F, B, W: 0, 1, 2) in lists indexed by stage, each pass's end
     in a list per (kind, stage) indexed by micro-batch (a pass is placed after its
-    predecessors of that kind, so its micro-batch is that list's length): the eight runs
-    place 3 x p x m passes each (393,216 for 32 stages and 512 micro-batches), and list
-    indexing is about twice as fast as the tuple-keyed dicts it replaces, with the same
+    predecessors of that kind, so its micro-batch is that list's length): each run places
+    3 x p x m passes (the eight runs 393,216 for 32 stages and 512 micro-batches), and
+    lists are about 1.65x as fast as the tuple-keyed dicts they replace, with the same
     arithmetic in the same order (the same orders and spans to the bit)."""
 
     def __init__(self, p: int, m: int, t: PassTimes, cap: int, choices: tuple[bool, ...]):
@@ -102,7 +114,7 @@ class _Search:
         self.free = [0.0] * p  # when each stage's last placed pass ends
         self.held = [0] * p  # micro-batches between their F and their W
         self.idle = [0.0] * p  # each stage's waiting after its first forward
-        self.max_idle = 0.0  # max(idle): each entry only grows, so kept as they grow
+        self.max_idle = 0.0  # max(idle): entries only grow (finite times: PassTimes)
         self.orders: list[list[Item]] = [[] for _ in range(p)]
 
     def put(self, j: int, kind: int) -> None:

@@ -2,6 +2,8 @@
 schedules' closed forms (Qi et al. 2024, Table 2), their memory caps, and a replay of the
 orders that checks the search's own timing."""
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -197,3 +199,19 @@ def test_registry_schedules_search_unit_passes_and_take_times():
     assert "virtual_stages" in s.check(4, 8, 2)
     # a search too long to run each time a plan is made is refused up front, with the bound
     assert s.check(16, 2**13, 1) is None and "131,072" in s.check(16, 2**13 + 1, 1)
+
+
+@pytest.mark.parametrize(
+    "f,b,w,comm",
+    [
+        ((1.0, math.inf), (1.0, 1.0), (1.0, 1.0), 0.0),
+        ((1.0, 1.0), (1.0, math.nan), (1.0, 1.0), 0.0),
+        ((1.0, 1.0), (1.0, 1.0), (-0.5, 1.0), 0.0),
+        ((1.0, 1.0), (1.0, 1.0), (1.0, 1.0), math.inf),
+    ],
+)
+def test_pass_times_must_be_finite_and_non_negative(f, b, w, comm):
+    # the search keeps the stages' longest wait as it grows: an inf pass makes inf - inf a
+    # NaN wait, on which that and max() over the waits disagree (a reviewer's case)
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        PassTimes(f, b, w, comm)

@@ -311,20 +311,16 @@ def run(
         s.cluster.accelerator.kind.upper(),
         s.simulation.mode,
     )
-    topo = None
     try:
         # built once, for the warnings and the run (a 16K-GPU fabric takes longer to build
-        # than its step takes to simulate)
-        topo = api.build_topology(s.cluster)
-        for warning in api.topology_warnings(s, topo):
-            log.warning("%s", warning)
-        result = api.run(s, topo, track_links=out is not None)
+        # than its step takes to simulate); released after (its graph's reference cycles)
+        with api.build_topology(s.cluster) as topo:
+            for warning in api.topology_warnings(s, topo):
+                log.warning("%s", warning)
+            result = api.run(s, topo, track_links=out is not None)
     except ValueError as exc:
         typer.echo(f"error: {scenario}: {exc}", err=True)
         raise typer.Exit(2) from None
-    finally:
-        if topo is not None:
-            topo.release()  # its graph's reference cycles, freed now
     if out is not None:
         written = api.write_run(result, out)
         log.info("wrote %s", ", ".join(str(p) for p in written))

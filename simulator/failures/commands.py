@@ -105,10 +105,12 @@ def goodput(
         s.num_gpus,
         s.cluster.accelerator.kind.upper(),
     )
-    topo = None
     try:
+        topo = adapter.topology(s)  # built once: the step, the checkpoint, the part counts
+    except ValueError as exc:
+        _exit_bad_input(f"{scenario}: {exc}")
+    with topo:  # released at the end (its graph's reference cycles)
         try:
-            topo = adapter.topology(s)  # built once: the step, the checkpoint, the part counts
             inputs = adapter.step_inputs(s, topo)
         except ValueError as exc:
             _exit_bad_input(f"{scenario}: {exc}")
@@ -119,9 +121,6 @@ def goodput(
             model = adapter.job_model(s, inputs, topo)
         except ValueError as exc:
             _exit_bad_input(f"{scenario}: {exc}")
-    finally:
-        if topo is not None:
-            topo.release()  # its graph's reference cycles, freed now
     log.info("%d seeds of %g days", seeds, days)
     result = simulate_seeds(model, days, seeds, record_seed=0 if out else None)
     summary = summarise(result)

@@ -26,6 +26,7 @@ from simulator.topology.graph import ecmp_hash_array
 
 # How a connection is routed: its kind decides its route's length and shape.
 _SELF, _HOST, _LEAF, _POD, _CROSS = range(5)
+_KINDS = 5  # the path kinds above
 
 
 @dataclass(frozen=True, eq=False)
@@ -406,8 +407,8 @@ class SpreadTable:
             return None  # a link of another value
         code = kind.astype(np.int64)
         if relayed is not None:
-            code += np.where(relayed, 5, 0)
-        first = np.full(10, -1, np.int64)  # each code's first connection
+            code += np.where(relayed, _KINDS, 0)  # a relayed path's kind, after the rest
+        first = np.full(2 * _KINDS, -1, np.int64)  # each code's first connection
         first[code[::-1]] = np.arange(code.size - 1, -1, -1)
         present = np.flatnonzero(first >= 0)
         one = first[present]
@@ -415,7 +416,7 @@ class SpreadTable:
         if found is None:
             return None
         ids, per_row = found
-        number = np.empty(10, np.int64)
+        number = np.empty(2 * _KINDS, np.int64)
         number[present] = np.arange(present.size)
         code = number[code]  # rows numbered in order of their code
         ends = np.cumsum(per_row)

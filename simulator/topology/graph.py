@@ -203,6 +203,14 @@ class Topology:
     def num_devices(self) -> int:
         return len(self.devices)
 
+    def __enter__(self) -> Topology:
+        """``with build_topology(...) as topo:``: released (:meth:`release`) when the block
+        ends, however it ends (a command's topology, used by nothing after it)."""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
     def release(self) -> None:
         """Empty this topology once nothing will use it again (its graph, its derived views).
 

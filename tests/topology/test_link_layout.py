@@ -312,3 +312,15 @@ def test_the_recorded_graph_is_the_graph_built_link_by_link():
     assert layout.edges == [e for u, v, *_, both in links for e in [(u, v), (v, u)][: 1 + both]]
     recorded.edges["a", "b"]["bandwidth"] = 9.0
     assert recorded.edges["b", "a"]["bandwidth"] == 1.0
+
+
+def test_a_topology_used_in_a_with_block_is_released_when_it_ends():
+    # the commands build one fabric and free its graph's reference cycles at the end, also
+    # when the block raises (a bad scenario exits 2 from inside it)
+    with nvswitch_topology(8, 450e9) as topo:
+        assert topo.graph.number_of_nodes() > 8 and topo.layout is not None
+    assert topo.graph.number_of_nodes() == 0 and topo.layout is None
+    other = nvswitch_topology(8, 450e9)
+    with pytest.raises(ValueError), other:
+        raise ValueError("a bad scenario")
+    assert other.graph.number_of_nodes() == 0

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from simulator.model.layers import Linear, attention_dims, ffn_linears, layer_linears
@@ -472,6 +473,7 @@ def head_ops(
     ]
 
 
+@lru_cache(maxsize=256)  # a plan search asks once per candidate, of a handful of models
 def model_flops_per_sequence(m: ModelConfig, seq_len: int) -> float:
     """Training FLOPs (forward + backward) of GEMMs and attention for one sequence.
 

@@ -1,7 +1,12 @@
 """Scenario files: schema, YAML loading with positions, ``--set`` overrides, consistency checks."""
 
 from simulator.scenario.errors import Position, Problem, ScenarioError
-from simulator.scenario.loader import load_scenario, load_scenario_text, load_topology
+from simulator.scenario.loader import (
+    load_scenario,
+    load_scenario_text,
+    load_topology,
+    scenario_data,
+)
 from simulator.scenario.schema import (
     ClusterConfig,
     ModelConfig,
@@ -25,5 +30,6 @@ __all__ = [
     "TrainingConfig",
     "load_scenario",
     "load_scenario_text",
+    "scenario_data",
     "load_topology",
 ]

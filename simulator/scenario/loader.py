@@ -262,3 +262,18 @@ def load_topology(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
         return _TOPOLOGY.validate_python(data)
     except ValidationError as exc:
         raise ScenarioError(_validation_problems(exc, data, positions)) from None
+
+
+def scenario_data(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """The scenario in ``path`` as plain data: includes expanded, ``overrides`` applied, not
+    validated and no defaults filled in (what a written scenario file holds: ``trainsim
+    plan --out`` writes its plans so). ScenarioError for a file that cannot be read."""
+    path = Path(path)
+    data, positions = read_yaml_file(path)
+    data = expand_includes(data, positions, path.parent, [Path.cwd(), PROJECT_ROOT])
+    if not isinstance(data, dict):
+        raise ScenarioError.single(Position(str(path)), "", "a scenario must be a YAML mapping")
+    _promote_names(data, list(overrides))
+    for text in overrides:
+        apply_override(data, positions, text)
+    return data

@@ -10,9 +10,12 @@ from collections import OrderedDict
 from pathlib import Path
 
 from simulator import api
+from simulator.pipelines import get_schedule
+from simulator.plan.memory import distinct_rank_kinds, memory_ledger
 from simulator.plan.topology_warnings import topology_warnings
 from simulator.scenario import Scenario
 from simulator.scenario.schema import ClusterConfig
+from simulator.schedule import bounds
 from simulator.topology import Topology, build_topology
 
 # Topologies a worker keeps for the points after (most recent last): points of a sweep mostly
@@ -65,6 +68,32 @@ def simulate(scenario: Scenario) -> tuple[dict, list[str]]:
     return api.run(scenario, topo=topo, steps=_steps).summary, warnings
 
 
+def ledger_peak(scenario: Scenario) -> tuple[float, float, str]:
+    """(the largest rank's ledger total, its HBM, which ranks) in bytes: the memory ledger
+    alone (:func:`simulator.plan.memory.memory_ledger`), without the report's caveats and
+    parameter counts; a schedule ordered by its passes' durations is planned on the kept
+    topology, as ``run`` plans it."""
+    plan: Scenario | object = scenario
+    if get_schedule(scenario.parallelism.pipeline.schedule).needs_times:
+        plan = api.build_plan(scenario, topology_of(scenario.cluster))
+    ranks = distinct_rank_kinds(memory_ledger(plan))
+    worst = max(ranks, key=lambda r: r.total)
+    return worst.total, worst.capacity, worst.rank_kind
+
+
 def memory_report(scenario: Scenario):
     """The per-rank memory ledger (:func:`simulator.api.memory_report`)."""
     return api.memory_report(scenario)
+
+
+def ingress_Bps(scenario: Scenario) -> float:
+    """The most a GPU of the scenario's cluster can receive per second (B/s): the summed
+    capacity of the links into its first device (devices of a cluster are alike)."""
+    topo = topology_of(scenario.cluster)
+    device = topo.devices[0]
+    return float(sum(d.get("bandwidth", 0.0) for _, _, d in topo.graph.in_edges(device, data=True)))
+
+
+def step_lower_bound(scenario: Scenario, ingress: float | None = None):
+    """A lower bound on the simulated step (:func:`simulator.schedule.bounds.step_lower_bound`)."""
+    return bounds.step_lower_bound(scenario, ingress)

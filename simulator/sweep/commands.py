@@ -150,15 +150,75 @@ def _jsonable(value):
     return str(value)
 
 
+def _gpu_counts(text: str | None) -> tuple[int | None, ...]:
+    """``--gpus 256,512,1024`` (or one count) as a tuple; bad input exits 2."""
+    if text is None:
+        return (None,)
+    out = []
+    for part in text.split(","):
+        try:
+            n = int(part.strip())
+        except ValueError:
+            _bad_input(f"--gpus {text}: {part.strip()!r} is not a whole number of GPUs")
+        if n < 1:
+            _bad_input(f"--gpus {text}: {n} GPUs")
+        out.append(n)
+    return tuple(dict.fromkeys(out))
+
+
+def _headroom(text: str) -> float:
+    from simulator.units import parse_quantity
+
+    try:
+        value = float(parse_quantity(text, "bytes"))
+    except (ValueError, TypeError) as exc:
+        _bad_input(f"--memory-headroom {text}: {exc}")
+    if value < 0:
+        _bad_input(f"--memory-headroom {text}: must not be negative")
+    return value
+
+
+# objectives the CLI adds beyond the search's own (goodput, from the failure model)
+EXTRA_OBJECTIVES: dict = {}
+
+
 def plan(
     scenario: Annotated[
         Path, typer.Argument(help="Scenario YAML (model, cluster, batch).", show_default=False)
     ],
     gpus: Annotated[
-        int | None,
-        typer.Option("--gpus", min=1, help="GPUs to plan for (default: the scenario's)."),
+        str | None,
+        typer.Option(
+            "--gpus",
+            help="GPUs to plan for, one count or several (256,512,1024); default: the scenario's.",
+        ),
     ] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="Candidates to simulate.")] = 5,
+    top: Annotated[
+        int, typer.Option("--top", min=1, help="Plans to rank by full simulation (at least).")
+    ] = 5,
+    budget: Annotated[
+        int,
+        typer.Option("--budget", min=1, help="Candidates to simulate cheaply, at most."),
+    ] = 64,
+    fix: Annotated[
+        list[str] | None,
+        typer.Option("--fix", help="Pin a knob: KEY=VALUE, or KEY for the scenario's value."),
+    ] = None,
+    vary: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--vary",
+            help="Open a knob the search keeps (sequence_parallel, bucket_size): KEY or KEY=V1,V2.",
+        ),
+    ] = None,
+    memory_headroom: Annotated[
+        str,
+        typer.Option("--memory-headroom", help="Memory a plan must leave free (e.g. 2GB)."),
+    ] = "2GB",
+    objective: Annotated[
+        str,
+        typer.Option("--objective", help="step-time, tokens-per-s, mfu or goodput."),
+    ] = "step-time",
     backend: BackendOpt = BackendName.local,
     workers: WorkersOpt = None,
     address: AddressOpt = None,
@@ -166,37 +226,84 @@ def plan(
         Path | None,
         typer.Option(
             "--out",
-            help="Folder for results.parquet and candidates.csv (default reports/plans/NAME).",
+            help="Folder for plan-1.yaml..., results.parquet and candidates.csv (default "
+            "reports/plans/NAME).",
         ),
     ] = None,
     format: FormatOpt = Format.table,
     progress: ProgressOpt = True,
 ) -> None:
-    """Search parallel plans: enumerate DP/TP/PP/CP/EP/ZeRO/schedule/micro-batch/recompute,
-    screen by the memory ledger and an analytic estimate, simulate the best, rank them."""
-    from simulator.sweep.search import rejection_summary, search_plans
+    """Search parallel plans: bound every DP/TP/PP/CP/EP/ZeRO/schedule/micro-batch/recompute
+    candidate, simulate cheaply those that could win, rank the best by full simulation, and
+    write them as scenario files."""
+    from simulator.sweep.explain import set_line, why, write_plans
+    from simulator.sweep.search import OBJECTIVES, SearchOptions, search_plans
+    from simulator.sweep.space import SpaceError
     from simulator.sweep.tables import format_table
 
-    if out is None:  # the scenario's name as one folder name
-        try:
-            name = adapter.load_scenario(scenario).name or scenario.stem
-        except ScenarioError as exc:
-            _bad_input(str(exc))
-        out = Path("reports") / "plans" / safe_name(name)
-    _check_out(out)
-    run_backend = _backend(backend, workers, address)
+    factories = {**OBJECTIVES, **EXTRA_OBJECTIVES}
+    if objective not in factories:
+        _bad_input(f"--objective {objective}: one of {', '.join(factories)}")
     try:
-        result = search_plans(scenario, gpus, top, run_backend, out, progress)
+        base = adapter.load_scenario(scenario)
     except ScenarioError as exc:
         _bad_input(str(exc))
+    if out is None:  # the scenario's name as one folder name
+        out = Path("reports") / "plans" / safe_name(base.name or scenario.stem)
+    _check_out(out)
+    run_backend = _backend(backend, workers, address)
+    options = SearchOptions(
+        gpus=_gpu_counts(gpus),
+        fixes=tuple(fix or ()),
+        varies=tuple(vary or ()),
+        top=top,
+        budget=budget,
+        headroom=_headroom(memory_headroom),
+        objective=factories[objective](),
+    )
+    try:
+        result = search_plans(scenario, options, run_backend, out, progress)
+    except ScenarioError as exc:
+        _bad_input(str(exc))
+    except SpaceError as exc:
+        _bad_input(str(exc))
+    out.mkdir(parents=True, exist_ok=True)
+    result.candidate_frame().to_csv(out / "candidates.csv", index=False)
+    written = write_plans(result, out, top)
+    for path in written:
+        log.info("wrote %s", path)
+    ranked = result.ranked
+    if not ranked.empty:
+        ranked = ranked.assign(
+            set=[set_line(result, r) for _, r in ranked.iterrows()],
+            file=[str(p) for p in written] + [""] * (len(ranked) - len(written)),
+        )
     if format is Format.json:
-        typer.echo(json.dumps(result.as_dict(), indent=2, default=_jsonable))
+        data = result.as_dict()
+        data["ranked"] = ranked.to_dict("records") if not ranked.empty else []
+        data["written"] = [str(p) for p in written]
+        data["why"] = why(result)
+        typer.echo(json.dumps(data, indent=2, default=_jsonable))
         return
     typer.echo(result.headline())
-    typer.echo(format_table(result.ranked))
+    if ranked.empty:
+        typer.echo("no plan fits: see the screened candidates below")
+    else:
+        shown = ranked.drop(columns=["utilisation", "warnings", "set", "file", "reason"])
+        typer.echo(format_table(shown))
+        typer.echo("")
+        for line in why(result):
+            typer.echo(line)
+        typer.echo("")
+        typer.echo("to run them:")
+        for (_, r), path in zip(ranked.iterrows(), written, strict=False):
+            typer.echo(f"  #{r['rank']}: trainsim run {path}")
+            typer.echo(f"      = trainsim run {scenario} {r['set']}")
     typer.echo("")
-    typer.echo("rejected:")
-    typer.echo(rejection_summary(result.candidates).to_string(index=False))
+    typer.echo("screened out or not ranked:")
+    from simulator.sweep.search import rejection_summary
+
+    typer.echo(rejection_summary(result.candidate_frame()).to_string(index=False))
 
 
 def register(app: typer.Typer) -> None:

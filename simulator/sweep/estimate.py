@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.sweep.space import Choice
+
 # Large-GEMM efficiency of the H200 calibration (simulator/model/calibration.py: e_max 0.71).
 GEMM_EFFICIENCY = 0.71
 NVLINK_PAYLOAD = 0.8  # NodeSpec.nvlink_efficiency's default (nccl-tests issue 149)
@@ -59,36 +61,12 @@ class ModelShape:
     grad_bytes: float  # per parameter
 
 
-@dataclass(frozen=True)
-class Choice:
-    """One parallel plan."""
-
-    tp: int
-    pp: int
-    cp: int
-    ep: int
-    dp: int
-    zero: int
-    schedule: str
-    micro_batch: int
-    recompute: str
-    expert_tp: int | None = None  # None: tp (experts split over the attention's TP)
-
-    @property
-    def etp(self) -> int:
-        return self.expert_tp or self.tp
-
-    @property
-    def virtual_stages(self) -> int:
-        return 2 if self.schedule == "interleaved" else 1
-
-
 def bubble_fraction(c: Choice, micro_batches: int) -> float:
     """Idle fraction of the pipeline schedule (DESIGN.md formulas)."""
     if c.pp == 1:
         return 0.0
     p, m = c.pp, micro_batches
-    if c.schedule == "interleaved":
+    if c.schedule in ("interleaved", "flexible-interleaved"):
         return (p - 1) / (c.virtual_stages * m + p - 1)
     base = (p - 1) / (m + p - 1)
     if c.schedule in ("zb-h1", "zb-1p"):  # ZB-1p: ZB-H1's bubble at equal passes (tests)
@@ -114,6 +92,19 @@ def _expert_span(c: Choice) -> int:
 
 def estimate_step_s(c: Choice, m: ModelShape, hw: Machine) -> float:
     """Estimated step time (s) of choice ``c``; see the module doc for the terms."""
+    return _estimate(c, m, hw)[0]
+
+
+def exposed_comm_s(c: Choice, m: ModelShape, hw: Machine) -> float:
+    """The estimate's communication that the step bound leaves out (s): context- and
+    expert-parallel traffic stretched by the bubble, the data-parallel synchronisation not
+    hidden under a micro-batch's backward, and the pipeline sends
+    (:func:`simulator.schedule.bounds.step_lower_bound` counts compute and TP)."""
+    return _estimate(c, m, hw)[1]
+
+
+def _estimate(c: Choice, m: ModelShape, hw: Machine) -> tuple[float, float]:
+    """(the whole estimate, its communication outside compute and TP), both in s."""
     tokens = m.global_batch * m.seq_len
     attn = 6 * m.layers * m.seq_len * m.attn_dim
     flops = tokens * (6 * m.active_params + attn)
@@ -153,4 +144,6 @@ def estimate_step_s(c: Choice, m: ModelShape, hw: Machine) -> float:
         dp = max(0.0, dp - (2 / 3) * compute / micro)
     pp = 2 * micro * tokens_mb * m.hidden * 2 / hw.nic_Bps if c.pp > 1 else 0.0
     busy = compute + tp + cp + ep
-    return busy / (1 - bubble_fraction(c, micro)) + dp + pp
+    return busy / (1 - bubble_fraction(c, micro)) + dp + pp, (cp + ep) / (
+        1 - bubble_fraction(c, micro)
+    ) + dp + pp

@@ -1,100 +1,116 @@
-"""``trainsim plan``: search the parallel plans of a scenario's model, cluster and batch.
+"""``trainsim plan``: search the parallel plans of a scenario's model, cluster and batch, ranked
+by the simulator.
 
-1. Enumerate DP/TP/PP/CP/EP, ZeRO stage, pipeline schedule, micro-batch and recompute. Pruned
-   by rules with sources: TP stays inside the NVLink domain (lecture 8 slide 42); ZeRO-2/3 are
-   not combined with pipeline parallelism (DeepSpeed's pipeline engine supports ZeRO 0 and 1
-   only); sequence parallelism whenever TP > 1 (Korthikanti et al. 2022: same communication
-   volume, less activation memory). Pipelines whose layers do not split evenly get shorter
-   first and last stages, as Llama 3 405B does (7 + 14 x 8 + 7).
-2. Order the candidates by the analytic estimate (:mod:`simulator.sweep.estimate`).
-3. Walk that order through the loader (consistency checks) and the memory ledger until
-   ``top`` candidates fit, at most ``PER_COMBO`` of them with the same degrees. A degree
-   combination whose most frugal variant (highest ZeRO stage, full recompute, micro-batch 1,
-   1F1B) does not fit is rejected whole: those knobs only add memory.
-4. Simulate the ``top`` candidates with the full step simulation, through the sweep machinery
-   (so on either backend, and resumable), and rank them by simulated step time.
+1. **Enumerate** the space (:mod:`simulator.sweep.space`) on each GPU count asked for.
+2. **Bound** every candidate: a lower bound on its simulated step from the kernel costs
+   (:func:`simulator.schedule.bounds.step_lower_bound`: each stage's compute with its
+   recompute and TP collectives, the pipeline's fill and drain). Order the candidates by the
+   bound plus the analytic estimate's exposed communication (:mod:`simulator.sweep.estimate`).
+3. **Screen** in that order, in rounds: a candidate whose bound cannot beat the best plan
+   simulated so far is dropped (*bound*); the rest are checked by the loader (*infeasible*)
+   and the memory ledger with ``memory_headroom`` to spare (*oom*; a degree combination whose
+   most frugal variant does not fit is rejected whole), then simulated cheaply: a step of
+   ``2u`` and one of ``3u`` micro-batches (``u`` the stages, 1 without a pipeline) and the
+   step time extrapolated linearly to the real count (the steady state adds the same time per
+   micro-batch), or the full step where that is not cheaper. After each round the best
+   cheap candidates are simulated in full, which tightens the bound for the next.
+4. **Rank** by full simulation: the ``top`` best cheap candidates, and every candidate whose
+   cheap time is within :data:`EXTRAPOLATION_MARGIN` of the best full step.
+
+The search stops when no candidate is left whose bound could still win, or when ``budget``
+candidates were simulated cheaply; the outcome counts the candidates at each fate, so a
+budget that cut the search short says so.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from dataclasses import asdict, dataclass, replace
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from tqdm import tqdm
 
 from simulator.scenario import Scenario, ScenarioError
 from simulator.scenario.errors import Position, Problem
 from simulator.scenario.schema import FatTreeTopology, NVSwitchTopology, TorusTopology
 from simulator.sweep import adapter
-from simulator.sweep.estimate import Choice, Machine, ModelShape, estimate_step_s
-from simulator.sweep.runner import Backend, run_sweep
+from simulator.sweep.estimate import Machine, ModelShape, exposed_comm_s
+from simulator.sweep.runner import Backend
+from simulator.sweep.space import (
+    Choice,
+    Knobs,
+    Rejected,
+    applied,
+    enumerate_space,
+    overrides_of,
+    stage_split,
+)
 from simulator.sweep.spec import SweepSpecModel, spec_from_model
+from simulator.sweep.store import read_results, write_results
+from simulator.sweep.worker import Task, scenario_hash
 
-SCHEDULES = ("1f1b", "interleaved", "zb-h1")
-RECOMPUTE = ("none", "selective", "full")
-MICRO_BATCHES = (1, 2, 4)
-MAX_DEGREE = 64
-# At most this many simulated plans share one (tp, pp, cp, ep): the estimate does not tell
-# ZeRO stages apart, so without it the top K are often one layout K times.
-PER_COMBO = 2
+log = logging.getLogger("trainsim.plan")
 
-
-def _powers_of_two(limit: int) -> list[int]:
-    return [2**i for i in range(int(math.log2(max(1, limit))) + 1)]
-
-
-def gpu_overrides(s: Scenario, gpus: int | None) -> dict[str, Any]:
-    """Overrides that put the scenario on ``gpus`` GPUs (a fat-tree grows its nodes)."""
-    if gpus is None or gpus == s.num_gpus:
-        return {}
-    t = s.cluster.topology
-    if isinstance(t, FatTreeTopology):
-        return {"cluster.topology.nodes": -(-gpus // t.node.gpus), "cluster.gpus": gpus}
-    return {"cluster.gpus": gpus}
+# The cheap simulation's extrapolated step time was within 0.3% of the full step on every
+# candidate of the tests' sample (tests/sweep/test_search.py); a candidate is simulated in full
+# when its cheap time is within this margin of the best full step, so an extrapolation error
+# up to it cannot hide the winner.
+EXTRAPOLATION_MARGIN = 0.02
+# Candidates simulated cheaply per round (then the best of them in full).
+ROUND = 8
+DEFAULT_BUDGET = 64
+DEFAULT_HEADROOM = 2e9
+# Degree combinations whose most frugal variant the ledger checks for the candidates a budget
+# left (each a few milliseconds): enough for every combination of the studies' spaces.
+MAX_COMBOS = 2000  # B: the caching allocator's fragmentation and NCCL's buffers
 
 
-# A layout that fits any GPU count the batch allows: every GPU a data-parallel replica. The
-# search replaces the layout of every candidate (:func:`overrides_of` sets all these keys).
-PLAIN_LAYOUT: dict[str, Any] = {
-    "parallelism.dp": None,
-    "parallelism.tp": 1,
-    "parallelism.pp": 1,
-    "parallelism.cp": 1,
-    "parallelism.ep": 1,
-    "parallelism.expert_tp": None,
-    "parallelism.sequence_parallel": False,
-    "parallelism.pipeline.schedule": "1f1b",
-    "parallelism.pipeline.virtual_stages": 1,
-    "parallelism.pipeline.first_stage_layers": None,
-    "parallelism.pipeline.last_stage_layers": None,
-    "training.micro_batch": 1,
+# -- objectives ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What the search minimises, from a plan's step time: ``cost(step_s, scenario)``,
+    non-decreasing in the step time (so a bound on the step bounds the cost)."""
+
+    name: str
+    cost: Callable[[float, Scenario], float]
+    shown: str  # the column the ranked table shows it in
+
+
+def step_time_objective() -> Objective:
+    return Objective("step-time", lambda t, s: t, "step_time_s")
+
+
+def tokens_objective() -> Objective:
+    """Tokens per second, as the negative cost's inverse: the tokens of a step over its time
+    (the same order as the step time at one batch)."""
+    return Objective(
+        "tokens-per-s",
+        lambda t, s: t / (s.training.global_batch * s.training.seq_len),
+        "tokens_per_s",
+    )
+
+
+def mfu_objective() -> Objective:
+    """MFU: GPU-seconds per step (its inverse's order): across GPU counts, the most efficient."""
+    return Objective("mfu", lambda t, s: t * s.num_gpus, "mfu")
+
+
+OBJECTIVES = {
+    "step-time": step_time_objective,
+    "tokens-per-s": tokens_objective,
+    "mfu": mfu_objective,
 }
 
 
-def _on_gpus(path: Path, fixed: dict[str, Any], gpus: int | None) -> Scenario:
-    """The scenario moved to ``gpus`` GPUs (``fixed``): with its own parallel layout where
-    that fits them, else with :data:`PLAIN_LAYOUT` (the layout is searched anyway). A
-    ScenarioError that names ``--gpus`` when neither fits (a batch too small for them)."""
-    error = None
-    for layout in ({}, PLAIN_LAYOUT):
-        probe = spec_from_model(
-            SweepSpecModel(
-                base=str(path.resolve()), set={**fixed, **layout}, zip={"parallelism.tp": [1]}
-            ),
-            path,
-        )
-        try:
-            return probe.scenario({})
-        except ScenarioError as exc:
-            error = error or exc
-    raise ScenarioError(
-        [
-            Problem(Position(f"--gpus {gpus}"), p.field, f"{p.message} (from {p.position})")
-            for p in error.problems
-        ]
-    ) from None
+# -- the estimate's view of the cluster and the model ----------------------------------------
 
 
 def machine_of(s: Scenario) -> Machine:
@@ -137,273 +153,336 @@ def shape_of(s: Scenario) -> ModelShape:
     )
 
 
-@dataclass(frozen=True)
+def gpu_overrides(s: Scenario, gpus: int | None) -> dict[str, Any]:
+    """Overrides that put the scenario on ``gpus`` GPUs (a fat-tree grows its nodes)."""
+    if gpus is None or gpus == s.num_gpus:
+        return {}
+    t = s.cluster.topology
+    if isinstance(t, FatTreeTopology):
+        return {"cluster.topology.nodes": -(-gpus // t.node.gpus), "cluster.gpus": gpus}
+    return {"cluster.gpus": gpus}
+
+
+# A layout that fits any GPU count the batch allows: every GPU a data-parallel replica.
+PLAIN_LAYOUT: dict[str, Any] = {
+    "parallelism.dp": None,
+    "parallelism.tp": 1,
+    "parallelism.pp": 1,
+    "parallelism.cp": 1,
+    "parallelism.ep": 1,
+    "parallelism.expert_tp": None,
+    "parallelism.sequence_parallel": False,
+    "parallelism.pipeline.schedule": "1f1b",
+    "parallelism.pipeline.virtual_stages": 1,
+    "parallelism.pipeline.first_stage_layers": None,
+    "parallelism.pipeline.last_stage_layers": None,
+    "training.micro_batch": 1,
+}
+
+
+def _spec(path: Path, fixed: dict[str, Any]):
+    return spec_from_model(
+        SweepSpecModel(base=str(path.resolve()), set=fixed, zip={"parallelism.tp": [1]}), path
+    )
+
+
+def _on_gpus(path: Path, fixed: dict[str, Any], gpus: int | None) -> Scenario:
+    """The scenario moved to ``gpus`` GPUs (``fixed``): with its own parallel layout where
+    that fits them, else with :data:`PLAIN_LAYOUT` (the layout is searched anyway). A
+    ScenarioError that names ``--gpus`` when neither fits (a batch too small for them)."""
+    error = None
+    for layout in ({}, PLAIN_LAYOUT):
+        try:
+            return _spec(path, {**fixed, **layout}).scenario({})
+        except ScenarioError as exc:
+            error = error or exc
+    raise ScenarioError(
+        [
+            Problem(Position(f"--gpus {gpus}"), p.field, f"{p.message} (from {p.position})")
+            for p in error.problems
+        ]
+    ) from None
+
+
+# -- candidates -----------------------------------------------------------------------------
+
+
+@dataclass
 class Candidate:
-    """A choice, its estimate, and what became of it."""
+    """A choice on one GPU count, its bound and ordering key, and what became of it.
+
+    ``status``: ``bound`` (its bound cannot beat the best simulated), ``infeasible``, ``oom``,
+    ``budget`` (could still win; not simulated within the budget), ``screened`` (simulated
+    cheaply, not in full), ``ok`` / ``oom`` after the full simulation."""
 
     choice: Choice
-    estimate_s: float
-    status: str = "not checked"  # infeasible | oom | fits | not checked
+    gpus: int
+    bound_s: float
+    order_s: float
+    status: str = "pending"
     reason: str = ""
+    cheap_s: float | None = None
+    cheap_exact: bool = False
+    result: dict | None = None
+
+    @property
+    def key(self) -> tuple[int, Choice]:
+        return self.gpus, self.choice
 
 
-def enumerate_choices(s: Scenario, hw: Machine) -> tuple[list[Choice], list[Candidate]]:
-    """Every structurally possible choice, and the degree combinations rejected outright."""
-    m, t = s.model, s.training
-    rejected: list[Candidate] = []
-    choices: list[Choice] = []
-    for tp in _powers_of_two(hw.domain):
-        for cp in _powers_of_two(min(MAX_DEGREE, hw.gpus // tp)):
-            if t.seq_len % (2 * cp):
-                continue
-            for pp in _powers_of_two(min(MAX_DEGREE, m.layers, hw.gpus // (tp * cp))):
-                if hw.gpus % (tp * cp * pp) or stage_split(m.layers, pp) is None:
-                    continue
-                dp = hw.gpus // (tp * cp * pp)
-                if t.global_batch % dp:
-                    rejected.append(
-                        Candidate(
-                            Choice(tp, pp, cp, 1, dp, 0, "1f1b", 1, "none"),
-                            math.inf,
-                            "infeasible",
-                            f"global batch {t.global_batch} does not split over dp = {dp}",
-                        )
-                    )
-                    continue
-                for ep, etp in _expert_degrees(s, tp, cp, dp):
-                    choices += _variants(s, tp, pp, cp, ep, dp, etp)
-    return choices, rejected
+@dataclass
+class Setting:
+    """One GPU count's base scenario, its spec (to build candidates through the loader) and the
+    memo of degree combinations whose most frugal variant does not fit."""
 
-
-def _expert_degrees(s: Scenario, tp: int, cp: int, dp: int) -> list[tuple[int, int | None]]:
-    """(ep, expert TP) pairs: every power-of-two EP that divides the experts, with the experts
-    split over the attention's TP (expert TP None) and, under TP, folded with expert TP 1
-    (Megatron-core's MoE parallel folding: whole experts, EP over a stage's neighbours)."""
-    moe = s.model.moe
-    if moe is None:
-        return [(1, None)]
-    out: list[tuple[int, int | None]] = []
-    for e in _powers_of_two(min(MAX_DEGREE, moe.experts)):
-        if moe.experts % e:
-            continue
-        if (dp * cp) % e == 0:
-            out.append((e, None))
-        if tp > 1 and (dp * cp * tp) % e == 0:
-            out.append((e, 1))
-    return out
-
-
-def _variants(s: Scenario, tp, pp, cp, ep, dp, etp=None) -> list[Choice]:
-    per_replica = s.training.global_batch // dp
-    zeros = (0, 1) if pp > 1 else (0, 1, 2, 3)
-    if dp * cp == 1:
-        zeros = (0,)  # nothing to shard over
-    out = []
-    for schedule in SCHEDULES if pp > 1 else ("1f1b",):
-        for mb in MICRO_BATCHES:
-            if per_replica % mb:
-                continue
-            micro = per_replica // mb
-            if schedule == "interleaved" and (micro % pp or s.model.layers % (2 * pp)):
-                continue
-            if schedule.startswith("zb") and s.model.layers % pp:  # uneven stages: 1F1B only
-                continue
-            for zero in zeros:
-                for rc in RECOMPUTE:
-                    out.append(Choice(tp, pp, cp, ep, dp, zero, schedule, mb, rc, etp))
-    return out
-
-
-def stage_split(layers: int, pp: int) -> tuple[int | None, int | None] | None:
-    """(first, last) stage layers for ``pp`` stages: (None, None) when the layers split
-    evenly, shorter first and last stages around ``ceil(layers / pp)``-layer middle stages
-    otherwise (Llama 3 405B: 126 = 7 + 14 x 8 + 7), None if neither works."""
-    if layers % pp == 0:
-        return None, None
-    if pp <= 2:
-        return None
-    per = -(-layers // pp)
-    rest = layers - (pp - 2) * per
-    first, last = rest - rest // 2, rest // 2
-    if last < 1 or first > per:
-        return None
-    return first, last
-
-
-def overrides_of(s: Scenario, c: Choice) -> dict[str, Any]:
-    """The choice as dotted-key overrides of the scenario."""
-    first, last = stage_split(s.model.layers, c.pp) or (None, None)
-    return {
-        "parallelism.dp": c.dp,
-        "parallelism.tp": c.tp,
-        "parallelism.pp": c.pp,
-        "parallelism.cp": c.cp,
-        "parallelism.ep": c.ep,
-        "parallelism.expert_tp": c.expert_tp,
-        "parallelism.zero": c.zero,
-        "parallelism.sequence_parallel": c.tp > 1,
-        "parallelism.recompute": c.recompute,
-        "parallelism.pipeline.schedule": c.schedule,
-        "parallelism.pipeline.virtual_stages": c.virtual_stages,
-        "parallelism.pipeline.first_stage_layers": first,
-        "parallelism.pipeline.last_stage_layers": last,
-        "training.micro_batch": c.micro_batch,
-    }
+    gpus: int
+    scenario: Scenario
+    spec: Any
+    fixed: dict[str, Any]
+    frugal: dict[tuple, tuple[str, str]] = field(default_factory=dict)
+    over: dict[tuple, list] = field(default_factory=dict)  # layout -> variants that did not fit
 
 
 def _frugal(c: Choice) -> Choice:
+    """The variant of ``c`` that needs the least memory: the highest ZeRO stage the pipeline
+    allows, full recompute, micro-batch 1, 1F1B."""
     return replace(
         c,
         zero=max(z for z in (0, 1, 2, 3) if c.pp == 1 or z <= 1) if c.dp * c.cp > 1 else 0,
         recompute="full",
         micro_batch=1,
         schedule="1f1b",
+        virtual_stages=1,
     )
 
 
-def _memory_status(spec, fixed: dict, s: Scenario, c: Choice) -> tuple[str, str]:
+RECOMPUTE_SAVES = {"full": 0, "selective": 1, "none": 2}  # less memory first
+
+
+def _memory(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Scenario | None]:
+    """(status, reason, the scenario) of ``c`` by the loader and the ledger with
+    ``headroom`` bytes to spare."""
     try:
-        scenario = spec.scenario({**fixed, **overrides_of(s, c)})
+        scenario = setting.spec.scenario(overrides_of(setting.scenario, c))
     except ScenarioError as exc:
-        return "infeasible", str(exc).splitlines()[0]
-    report = adapter.memory_report(scenario)
-    if report.fits:
-        return "fits", ""
-    worst = max(report.ranks, key=lambda r: r.total)
-    return "oom", (
-        f"memory ledger: {worst.total / 1e9:,.1f} GB on "
-        + ("every rank" if worst.rank_kind == "every rank" else f"{worst.rank_kind} ranks")
-        + f" > {worst.capacity / 1e9:,.0f} GB"
+        return "infeasible", str(exc).splitlines()[0], None
+    total, capacity, kind = adapter.ledger_peak(scenario)
+    if total + headroom <= capacity:
+        return "fits", "", scenario
+    where = "every rank" if kind == "every rank" else f"{kind} ranks"
+    return (
+        "oom",
+        f"memory ledger: {total / 1e9:,.1f} GB on {where} + {headroom / 1e9:g} GB "
+        f"headroom > {capacity / 1e9:,.0f} GB",
+        scenario,
     )
 
 
-def screen(
-    spec, fixed: dict, s: Scenario, choices: list[Choice], hw: Machine, top: int
-) -> list[Candidate]:
-    """Estimate every choice, then check memory in estimate order until ``top`` fit."""
-    shape = shape_of(s)
-    ranked = sorted(
-        (Candidate(c, estimate_step_s(c, shape, hw)) for c in choices),
-        key=lambda k: k.estimate_s,
-    )
-    combo_verdict: dict[tuple, tuple[str, str]] = {}
-    per_combo: dict[tuple, int] = {}
-    fitting = 0
-    out = []
-    for cand in ranked:
-        c = cand.choice
-        combo = (c.tp, c.pp, c.cp, c.ep, c.etp)
-        if fitting >= top:
-            out.append(
-                replace(
-                    cand,
-                    status="not simulated",
-                    reason=f"estimated slower than the best {top} that fit",
-                )
-            )
-            continue
-        if per_combo.get(combo, 0) >= PER_COMBO and top > PER_COMBO:
-            out.append(
-                replace(
-                    cand,
-                    status="not simulated",
-                    reason=f"{PER_COMBO} faster variants of tp{c.tp} pp{c.pp} "
-                    f"cp{c.cp} ep{c.ep}{_folded(c)} are simulated",
-                )
-            )
-            continue
-        if combo not in combo_verdict:
-            status, reason = _memory_status(spec, fixed, s, _frugal(c))
-            combo_verdict[combo] = (status, reason)
-        status, reason = combo_verdict[combo]
-        if status != "fits":
-            out.append(
-                replace(
-                    cand,
-                    status=status,
-                    reason=reason + " (even with full recompute, micro-batch 1, highest ZeRO)"
-                    if status == "oom"
-                    else reason,
-                )
-            )
-            continue
-        status, reason = _memory_status(spec, fixed, s, c)
-        fitting += status == "fits"
-        per_combo[combo] = per_combo.get(combo, 0) + (status == "fits")
-        out.append(replace(cand, status=status, reason=reason))
-    return out
+def _fits(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Scenario | None]:
+    """:func:`_memory`, skipped where memory's order decides it: a degree combination whose
+    most frugal variant does not fit is rejected whole, and a variant that needs at least as
+    much as one that did not fit (a lower ZeRO stage, a larger micro-batch, less recompute,
+    the same schedule) is rejected with it."""
+    combo = (c.tp, c.pp, c.cp, c.ep, c.expert_tp, c.sequence_parallel, c.bucket_size)
+    if combo not in setting.frugal:
+        status, reason, _ = _memory(setting, _frugal(c), headroom)
+        setting.frugal[combo] = (status, reason)
+    status, reason = setting.frugal[combo]
+    if status == "oom":
+        return status, reason + " (even with full recompute, micro-batch 1, highest ZeRO)", None
+    layout = (*combo, c.schedule, c.virtual_stages)
+    point = (c.zero, c.micro_batch, RECOMPUTE_SAVES[c.recompute])
+    for z, mb, rc, why in setting.over.get(layout, ()):
+        if c.zero <= z and c.micro_batch >= mb and point[2] >= rc:
+            return "oom", why + " (a variant needing less memory did not fit)", None
+    status, reason, scenario = _memory(setting, c, headroom)
+    if status == "oom":
+        setting.over.setdefault(layout, []).append((*point, reason))
+    return status, reason, scenario
+
+
+# -- cheap and full simulation ----------------------------------------------------------------
+
+
+def reduced_counts(c: Choice, micro_batches: int) -> tuple[int, int] | None:
+    """The two micro-batch counts the cheap simulation runs (``2u``, ``3u``; ``u`` the stages,
+    1 without a pipeline), or None when simulating them costs more than 70% of the full step
+    (then the full step is simulated)."""
+    unit = c.pp if c.pp > 1 else 1
+    m1, m2 = 2 * unit, 3 * unit
+    if m1 + m2 > 0.7 * micro_batches:
+        return None
+    return m1, m2
+
+
+def extrapolate(m1: int, t1: float, m2: int, t2: float, m: int) -> float:
+    """The step time at ``m`` micro-batches from steps of ``m1`` and ``m2``: each micro-batch
+    past the warm-up adds the same time (the steady state's period)."""
+    return t2 + (m - m2) * (t2 - t1) / (m2 - m1)
+
+
+def _with_batch(scenario: Scenario, count: int) -> Scenario:
+    """``scenario`` with ``count`` micro-batches per pipeline (a smaller global batch)."""
+    batch = count * scenario.dp * scenario.training.micro_batch
+    training = scenario.training.model_copy(update={"global_batch": batch})
+    return scenario.model_copy(update={"training": training})
+
+
+class Simulator:
+    """Runs scenarios on a backend, each once (results kept by scenario hash, and in the
+    output folder's ``results.parquet`` so that a search run again resumes)."""
+
+    def __init__(self, backend: Backend, out_dir: Path | None):
+        self.backend = backend
+        self.out_dir = out_dir
+        self.rows: dict[str, dict] = {}
+        if out_dir is not None:
+            stored, _ = read_results(out_dir)
+            if not stored.empty and "scenario_hash" in stored:
+                for row in stored.to_dict("records"):
+                    if row.get("status") in ("ok", "oom"):
+                        self.rows[row["scenario_hash"]] = row
+        self.simulated = 0
+
+    def run(self, scenarios: list[Scenario]) -> list[dict]:
+        hashes = [scenario_hash(s) for s in scenarios]
+        todo = {h: Task(h, s) for h, s in zip(hashes, scenarios, strict=True) if h not in self.rows}
+        if todo:
+            for row in self.backend(list(todo.values())):
+                self.rows[row["scenario_hash"]] = row
+            self.simulated += len(todo)
+        return [self.rows[h] for h in hashes]
+
+    def save(self) -> None:
+        if self.out_dir is None or not self.rows:
+            return
+        frame = pd.DataFrame(list(self.rows.values()))
+        frame = frame.drop(columns=[c for c in ("point", "base") if c in frame])
+        frame.insert(0, "point", range(len(frame)))
+        frame.insert(1, "base", False)
+        write_results(frame, [], self.out_dir)
+
+
+def _time_of(row: dict) -> float | None:
+    if row.get("status") not in ("ok", "oom"):
+        return None
+    return float(row["step_time_s"])
+
+
+# -- the search -----------------------------------------------------------------------------
 
 
 @dataclass
 class PlanSearch:
-    """The outcome: every candidate with its fate, and the simulated ones ranked."""
+    """The outcome: every candidate with its fate, the fully simulated ones ranked (a
+    DataFrame), the scenario's own plan simulated, and the counts of each round."""
 
     name: str
-    gpus: int
-    candidates: pd.DataFrame
+    gpus: list[int]
+    objective: str
+    candidates: list[Candidate]
     ranked: pd.DataFrame
-    results: pd.DataFrame
+    own: dict | None
+    counts: dict[str, int]
+    rounds: list[dict]
+    seconds: float
+    scenarios: dict[tuple[int, Choice], Scenario] = field(default_factory=dict)
+    base: Scenario | None = None
+    path: Path = Path()
+    fixed_of: dict[int, dict] = field(default_factory=dict)  # GPU count -> its overrides
 
     def headline(self) -> str:
-        n = len(self.candidates)
-        text = (
-            f"{self.name}: {n:,} candidate plans on {self.gpus:,} GPUs, "
-            f"{len(self.ranked)} simulated (best first)"
-        )
-        base = self.results[self.results["point"] == -1] if not self.results.empty else None
-        if base is None or base.empty:
-            return text
-        b = base.iloc[0]
-        if b["status"] not in ("ok", "oom"):
-            return text + f"\nthe scenario's own plan: {b['status']}: {b['reason']}"
-        text += (
-            f"\nthe scenario's own plan: step {b['step_time_s']:.4g} s, MFU {b['mfu']:.1%}, "
-            f"peak {b['peak_memory_bytes'] / 1e9:,.1f} GB"
-            + (" (OOM)" if b["status"] == "oom" else "")
-        )
-        ok = self.ranked[self.ranked["status"] == "ok"] if not self.ranked.empty else None
-        if b["status"] == "ok" and ok is not None and not ok.empty:
-            best = float(ok["step_time_s"].min())
-            if best > b["step_time_s"]:
-                text += (
-                    f"\nnone of the {len(ok)} simulated beats it (best {best:.4g} s): "
-                    "the quick estimate ranked them ahead of it; a larger --top simulates more"
+        gpus = ", ".join(f"{g:,}" for g in self.gpus)
+        c = self.counts
+        lines = [
+            f"{self.name}: {c['enumerated']:,} candidate plans on {gpus} GPUs, objective "
+            f"{self.objective}; {self.seconds:.0f} s",
+            f"  screened out: {c['bound']:,} by the step bound, {c['infeasible']:,} "
+            f"infeasible, {c['oom']:,} over memory"
+            + (f", {c['budget']:,} not reached within the budget" if c["budget"] else ""),
+            f"  simulated: {c['cheap']:,} cheaply in {len(self.rounds)} rounds, "
+            f"{c['full']:,} in full (ranked below)",
+        ]
+        if c["budget"]:
+            lines.append(
+                f"  {c['budget']:,} candidates could still beat the pick (their bound is "
+                "lower) but were not simulated: raise --budget to settle them"
+            )
+        if self.own is not None:
+            if self.own.get("status") in ("ok", "oom"):
+                lines.append(
+                    f"the scenario's own plan: step {self.own['step_time_s']:.4g} s, MFU "
+                    f"{self.own['mfu']:.1%}, peak {self.own['peak_memory_bytes'] / 1e9:,.1f} GB"
+                    + (" (OOM)" if self.own["status"] == "oom" else "")
                 )
-        return text
+            else:
+                lines.append(
+                    f"the scenario's own plan: {self.own.get('status')}: {self.own.get('reason')}"
+                )
+        return "\n".join(lines)
 
     def as_dict(self) -> dict:
         return {
             "name": self.name,
             "gpus": self.gpus,
+            "objective": self.objective,
+            "counts": self.counts,
+            "fates": self.fates(),
+            "rounds": self.rounds,
+            "seconds": self.seconds,
             "ranked": self.ranked.to_dict("records"),
-            "rejected": rejection_summary(self.candidates).to_dict("records"),
-            "own_plan": self._own_plan(),
+            "rejected": rejection_summary(self.candidate_frame()).to_dict("records"),
+            "own_plan": self.own,
         }
 
-    def _own_plan(self) -> dict | None:
-        """The scenario's own parallelism, simulated as the sweep's base point."""
-        if self.results.empty:
-            return None
-        base = self.results[self.results["point"] == -1]
-        if base.empty:
-            return None
-        keep = ["status", "reason", "step_time_s", "mfu", "peak_memory_bytes"]
-        return {k: v for k, v in base.iloc[0].to_dict().items() if k in keep}
+    def fates(self) -> dict[str, int]:
+        """Candidates by their final status; they add up to ``counts["enumerated"]`` (the
+        combinations rejected before any candidate was made count as infeasible)."""
+        out: dict[str, int] = {}
+        for k in self.candidates:
+            out[k.status] = out.get(k.status, 0) + 1
+        rejected = self.counts["enumerated"] - len(self.candidates)
+        if rejected:
+            out["infeasible"] = out.get("infeasible", 0) + rejected
+        return out
+
+    def candidate_frame(self) -> pd.DataFrame:
+        rows = []
+        for k in self.candidates:
+            row = {"gpus": k.gpus, **_choice_columns(k.choice)}
+            row.update(
+                bound_s=k.bound_s,
+                order_s=k.order_s,
+                cheap_s=k.cheap_s,
+                step_time_s=_time_of(k.result) if k.result else None,
+                status=k.status,
+                reason=k.reason,
+            )
+            rows.append(row)
+        return pd.DataFrame(rows)
 
 
-def _candidate_rows(cands: list[Candidate]) -> pd.DataFrame:
-    rows = []
-    for k in cands:
-        row = asdict(k.choice)
-        row["expert_tp"] = k.choice.etp  # the degree, as in the ranked table: tp's when not folded
-        row.update(estimate_s=k.estimate_s, status=k.status, reason=k.reason)
-        rows.append(row)
-    return pd.DataFrame(rows)
+CHOICE_COLUMNS = [
+    "dp", "tp", "pp", "cp", "ep", "expert_tp", "zero", "schedule", "virtual_stages",
+    "micro_batch", "recompute", "sequence_parallel",
+]  # fmt: skip
+
+
+def _choice_columns(c: Choice) -> dict:
+    row = {k: getattr(c, k) for k in CHOICE_COLUMNS}
+    row["expert_tp"] = c.etp
+    row["sequence_parallel"] = c.sp
+    if c.bucket_size is not None:
+        row["bucket_size"] = c.bucket_size
+    return row
 
 
 def rejection_summary(candidates: pd.DataFrame) -> pd.DataFrame:
-    """Rejected candidates by fate and reason (first line), with a count and an example."""
-    rej = candidates[candidates["status"] != "fits"]
+    """Candidates not ranked, by fate and reason (numbers masked), with a count and an
+    example."""
+    if candidates.empty:
+        return pd.DataFrame(columns=["status", "count", "reason", "example"])
+    rej = candidates[~candidates["status"].isin(["ok", "oom-simulated"])]
     if rej.empty:
         return pd.DataFrame(columns=["status", "count", "reason", "example"])
     kind = rej["reason"].str.replace(r"[\d.,]+", "#", regex=True)
@@ -415,80 +494,334 @@ def rejection_summary(candidates: pd.DataFrame) -> pd.DataFrame:
                 "status": status,
                 "count": len(grp),
                 "reason": _clip(ex["reason"]),
-                "example": f"tp{ex.tp} pp{ex.pp} cp{ex.cp} ep{ex.ep}{_folded(ex)} dp{ex.dp} "
-                f"z{ex.zero} {ex.schedule} mb{ex.micro_batch} {ex.recompute}",
+                "example": _label_of_row(ex),
             }
         )
     return pd.DataFrame(rows).sort_values("count", ascending=False).reset_index(drop=True)
 
 
-def _folded(c) -> str:
-    """`` etp1`` for a plan whose expert TP differs from its TP (None or NaN: the same)."""
-    etp = c.expert_tp
-    return "" if etp is None or etp != etp else f" etp{int(etp)}"
+def _label_of_row(r) -> str:
+    text = f"tp{r.tp} cp{r.cp} pp{r.pp} dp{r.dp}"
+    if r.ep > 1:
+        text += f" ep{r.ep}"
+    if r.expert_tp != r.tp:
+        text += f" etp{int(r.expert_tp)}"
+    text += f" z{r.zero} {r.schedule}"
+    if r.virtual_stages > 1:
+        text += f" v{r.virtual_stages}"
+    return text + f" mb{r.micro_batch} {r.recompute}"
 
 
-def _clip(text: str, n: int = 80) -> str:
+def _clip(text: str, n: int = 90) -> str:
     text = text.split(": ", 1)[-1] if text.startswith("--set") else text
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-KEYS = ["dp", "tp", "pp", "cp", "ep", "expert_tp", "zero", "schedule", "micro_batch", "recompute"]
+@dataclass(frozen=True)
+class SearchOptions:
+    """What ``trainsim plan`` was asked: GPU counts (None: the scenario's), knobs, the plans to
+    rank in full, the cheap-simulation budget, memory headroom (B), the objective."""
+
+    gpus: tuple[int | None, ...] = (None,)
+    fixes: tuple[str, ...] = ()
+    varies: tuple[str, ...] = ()
+    top: int = 5
+    budget: int = DEFAULT_BUDGET
+    headroom: float = DEFAULT_HEADROOM
+    objective: Objective = field(default_factory=step_time_objective)
+
+
+def _settings(path: Path, base: Scenario, gpus: tuple[int | None, ...]) -> list[Setting]:
+    out = []
+    for g in gpus:
+        fixed = gpu_overrides(base, g)
+        scenario = _on_gpus(path, fixed, g) if fixed else base
+        out.append(Setting(scenario.num_gpus, scenario, _spec(path, fixed), fixed))
+    return out
+
+
+def _candidates(setting: Setting, knobs: Knobs) -> tuple[list[Candidate], list[Rejected]]:
+    """Every choice of the space on the setting's GPUs, bounded and ordered."""
+    s = setting.scenario
+    hw = machine_of(s)
+    choices, rejected = enumerate_space(s, hw.domain, knobs)
+    ingress = adapter.ingress_Bps(s)
+    shape = shape_of(s)
+    bounds: dict[Choice, tuple[float, str]] = {}
+    out = []
+    for c in choices:
+        key = replace(c, zero=0)  # ZeRO moves no compute
+        if key not in bounds:
+            try:
+                bounds[key] = (adapter.step_lower_bound(applied(s, key), ingress).seconds, "")
+            except ValueError as exc:
+                bounds[key] = (math.inf, str(exc))
+        bound, why = bounds[key]
+        cand = Candidate(c, s.num_gpus, bound, bound + exposed_comm_s(c, shape, hw))
+        if why:
+            cand.status, cand.reason = "infeasible", why
+        out.append(cand)
+    return out, rejected
 
 
 def search_plans(
     path: Path,
-    gpus: int | None,
-    top: int,
+    options: SearchOptions,
     backend: Backend,
     out: Path | None = None,
     progress: bool = True,
 ) -> PlanSearch:
     """Search the plans of the scenario in ``path`` (see the module doc)."""
+    start = time.perf_counter()
     base = adapter.load_scenario(path)
-    fixed = gpu_overrides(base, gpus)
-    # candidates are built on the base with the GPU count changed (each sets every layout key)
-    probe = spec_from_model(
-        SweepSpecModel(base=str(path.resolve()), set=fixed, zip={"parallelism.tp": [1]}), path
-    )
-    scenario = _on_gpus(path, fixed, gpus) if fixed else base
-    hw = machine_of(scenario)
-    choices, rejected = enumerate_choices(scenario, hw)
-    screened = screen(probe, {}, scenario, choices, hw, top) + rejected
-    frame = _candidate_rows(screened)
-    chosen = [k.choice for k in screened if k.status == "fits"]
-    name = base.name or path.stem
-    out_dir = out or Path("reports") / "plans" / name
-    if not chosen:
-        return PlanSearch(name, hw.gpus, frame, pd.DataFrame(), pd.DataFrame())
-    zipped: dict[str, list] = {}
-    for c in chosen:
-        for k, v in overrides_of(scenario, c).items():
-            zipped.setdefault(k, []).append(v)
-    spec = spec_from_model(
-        SweepSpecModel(name=f"plan-{name}", base=str(path.resolve()), set=fixed, zip=zipped), path
-    )
-    results = run_sweep(spec, out_dir, backend, progress=progress)
-    frame.to_csv(out_dir / "candidates.csv", index=False)
-    return PlanSearch(name, hw.gpus, frame, _ranked(results, chosen, screened), results)
+    settings = _settings(path, base, options.gpus)
+    knobs = Knobs.parse(base, options.fixes, options.varies)
+    cands: list[Candidate] = []
+    rejected: list[Rejected] = []
+    by_gpus = {st.gpus: st for st in settings}
+    for st in settings:
+        c, r = _candidates(st, knobs)
+        cands += c
+        rejected += r
+    obj = options.objective
+    sim = Simulator(backend, out)
 
+    def cost(k: Candidate, t: float) -> float:
+        return obj.cost(t, by_gpus[k.gpus].scenario)
 
-def _ranked(results: pd.DataFrame, chosen: list[Choice], screened: list[Candidate]) -> pd.DataFrame:
-    est = {k.choice: k.estimate_s for k in screened}
-    rows = []
-    for r in results[results["point"] >= 0].to_dict("records"):
-        c = chosen[int(r["point"])]
-        row = {k: getattr(c, k) for k in KEYS}
-        row["expert_tp"] = c.etp  # the degree itself: tp's when not folded
-        row.update(
-            estimate_s=est[c],
-            step_time_s=r.get("step_time_s"),
-            mfu=r.get("mfu"),
-            peak_memory_bytes=r.get("peak_memory_bytes"),
-            status=r["status"],
-            reason=r.get("reason", ""),
+    scenarios: dict[tuple[int, Choice], Scenario] = {}
+    order = sorted((k for k in cands if k.status == "pending"), key=lambda k: cost(k, k.order_s))
+    best = math.inf  # the objective's cost of the best plan simulated in full
+    rounds: list[dict] = []
+    cheap_done = 0
+    queue = iter(order)
+    exhausted = False
+    bar = _progress(progress, options.budget)
+    while not exhausted and cheap_done < options.budget:
+        batch: list[Candidate] = []
+        for k in queue:
+            if cost(k, k.bound_s) >= best:
+                k.status, k.reason = "bound", "its step bound cannot beat the best simulated"
+                continue
+            status, reason, scenario = _fits(by_gpus[k.gpus], k.choice, options.headroom)
+            if status != "fits":
+                k.status, k.reason = status, reason
+                continue
+            scenarios[k.key] = scenario
+            batch.append(k)
+            if len(batch) >= min(ROUND, options.budget - cheap_done):
+                break
+        else:
+            exhausted = True
+        if not batch:
+            break
+        _cheap(batch, scenarios, sim)
+        cheap_done += len(batch)
+        bar.update(len(batch))
+        # the best of this round in full: it bounds what the rest must beat
+        fresh = sorted(
+            (k for k in batch if k.cheap_s is not None), key=lambda k: cost(k, k.cheap_s)
         )
+        full = [k for k in fresh[:1] if k.result is None]
+        _full(full, scenarios, sim)
+        for k in batch:
+            if k.result is not None and _time_of(k.result) is not None:
+                best = min(best, cost(k, _time_of(k.result)))
+        rounds.append({"round": len(rounds) + 1, "cheap": len(batch), "full": len(full)})
+    bar.close()
+    # what the budget left: candidates not yet decided whose bound could still win
+    for k in queue if not exhausted else ():
+        if k.status != "pending":
+            continue
+        if cost(k, k.bound_s) >= best:
+            k.status, k.reason = "bound", "its step bound cannot beat the best simulated"
+            continue
+        setting = by_gpus[k.gpus]
+        combo = (k.choice.tp, k.choice.pp, k.choice.cp, k.choice.ep, k.choice.expert_tp)
+        combo += (k.choice.sequence_parallel, k.choice.bucket_size)
+        if setting.frugal.get(combo, ("", ""))[0] != "oom" and len(setting.frugal) < MAX_COMBOS:
+            status, reason, _ = _fits(setting, _frugal(k.choice), options.headroom)
+        status, reason = setting.frugal.get(combo, ("", ""))
+        if status == "oom":
+            k.status, k.reason = "oom", reason + " (even with full recompute, micro-batch 1)"
+        else:
+            k.status, k.reason = "budget", f"not simulated within the budget of {options.budget}"
+    # the final round: the top cheap candidates and all within the margin, in full
+    screened = sorted((k for k in cands if k.cheap_s is not None), key=lambda k: cost(k, k.cheap_s))
+    final = [
+        k
+        for i, k in enumerate(screened)
+        if i < options.top or cost(k, k.cheap_s) <= best * (1 + EXTRAPOLATION_MARGIN)
+    ]
+    _full([k for k in final if k.result is None], scenarios, sim)
+    rounds.append({"round": len(rounds) + 1, "cheap": 0, "full": len(final)})
+    for k in cands:
+        if k.cheap_s is not None and k.result is None:
+            k.status = "screened"
+            k.reason = (
+                f"cheap simulation {k.cheap_s:.4g} s: more than "
+                f"{EXTRAPOLATION_MARGIN:.0%} slower than the best in full"
+            )
+    own = _own_plan(settings[0], sim) if len(settings) == 1 else None
+    sim.save()
+    full_done = [k for k in cands if k.result is not None]
+    for k in full_done:
+        k.status = k.result.get("status", "error")
+        if k.status == "ok" and k.result.get(
+            "peak_memory_bytes", 0
+        ) + options.headroom > k.result.get("memory_capacity_bytes", math.inf):
+            k.status = "oom"
+            k.reason = (
+                f"simulated peak {k.result['peak_memory_bytes'] / 1e9:,.1f} GB + "
+                f"{options.headroom / 1e9:g} GB headroom over the HBM"
+            )
+    counts = {
+        "enumerated": len(cands) + len(rejected),
+        "bound": sum(k.status == "bound" for k in cands),
+        "infeasible": sum(k.status == "infeasible" for k in cands) + len(rejected),
+        "oom": sum(k.status == "oom" and k.result is None for k in cands),
+        "budget": sum(k.status == "budget" for k in cands),
+        "cheap": sum(k.cheap_s is not None for k in cands),
+        "full": len(full_done),
+        "simulations": sim.simulated,
+    }
+    ranked = _ranked(full_done, obj, by_gpus, options.headroom).head(options.top)
+    name = base.name or path.stem
+    return PlanSearch(
+        name,
+        [st.gpus for st in settings],
+        obj.name,
+        cands,
+        ranked,
+        own,
+        counts,
+        rounds,
+        time.perf_counter() - start,
+        {k.key: scenarios[k.key] for k in full_done},
+        base,
+        path,
+        {st.gpus: st.fixed for st in settings},
+    )
+
+
+def _progress(enabled: bool, total: int):
+    return tqdm(total=total, desc="plan search", unit="plan", file=sys.stderr, disable=not enabled)
+
+
+def _cheap(batch: list[Candidate], scenarios: dict, sim: Simulator) -> None:
+    """Simulate each candidate of ``batch`` cheaply (module doc), setting ``cheap_s`` (and
+    ``result`` where the full step was simulated)."""
+    jobs: list[tuple[Candidate, list[int]]] = []
+    runs: list[Scenario] = []
+    for k in batch:
+        s = scenarios[k.key]
+        m = s.training.global_batch // s.dp // s.training.micro_batch
+        counts = reduced_counts(k.choice, m)
+        reduced = []
+        if counts is not None:
+            try:
+                reduced = [_checked(_with_batch(s, n)) for n in counts]
+            except ScenarioError:
+                counts = None
+        if counts is None:
+            jobs.append((k, [m]))
+            runs.append(s)
+        else:
+            jobs.append((k, list(counts)))
+            runs += reduced
+    rows = iter(sim.run(runs))
+    for k, counts in jobs:
+        got = [next(rows) for _ in counts]
+        times = [_time_of(r) for r in got]
+        if any(t is None for t in times):
+            k.status, k.reason = got[0].get("status", "error"), got[0].get("reason", "")
+            continue
+        if len(counts) == 1:
+            k.cheap_s, k.cheap_exact, k.result = times[0], True, got[0]
+            continue
+        s = scenarios[k.key]
+        m = s.training.global_batch // s.dp // s.training.micro_batch
+        k.cheap_s = extrapolate(counts[0], times[0], counts[1], times[1], m)
+
+
+def _checked(s: Scenario) -> Scenario:
+    """``s`` revalidated by the loader's checks (a schedule's condition on the micro-batches)."""
+    from simulator.scenario.checks import check_scenario
+
+    findings = check_scenario(s)
+    if findings:
+        raise ScenarioError(
+            [Problem(Position("<reduced>"), ".".join(findings[0][0]), findings[0][1])]
+        )
+    return s
+
+
+def _full(ks: list[Candidate], scenarios: dict, sim: Simulator) -> None:
+    for k, row in zip(ks, sim.run([scenarios[k.key] for k in ks]), strict=True):
+        k.result = row
+
+
+def _own_plan(setting: Setting, sim: Simulator) -> dict | None:
+    """The scenario's own parallelism, simulated."""
+    try:
+        scenario = setting.spec.scenario({})
+    except ScenarioError as exc:
+        return {"status": "infeasible", "reason": str(exc).splitlines()[0]}
+    row = sim.run([scenario])[0]
+    keep = ["status", "reason", "step_time_s", "mfu", "peak_memory_bytes"]
+    return {k: v for k, v in row.items() if k in keep}
+
+
+RESULT_COLUMNS = [
+    "step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "exposed_comm_fraction",
+    "peak_memory_bytes",
+]  # fmt: skip
+
+
+def _ranked(done: list[Candidate], obj: Objective, by_gpus: dict, headroom: float) -> pd.DataFrame:
+    rows = []
+    for k in done:
+        r = k.result
+        row = {"gpus": k.gpus, **_choice_columns(k.choice)}
+        row["bound_s"] = k.bound_s
+        t = _time_of(r)
+        for col in RESULT_COLUMNS:
+            row[col] = r.get(col)
+        row["utilisation"] = r.get("utilisation")
+        row["status"] = k.status
+        row["reason"] = k.reason or r.get("reason", "")
+        row["warnings"] = list(r.get("warnings") or [])
+        row["cost"] = obj.cost(t, by_gpus[k.gpus].scenario) if t is not None else math.inf
         rows.append(row)
-    frame = pd.DataFrame(rows).sort_values("step_time_s", na_position="last")
+    if not rows:
+        return pd.DataFrame()
+    frame = pd.DataFrame(rows)
+    frame["_bad"] = frame["status"] != "ok"
+    frame = frame.sort_values(["_bad", "cost"]).drop(columns=["_bad", "cost"])
     frame.insert(0, "rank", range(1, len(frame) + 1))
     return frame.reset_index(drop=True)
+
+
+def choice_of_row(row) -> Choice:
+    """The :class:`Choice` of a ranked row."""
+    etp = int(row["expert_tp"])
+    return Choice(
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        cp=int(row["cp"]),
+        ep=int(row["ep"]),
+        dp=int(row["dp"]),
+        zero=int(row["zero"]),
+        schedule=str(row["schedule"]),
+        micro_batch=int(row["micro_batch"]),
+        recompute=str(row["recompute"]),
+        expert_tp=None if etp == int(row["tp"]) else etp,
+        virtual_stages=int(row["virtual_stages"]),
+        sequence_parallel=bool(row["sequence_parallel"]),
+        bucket_size=row.get("bucket_size")
+        if "bucket_size" in row and row["bucket_size"] == row["bucket_size"]
+        else None,
+    )
+
+
+__all__ = ["PlanSearch", "SearchOptions", "search_plans", "stage_split", "overrides_of"]

@@ -78,13 +78,13 @@ def format_table(table: pd.DataFrame, keys: list[str] = ()) -> str:
                 "base" if p == -1 else _value(v)
                 for p, v in zip(table["point"], table[col], strict=True)
             ]
-        elif col in ("mfu", "exposed_comm_fraction"):
+        elif col in ("mfu", "exposed_comm_fraction", "bubble_fraction"):
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.1%}")
         elif col.startswith("d_"):
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:+.1%}")
         elif col == "peak_memory_bytes":
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v / 1e9:,.1f} GB")
-        elif col in ("step_time_s", "estimate_s"):
+        elif col in ("step_time_s", "estimate_s", "bound_s"):
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:,.4g}")
         elif col == "tokens_per_s":
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:,.0f}")

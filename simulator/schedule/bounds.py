@@ -1,0 +1,156 @@
+"""A lower bound on a step's simulated time, from the same kernel costs the step is built of.
+
+The plan search (:mod:`simulator.sweep.search`) drops a candidate without simulating it only
+when this bound says it cannot beat a plan already simulated, so the bound must never exceed
+the simulated step. It is the longest of three chains that no schedule can shorten:
+
+- **a stage's compute** (``busy``): every micro-batch's forward, input-gradient and
+  weight-gradient work on the stage's layers (with the recompute its policy re-runs, the
+  embedding on the first model chunk, the output layer and loss on the last), each kernel at
+  the compute model's duration (:func:`~simulator.schedule.costs.layer_cost`, MoE experts at
+  their load imbalance), plus the tensor-parallel collectives that sit between a layer's
+  kernels (the compute waits for them: Megatron's f/g operators), each at least
+  ``(t - 1) / t`` of its message over the fastest a GPU can receive (its links' summed
+  capacity). Left out, so the bound stays below: context-parallel and expert all-to-all
+  traffic (which may hide under compute), recompute's collectives, pipeline sends, the data-
+  parallel synchronisation and the optimizer step, and every contention;
+- **the fill** before it: the first micro-batch's forward through every model chunk below the
+  stage's first (it cannot start earlier);
+- **the drain** after it: the last micro-batch's input-gradient pass through every model chunk
+  below, and stage 0's weight gradient of it where W is a pass of its own.
+
+Fill and drain apply to the schedules whose micro-batches all enter at the first stage and
+whose steps do not overlap (GPipe, 1F1B, the interleaved ones, ZB-H1, ZB-1p); the others
+(ZB-H2, ZB-2p and ZB-V overlap consecutive steps or fold the pipeline; DualPipe feeds both ends
+and overlaps a forward with a backward) get the busiest stage alone, and DualPipe's busy time
+leaves the tensor-parallel collectives out (its pairs run one pass's collectives under the
+other's compute) and counts each micro-batch on one of a stage's two chunks (half go each way).
+
+For 1F1B over equal stages the bound is the textbook step ``(m + p - 1)(f + b)``: the fill
+``(p - 1) f`` and drain ``(p - 1) b`` around the last stage's ``m (f + b)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.model.compute import ComputeModel
+from simulator.pipelines import get_schedule
+from simulator.plan.plan import micro_batch_of, micro_batches_per_step, sharding_of
+from simulator.scenario.schema import Scenario
+from simulator.schedule.costs import Block, embedding_block, head_block, layer_cost
+
+# Schedules whose micro-batches all enter at stage 0 and whose steps end together.
+FILLED = frozenset({"gpipe", "1f1b", "interleaved", "flexible-interleaved", "zb-h1", "zb-1p"})
+
+
+@dataclass(frozen=True)
+class StepBound:
+    """The bound (s) and its parts: each stage's busy time (s), which chain set it."""
+
+    seconds: float
+    busy_s: tuple[float, ...]
+    limit: str  # "compute" (a stage's busy time), "fill" or "drain"
+
+    @property
+    def busiest_stage(self) -> int:
+        return max(range(len(self.busy_s)), key=self.busy_s.__getitem__)
+
+
+def _tp_collectives(s: Scenario, moe_layer: bool, backward: bool) -> int:
+    """TP collectives a layer's compute waits for in one pass: the attention block's (an
+    all-gather and a reduce-scatter with sequence parallelism, an all-reduce without) and a
+    dense MLP's; none in a backward whose all-reduce runs asynchronously
+    (:func:`~simulator.schedule.layer_tasks.async_tp`'s conditions)."""
+    par = s.parallelism
+    if par.tp == 1:
+        return 0
+    if backward and (
+        s.framework.tp_async_allreduce
+        and not par.sequence_parallel
+        and par.cp == 1
+        and par.zero < 3
+        and not moe_layer
+        and s.parallelism.pipeline.schedule not in ("zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v")
+    ):
+        return 0
+    per_block = 2 if par.sequence_parallel else 1
+    return per_block * (1 if moe_layer else 2)
+
+
+def step_lower_bound(s: Scenario, ingress_Bps: float | None = None) -> StepBound:
+    """The lower bound (module doc) on ``s``'s simulated step time. ``ingress_Bps``: the most
+    a GPU can receive per second (B/s) over all its links; None leaves the tensor-parallel
+    collectives out."""
+    par, m = s.parallelism, s.model
+    schedule = get_schedule(par.pipeline.schedule)
+    p, v = par.pp, par.pipeline.virtual_stages
+    c = schedule.chunks_per_stage(v)
+    mb_count = micro_batches_per_step(s)
+    per_param = s.precision.bytes_per_param(s.training.optimizer)
+    mb, sh = micro_batch_of(s, per_param[0]), sharding_of(s)
+    cm = ComputeModel.for_scenario(s)
+    layers = schedule.chunk_layers(
+        m.layers, p, v, par.pipeline.first_stage_layers, par.pipeline.last_stage_layers
+    )
+    tokens = mb.b * mb.s / par.cp
+    message = mb.act_bytes * tokens * m.hidden
+    one_tp = (par.tp - 1) / par.tp * message / ingress_Bps if ingress_Bps else 0.0
+    overlapped = schedule.name == "dualpipe"
+    per_layer: dict[bool, tuple[float, float, float]] = {}
+
+    def layer_times(layer: int) -> tuple[float, float, float]:
+        moe = m.is_moe_layer(layer)
+        if moe not in per_layer:
+            cost = layer_cost(m, layer, mb, sh, par.recompute, cm)
+            blk = cost.attn_local + cost.attn_remote + cost.ffn
+            if cost.experts is not None:
+                blk = blk + cost.experts
+            again = {"full": blk.f, "selective": cost.core.f}.get(par.recompute, 0.0)
+            tp_f = 0.0 if overlapped else _tp_collectives(s, moe, False) * one_tp
+            tp_b = 0.0 if overlapped else _tp_collectives(s, moe, True) * one_tp
+            per_layer[moe] = (blk.f + tp_f, blk.b + again + tp_b, blk.w)
+        return per_layer[moe]
+
+    emb, head = embedding_block(m, mb, sh, cm), head_block(m, mb, sh, cm)
+    last_chunk = schedule.model_chunks(p, v) - 1
+    # per model chunk: forward, input-gradient, weight-gradient seconds of one micro-batch
+    f_k: dict[int, float] = {}
+    b_k: dict[int, float] = {}
+    w_k: dict[int, float] = {}
+    for (stage, local), ls in layers.items():
+        k = schedule.model_chunk(p, v, stage, local)
+        blk = Block()
+        f = b = w = 0.0
+        for layer in ls:
+            lf, lb, lw = layer_times(layer)
+            f, b, w = f + lf, b + lb, w + lw
+        if k == 0:
+            blk = blk + emb
+        if k == last_chunk:
+            blk = blk + head
+        f_k[k], b_k[k], w_k[k] = f + blk.f, b + blk.b, w + blk.w
+    busy = []
+    # DualPipe sends half the micro-batches each way, each through one of a stage's chunks
+    share = 0.5 if overlapped else 1.0
+    for r in range(p):
+        ks = [schedule.model_chunk(p, v, r, j) for j in range(c)]
+        busy.append(share * mb_count * sum(f_k[k] + b_k[k] + w_k[k] for k in ks))
+    best, limit = max(busy), "compute"
+    if schedule.name in FILLED and p > 1:
+        split = schedule.split_backward
+        for r in range(p):
+            first = schedule.model_chunk(p, v, r, 0)
+            fill = sum(f_k[k] for k in range(first))
+            if fill + busy[r] > best:
+                best, limit = fill + busy[r], "fill"
+            below = range(first)
+            if split:  # F and B of every micro-batch, then B down the chunks and stage 0's W
+                ks = [schedule.model_chunk(p, v, r, j) for j in range(c)]
+                own = mb_count * sum(f_k[k] + b_k[k] for k in ks)
+                drain = sum(b_k[k] for k in below) + (w_k[0] if first > 0 else 0.0)
+            else:
+                own, drain = busy[r], sum(b_k[k] + w_k[k] for k in below)
+            if fill + own + drain > best:
+                best, limit = fill + own + drain, "drain"
+    return StepBound(best, tuple(busy), limit)

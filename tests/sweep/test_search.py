@@ -1,0 +1,242 @@
+"""The plan search: its step bound never exceeds a simulated step, its cheap simulation
+extrapolates to the full step, its written plans run to the times it reports, and its knobs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from simulator import api
+from simulator.cli import app
+from simulator.scenario import load_scenario_text
+from simulator.schedule.bounds import step_lower_bound
+from simulator.schedule.costs import layer_cost
+from simulator.sweep import adapter
+from simulator.sweep.search import _with_batch, extrapolate, reduced_counts
+from simulator.sweep.space import Choice, Knobs, SpaceError, applied, enumerate_space
+from tests.sweep.conftest import TINY_BASE
+
+runner = CliRunner()
+
+# Four layers of Llama 3 8B on one DGX H100 (8 GPUs): every knob of the space has room
+BASE = load_scenario_text(TINY_BASE.replace("global_batch: 8", "global_batch: 32"))
+
+MOE = load_scenario_text("""
+model: {name: mixtral-8x7b, layers: 4}
+cluster: {accelerator: H100, topology: {include: topologies/dgx-h100.yaml}}
+training: {global_batch: 32, micro_batch: 1, seq_len: 1024}
+""")
+
+SAMPLE = [
+    # (scenario, choice): each schedule family, TP with and without SP, CP, recompute, ZeRO-3
+    (BASE, Choice(1, 4, 1, 1, 2, 0, "1f1b", 1, "none")),
+    (BASE, Choice(2, 2, 1, 1, 2, 1, "1f1b", 2, "selective")),
+    (BASE, Choice(2, 2, 1, 1, 2, 1, "interleaved", 1, "none", virtual_stages=2)),
+    (BASE, Choice(1, 4, 2, 1, 1, 0, "zb-h1", 1, "full")),
+    (BASE, Choice(4, 2, 1, 1, 1, 0, "zb-h1", 1, "none", sequence_parallel=False)),
+    (BASE, Choice(2, 1, 1, 1, 4, 3, "1f1b", 2, "none")),
+    (BASE, Choice(8, 1, 1, 1, 1, 0, "1f1b", 4, "full")),
+    (BASE, Choice(1, 2, 1, 1, 4, 1, "zb-2p", 1, "none")),
+    (MOE, Choice(2, 2, 1, 2, 2, 1, "1f1b", 1, "none")),
+    (MOE, Choice(1, 2, 1, 4, 4, 1, "dualpipe", 1, "full")),
+]
+
+
+def _simulated(s, c: Choice) -> tuple[float, float]:
+    """(the bound, the simulated step) of choice ``c`` on scenario ``s``, both in s."""
+    scenario = applied(s, c)
+    bound = adapter.step_lower_bound(scenario, adapter.ingress_Bps(scenario)).seconds
+    return bound, api.run(scenario).metrics.step_time_s
+
+
+@pytest.mark.parametrize(("s", "c"), SAMPLE, ids=[c.label() for _, c in SAMPLE])
+def test_the_bound_never_exceeds_the_simulated_step(s, c):
+    bound, step = _simulated(s, c)
+    # a bound above the step would drop a plan that wins: never, to rounding (1e-9 relative)
+    assert bound <= step * (1 + 1e-9)
+    # and not vacuous: compute, fill and drain make up most of these small steps, whose
+    # communication runs on NVLink (the loosest here, ZeRO-3 over 4 ranks, is above 0.4)
+    assert bound >= 0.4 * step
+
+
+def test_the_bound_of_1f1b_holds_the_textbook_bubble():
+    # 1F1B over p stages of l layers each, m micro-batches: the last stage cannot start
+    # before the first micro-batch's forward crossed p - 1 stages, works m (f + b + w), and
+    # the last micro-batch's backward then crosses p - 1 stages again: at least
+    # (m + p - 1)(f + b + w) with a stage's f, b, w (the embedding and head only add)
+    s = applied(BASE, Choice(1, 4, 1, 1, 2, 0, "1f1b", 1, "none"))
+    from simulator.model.compute import ComputeModel
+    from simulator.plan.plan import micro_batch_of, sharding_of
+
+    cm = ComputeModel.for_scenario(s)
+    mb = micro_batch_of(s, s.precision.bytes_per_param(s.training.optimizer)[0])
+    cost = layer_cost(s.model, 0, mb, sharding_of(s), "none", cm)
+    blk = cost.attn_local + cost.attn_remote + cost.ffn
+    per_stage = blk.f + blk.b + blk.w  # one layer per stage
+    m, p = 16, 4
+    bound = step_lower_bound(s)
+    assert bound.limit == "drain"
+    assert bound.seconds >= (m + p - 1) * per_stage
+    # and the compute alone is at least m of them (the busiest stage holds the head too)
+    assert m * per_stage < max(bound.busy_s) < bound.seconds
+
+
+@pytest.mark.parametrize(
+    "c",
+    [
+        Choice(1, 2, 1, 1, 4, 1, "1f1b", 1, "none"),
+        Choice(2, 2, 1, 1, 2, 1, "interleaved", 1, "none", virtual_stages=2),
+        Choice(1, 2, 1, 1, 4, 0, "zb-h1", 1, "selective"),
+    ],
+    ids=lambda c: c.label(),
+)
+def test_the_cheap_simulation_extrapolates_to_the_full_step(c):
+    s = applied(load_scenario_text(TINY_BASE.replace("global_batch: 8", "global_batch: 128")), c)
+    m = s.training.global_batch // s.dp // s.training.micro_batch
+    counts = reduced_counts(c, m)
+    assert counts == (4, 6)  # 2 and 3 times the stages, far fewer than m = 32 or 64
+    t1, t2 = (api.run(_with_batch(s, n)).metrics.step_time_s for n in counts)
+    full = api.run(s).metrics.step_time_s
+    # the steady state adds one period per micro-batch: within 0.3% (the search simulates
+    # in full any candidate within EXTRAPOLATION_MARGIN = 2% of the best, so this is the
+    # error the margin must cover with room)
+    assert extrapolate(*counts[:1], t1, counts[1], t2, m) == pytest.approx(full, rel=3e-3)
+
+
+def test_reduced_counts_are_skipped_when_they_save_little():
+    c = Choice(1, 8, 1, 1, 1, 0, "1f1b", 1, "none")
+    assert reduced_counts(c, 40) is None  # 16 + 24 micro-batches cost as much as 40
+    assert reduced_counts(c, 128) == (16, 24)
+    assert reduced_counts(Choice(1, 1, 1, 1, 8, 0, "1f1b", 1, "none"), 64) == (2, 3)
+
+
+def test_fix_and_vary_shape_the_space():
+    every, _ = enumerate_space(BASE, 8, Knobs())
+    assert {c.schedule for c in every} == {"1f1b", "interleaved", "zb-h1"}
+    assert {c.recompute for c in every} == {"none", "selective", "full"}
+    assert {c.pp for c in every} == {1, 2, 4}  # of 4 layers and 8 GPUs
+    pinned, _ = enumerate_space(BASE, 8, Knobs.parse(BASE, ["pp=2", "parallelism.tp"]))
+    assert {(c.pp, c.tp) for c in pinned} == {(2, 2)}  # tp pinned to the scenario's 2
+    varied, _ = enumerate_space(BASE, 8, Knobs.parse(BASE, ["pp=2"], ["sequence_parallel"]))
+    assert {c.sp for c in varied if c.tp > 1} == {True, False}
+    buckets, _ = enumerate_space(BASE, 8, Knobs.parse(BASE, ["pp=1"], ["bucket_size=25MB,1GB"]))
+    assert {c.bucket_size for c in buckets} == {25e6, 1e9}
+    with pytest.raises(SpaceError, match="no knob"):
+        Knobs.parse(BASE, ["tpp=2"])
+    with pytest.raises(SpaceError, match="recompute"):
+        Knobs.parse(BASE, ["recompute=some"])
+    with pytest.raises(SpaceError, match="both fixed and varied"):
+        Knobs.parse(BASE, ["tp=2"], ["tp"])
+
+
+def test_pipelines_of_any_degree_that_divides_the_gpus():
+    # 12 GPUs, 6 layers: PP 3 and 6 (not powers of two), PP 4 with uneven end stages
+    s = load_scenario_text("""
+model: {name: llama3-8b, layers: 6}
+cluster: {accelerator: H100, gpus: 12}
+training: {global_batch: 24, micro_batch: 1, seq_len: 1024}
+""")
+    pps = {c.pp for c in enumerate_space(s, 4, Knobs())[0]}
+    assert {3, 6, 4, 12} - pps == {12}  # 12 stages > 6 layers
+    assert pps >= {1, 2, 3, 4, 6}
+
+
+@pytest.fixture
+def searched(tmp_path):
+    base = tmp_path / "tiny.yaml"
+    base.write_text(TINY_BASE.replace("global_batch: 8", "global_batch: 16"))
+    out = tmp_path / "plans"
+    args = ["plan", str(base), "--top", "2", "--workers", "1", "--out", str(out)]
+    result = runner.invoke(app, [*args, "--format", "json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    return base, out, json.loads(result.stdout)
+
+
+def test_written_plans_run_to_the_reported_times(searched):
+    base, out, data = searched
+    assert data["written"] == [str(out / "plan-1.yaml"), str(out / "plan-2.yaml")]
+    for row, path in zip(data["ranked"], data["written"], strict=False):
+        text = (out / path.split("/")[-1]).read_text()
+        assert text.startswith("# trainsim plan's pick")
+        assert yaml.safe_load(text)["parallelism"]["pp"] == row["pp"]
+        ran = runner.invoke(app, ["run", path, "--format", "json"])
+        assert ran.exit_code == 0, ran.output
+        # the same scenario, the same deterministic simulation: the same time to the bit
+        assert json.loads(ran.stdout)["step_time_s"] == row["step_time_s"]
+        # and the --set line says the same plan
+        sets = [a for a in row["set"].split() if a != "--set"]
+        again = ["run", str(base), *sum((["--set", a] for a in sets), []), "--format", "json"]
+        ran = runner.invoke(app, again)
+        assert ran.exit_code == 0, ran.output
+        assert json.loads(ran.stdout)["step_time_s"] == row["step_time_s"]
+
+
+def test_the_search_counts_every_candidate_and_explains_the_pick(searched):
+    _, _, data = searched
+    c = data["counts"]
+    assert sum(data["fates"].values()) == c["enumerated"] > 0
+    assert data["fates"]["bound"] > 0  # the bound settles most of this small space
+    ranked = data["ranked"]
+    times = [r["step_time_s"] for r in ranked if r["status"] == "ok"]
+    assert times == sorted(times)
+    assert c["full"] >= len(ranked) == 2  # --top 2 shown, every full simulation counted
+    assert data["why"][-1].startswith("the pick against the runner-up (")
+
+
+
+def test_a_search_within_its_budget_leaves_no_candidate_that_could_win(tmp_path):
+    base = tmp_path / "tiny.yaml"
+    base.write_text(TINY_BASE.replace("global_batch: 8", "global_batch: 16"))
+    args = ["plan", str(base), "--fix", "tp=2", "--fix", "micro_batch=1", "--budget", "200"]
+    args += ["--workers", "1", "--out", str(tmp_path / "p"), "--format", "json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["counts"]["budget"] == 0
+    # every candidate was settled: by its bound, by memory, or simulated
+    assert set(data["fates"]) <= {"bound", "infeasible", "oom", "screened", "ok"}
+
+
+def test_headroom_that_leaves_no_room_finds_no_plan(tmp_path):
+    base = tmp_path / "tiny.yaml"
+    base.write_text(TINY_BASE)
+    args = ["plan", str(base), "--workers", "1", "--out", str(tmp_path / "p"), "--no-progress"]
+    result = runner.invoke(app, [*args, "--memory-headroom", "79GB"])
+    assert result.exit_code == 0, result.output
+    assert "no plan fits" in result.stdout
+    assert "79 GB headroom" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fix", "tpp=2"], "'tpp' is no knob"),
+        (["--objective", "speed"], "--objective speed: one of"),
+        (["--gpus", "8,x"], "--gpus 8,x: 'x' is not a whole number"),
+        (["--memory-headroom", "lots"], "--memory-headroom lots"),
+    ],
+)
+def test_bad_plan_options_exit_2(tmp_path, args, message):
+    base = tmp_path / "tiny.yaml"
+    base.write_text(TINY_BASE)
+    result = runner.invoke(app, ["plan", str(base), "--out", str(tmp_path / "p"), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+def test_mfu_objective_over_gpu_counts(tmp_path):
+    base = tmp_path / "tiny.yaml"
+    base.write_text(TINY_BASE.replace("global_batch: 8", "global_batch: 16"))
+    args = ["plan", str(base), "--gpus", "4,8", "--objective", "mfu", "--top", "2"]
+    result = runner.invoke(
+        app, [*args, "--workers", "1", "--out", str(tmp_path / "p"), "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["gpus"] == [4, 8]
+    ok = [r for r in data["ranked"] if r["status"] == "ok"]
+    mfus = [r["mfu"] for r in ok]
+    assert mfus == sorted(mfus, reverse=True)  # ranked by MFU, best first

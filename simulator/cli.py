@@ -680,6 +680,27 @@ register_goodput(app)
 sweep_commands.register(app)  # trainsim sweep, trainsim plan (simulator/sweep/commands.py)
 
 
+def _goodput_objective():
+    """``trainsim plan --objective goodput``: the step over the failure model's expected ETTR
+    (:mod:`simulator.failures.objective`), found once per GPU count (it does not depend on the
+    layout, and on the step time only through the interval's rounding to whole steps)."""
+    from simulator.failures.objective import expected_ettr
+    from simulator.sweep.search import Objective
+
+    ettr: dict[int, float] = {}
+
+    def cost(step_s: float, scenario) -> float:
+        key = id(scenario)
+        if key not in ettr:
+            ettr[key] = expected_ettr(scenario, step_s)
+        return step_s / ettr[key]
+
+    return Objective("goodput", cost, "step_time_s")
+
+
+sweep_commands.EXTRA_OBJECTIVES["goodput"] = _goodput_objective
+
+
 def main() -> None:
     """Console entry point: run the app, mapping unexpected errors to exit code 1."""
     logging.basicConfig(

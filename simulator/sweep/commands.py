@@ -248,6 +248,11 @@ def plan(
         base = adapter.load_scenario(scenario)
     except ScenarioError as exc:
         _bad_input(str(exc))
+    if objective == "goodput" and base.failures is None:
+        _bad_input(
+            f"--objective goodput: {scenario} has no failures: section (the failure model "
+            "that goodput is measured with; e.g. failures: {preset: llama3-table5})"
+        )
     if out is None:  # the scenario's name as one folder name
         out = Path("reports") / "plans" / safe_name(base.name or scenario.stem)
     _check_out(out)

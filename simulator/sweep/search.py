@@ -30,12 +30,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from tqdm import tqdm
 
+from simulator.model.params import layer_params_per_rank
 from simulator.scenario import Scenario, ScenarioError
 from simulator.scenario.errors import Position, Problem
 from simulator.scenario.schema import FatTreeTopology, NVSwitchTopology, TorusTopology
@@ -67,8 +69,8 @@ ROUND = 8
 DEFAULT_BUDGET = 64
 DEFAULT_HEADROOM = 2e9
 # Degree combinations whose most frugal variant the ledger checks for the candidates a budget
-# left (each a few milliseconds): enough for every combination of the studies' spaces.
-MAX_COMBOS = 2000  # B: the caching allocator's fragmentation and NCCL's buffers
+# left (each a few to tens of milliseconds); the rest are reported as not reached.
+MAX_COMBOS = 300  # B: the caching allocator's fragmentation and NCCL's buffers
 
 
 # -- objectives ---------------------------------------------------------------------------
@@ -278,11 +280,51 @@ def _memory(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Sce
     )
 
 
+def state_floor(s: Scenario, c: Choice) -> float:
+    """A floor under the memory ledger of ``c``'s fullest rank (B): the model states (weights,
+    gradients, optimizer state, each ZeRO-sharded as the choice says) of the layers alone,
+    averaged over the stages (the fullest holds at least the mean; embeddings, activations
+    and buffers only add). Arithmetic on the parameter counts: no plan is built."""
+    m = s.model
+    p_b, g_b, o_b = s.precision.bytes_per_param(s.training.optimizer)
+    n_dense = c.dp * c.cp
+    n_expert = max(1, c.dp * c.cp * c.tp // (c.ep * c.etp))
+
+    def per_param(n: int) -> float:
+        return (
+            (p_b / n if c.zero >= 3 else p_b)
+            + (g_b / n if c.zero >= 2 else g_b)
+            + (o_b / n if c.zero >= 1 else o_b)
+        )
+
+    dense, expert = _layer_params(m, c.tp, c.ep, c.expert_tp)
+    return (dense * per_param(n_dense) + expert * per_param(n_expert)) / c.pp
+
+
+@lru_cache(maxsize=1024)
+def _layer_params(m, tp: int, ep: int, expert_tp: int | None) -> tuple[float, float]:
+    """(dense, expert) parameters of all the layers on one rank of each stage, summed."""
+    dense = expert = 0.0
+    for layer in range(m.layers):
+        d, e = layer_params_per_rank(m, layer, tp, ep, expert_tp)
+        dense, expert = dense + d, expert + e
+    return dense, expert
+
+
 def _fits(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Scenario | None]:
     """:func:`_memory`, skipped where memory's order decides it: a degree combination whose
     most frugal variant does not fit is rejected whole, and a variant that needs at least as
     much as one that did not fit (a lower ZeRO stage, a larger micro-batch, less recompute,
     the same schedule) is rejected with it."""
+    floor = state_floor(setting.scenario, c)
+    capacity = setting.scenario.cluster.accelerator.hbm_bytes
+    if floor + headroom > capacity:
+        return (
+            "oom",
+            f"model states alone: {floor / 1e9:,.1f} GB per GPU + {headroom / 1e9:g} GB "
+            f"headroom > {capacity / 1e9:,.0f} GB",
+            None,
+        )
     combo = (c.tp, c.pp, c.cp, c.ep, c.expert_tp, c.sequence_parallel, c.bucket_size)
     if combo not in setting.frugal:
         status, reason, _ = _memory(setting, _frugal(c), headroom)
@@ -637,13 +679,25 @@ def search_plans(
             k.status, k.reason = "bound", "its step bound cannot beat the best simulated"
             continue
         setting = by_gpus[k.gpus]
+        floor = state_floor(setting.scenario, k.choice)
+        capacity = setting.scenario.cluster.accelerator.hbm_bytes
         combo = (k.choice.tp, k.choice.pp, k.choice.cp, k.choice.ep, k.choice.expert_tp)
         combo += (k.choice.sequence_parallel, k.choice.bucket_size)
-        if setting.frugal.get(combo, ("", ""))[0] != "oom" and len(setting.frugal) < MAX_COMBOS:
-            status, reason, _ = _fits(setting, _frugal(k.choice), options.headroom)
-        status, reason = setting.frugal.get(combo, ("", ""))
+        if floor + options.headroom > capacity:
+            status, reason = (
+                "oom",
+                (
+                    f"model states alone: {floor / 1e9:,.1f} GB per GPU + "
+                    f"{options.headroom / 1e9:g} GB headroom > {capacity / 1e9:,.0f} GB"
+                ),
+            )
+        else:
+            if combo not in setting.frugal and len(setting.frugal) < MAX_COMBOS:
+                _fits(setting, _frugal(k.choice), options.headroom)
+            status, reason = setting.frugal.get(combo, ("", ""))
+            reason += " (even with full recompute, micro-batch 1)"
         if status == "oom":
-            k.status, k.reason = "oom", reason + " (even with full recompute, micro-batch 1)"
+            k.status, k.reason = "oom", reason
         else:
             k.status, k.reason = "budget", f"not simulated within the budget of {options.budget}"
     # the final round: the top cheap candidates and all within the margin, in full

@@ -186,7 +186,6 @@ def test_the_search_counts_every_candidate_and_explains_the_pick(searched):
     assert data["why"][-1].startswith("the pick against the runner-up (")
 
 
-
 def test_a_search_within_its_budget_leaves_no_candidate_that_could_win(tmp_path):
     base = tmp_path / "tiny.yaml"
     base.write_text(TINY_BASE.replace("global_batch: 8", "global_batch: 16"))
@@ -240,3 +239,28 @@ def test_mfu_objective_over_gpu_counts(tmp_path):
     ok = [r for r in data["ranked"] if r["status"] == "ok"]
     mfus = [r["mfu"] for r in ok]
     assert mfus == sorted(mfus, reverse=True)  # ranked by MFU, best first
+
+
+def test_goodput_objective_needs_a_failure_model_and_ranks_by_it(tmp_path):
+    base = tmp_path / "tiny.yaml"
+    base.write_text(TINY_BASE)
+    args = ["plan", str(base), "--objective", "goodput", "--out", str(tmp_path / "p")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "has no failures: section" in result.stderr
+    base.write_text(TINY_BASE + "failures: {preset: llama3-table5}\n")
+    more = ["--gpus", "4,8", "--top", "3", "--budget", "16", "--workers", "1", "--format", "json"]
+    result = runner.invoke(app, [*args, *more])
+    assert result.exit_code == 0, result.output
+    from simulator.failures.objective import expected_ettr
+    from simulator.scenario import load_scenario
+
+    ok = [r for r in json.loads(result.stdout)["ranked"] if r["status"] == "ok"]
+    # the cost each row is ranked by: its step over the expected ETTR of its GPU count
+    ettr = {
+        g: expected_ettr(load_scenario(base, [f"cluster.gpus={g}"] if g != 8 else []), 1.0)
+        for g in (4, 8)
+    }
+    assert 0 < ettr[8] <= ettr[4] < 1  # more GPUs, more failures
+    costs = [r["step_time_s"] / ettr[r["gpus"]] for r in ok]
+    assert costs == sorted(costs)

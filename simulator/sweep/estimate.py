@@ -1,5 +1,8 @@
-"""A quick analytic step-time estimate used only to order parallel-plan candidates before the
-full step simulation (which alone decides the ranking shown to users).
+"""A quick analytic step-time estimate. The plan search orders its candidates by the step
+bound (:mod:`simulator.schedule.bounds`: compute, TP collectives, pipeline fill and drain)
+plus this estimate's communication terms that the bound leaves out (:func:`exposed_comm_s`);
+it only orders the search's walk and never drops a candidate (the bound and the simulations
+do that).
 
 Terms, each from the lecture 8 / DESIGN.md ledger:
 

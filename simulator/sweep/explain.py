@@ -27,13 +27,30 @@ def plan_overrides(search: PlanSearch, row) -> dict:
 
 
 def set_line(search: PlanSearch, row) -> str:
-    """``--set k=v ...`` for the keys where the plan differs from the scenario's own values."""
-    own = scenario_data(search.path)
+    """``--set k=v ...`` for the keys where the plan differs from the scenario's own resolved
+    values (defaults filled in: a plan's ``ep=1`` is no change to a file that says nothing)."""
+    own = _resolved(search.base)
+    raw = scenario_data(search.path)
     parts = []
     for key, value in plan_overrides(search, row).items():
-        if _lookup(own, key) != value and not (value is None and _lookup(own, key) is _MISSING):
-            parts.append(f"--set {override_text(key, value)}")
+        mine = own.get(key, _lookup(raw, key))
+        if mine == value or (value is None and mine is _MISSING):
+            continue
+        parts.append(f"--set {override_text(key, value)}")
     return " ".join(parts) or "(the scenario's own plan)"
+
+
+def _resolved(s) -> dict:
+    """The scenario's layout keys, dotted, as resolved (``parallelism.dp`` the derived
+    degree)."""
+    out = {f"parallelism.{k}": v for k, v in s.parallelism.model_dump().items()}
+    out.update(
+        {f"parallelism.pipeline.{k}": v for k, v in s.parallelism.pipeline.model_dump().items()}
+    )
+    out["parallelism.dp"] = s.dp
+    out["training.micro_batch"] = s.training.micro_batch
+    out["cluster.gpus"] = s.num_gpus
+    return out
 
 
 _MISSING = object()

@@ -632,29 +632,63 @@ def search_plans(
         return obj.cost(t, by_gpus[k.gpus].scenario)
 
     scenarios: dict[tuple[int, Choice], Scenario] = {}
-    order = sorted((k for k in cands if k.status == "pending"), key=lambda k: cost(k, k.order_s))
+    pending = [k for k in cands if k.status == "pending"]
+    # two walks over the same candidates: by the estimate (the likely winners first, to set a
+    # good plan early) and by the bound (the least settled first: when the lowest bound left
+    # cannot beat the best, nothing left can)
+    by_estimate = iter(sorted(pending, key=lambda k: cost(k, k.order_s)))
+    by_bound = sorted(pending, key=lambda k: cost(k, k.bound_s))
+    bound_at = 0
     best = math.inf  # the objective's cost of the best plan simulated in full
     rounds: list[dict] = []
     cheap_done = 0
-    queue = iter(order)
-    exhausted = False
+    settled = False
     bar = _progress(progress, options.budget)
-    while not exhausted and cheap_done < options.budget:
+
+    def admit(k: Candidate) -> bool:
+        """Screen ``k`` (bound, loader, memory); True if it joins the round."""
+        if cost(k, k.bound_s) >= best:
+            k.status, k.reason = "bound", "its step bound cannot beat the best simulated"
+            return False
+        status, reason, scenario = _fits(by_gpus[k.gpus], k.choice, options.headroom)
+        if status != "fits":
+            k.status, k.reason = status, reason
+            return False
+        scenarios[k.key] = scenario
+        k.status = "queued"
+        return True
+
+    while cheap_done < options.budget:
         batch: list[Candidate] = []
-        for k in queue:
-            if cost(k, k.bound_s) >= best:
-                k.status, k.reason = "bound", "its step bound cannot beat the best simulated"
-                continue
-            status, reason, scenario = _fits(by_gpus[k.gpus], k.choice, options.headroom)
-            if status != "fits":
-                k.status, k.reason = status, reason
-                continue
-            scenarios[k.key] = scenario
-            batch.append(k)
-            if len(batch) >= min(ROUND, options.budget - cheap_done):
+        room = min(ROUND, options.budget - cheap_done)
+        estimate_open = True
+        while len(batch) < room and (estimate_open or not settled):
+            took = False
+            for k in by_estimate:  # one from the estimate's order
+                if k.status == "pending" and admit(k):
+                    batch.append(k)
+                    took = True
+                    break
+            else:
+                estimate_open = False
+            while not settled and len(batch) < room:  # one from the bound's order
+                if bound_at >= len(by_bound):
+                    settled = True
+                    break
+                k = by_bound[bound_at]
+                if k.status != "pending":
+                    bound_at += 1
+                    continue
+                if cost(k, k.bound_s) >= best:
+                    settled = True  # every candidate after it is bounded out too
+                    break
+                bound_at += 1
+                if admit(k):
+                    batch.append(k)
+                    took = True
+                    break
+            if not took and not estimate_open:
                 break
-        else:
-            exhausted = True
         if not batch:
             break
         _cheap(batch, scenarios, sim)
@@ -672,7 +706,7 @@ def search_plans(
         rounds.append({"round": len(rounds) + 1, "cheap": len(batch), "full": len(full)})
     bar.close()
     # what the budget left: candidates not yet decided whose bound could still win
-    for k in queue if not exhausted else ():
+    for k in cands:
         if k.status != "pending":
             continue
         if cost(k, k.bound_s) >= best:
@@ -844,7 +878,8 @@ def _ranked(done: list[Candidate], obj: Objective, by_gpus: dict, headroom: floa
         row["utilisation"] = r.get("utilisation")
         row["status"] = k.status
         row["reason"] = k.reason or r.get("reason", "")
-        row["warnings"] = list(r.get("warnings") or [])
+        w = r.get("warnings")
+        row["warnings"] = [] if w is None else [str(x) for x in w]
         row["cost"] = obj.cost(t, by_gpus[k.gpus].scenario) if t is not None else math.inf
         rows.append(row)
     if not rows:

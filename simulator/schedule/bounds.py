@@ -20,8 +20,9 @@ the simulated step. It is the longest of three chains that no schedule can short
   below, and stage 0's weight gradient of it where W is a pass of its own.
 
 Fill and drain apply to the schedules whose micro-batches all enter at the first stage and
-whose steps do not overlap (GPipe, 1F1B, the interleaved ones, ZB-H1, ZB-1p); the others
-(ZB-H2, ZB-2p and ZB-V overlap consecutive steps or fold the pipeline; DualPipe feeds both ends
+whose steps do not overlap (GPipe, 1F1B, the interleaved ones, ZB-H1); the others (ZB-H2,
+ZB-1p, ZB-2p and ZB-V overlap consecutive steps, whose step time is a stage's own span, or fold
+the pipeline; DualPipe feeds both ends
 and overlaps a forward with a backward) get the busiest stage alone, and DualPipe's busy time
 leaves the tensor-parallel collectives out (its pairs run one pass's collectives under the
 other's compute) and counts each micro-batch on one of a stage's two chunks (half go each way).
@@ -41,7 +42,7 @@ from simulator.scenario.schema import Scenario
 from simulator.schedule.costs import Block, embedding_block, head_block, layer_cost
 
 # Schedules whose micro-batches all enter at stage 0 and whose steps end together.
-FILLED = frozenset({"gpipe", "1f1b", "interleaved", "flexible-interleaved", "zb-h1", "zb-1p"})
+FILLED = frozenset({"gpipe", "1f1b", "interleaved", "flexible-interleaved", "zb-h1"})
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,11 @@ def step_lower_bound(s: Scenario, ingress_Bps: float | None = None) -> StepBound
         ks = [schedule.model_chunk(p, v, r, j) for j in range(c)]
         busy.append(share * mb_count * sum(f_k[k] + b_k[k] + w_k[k] for k in ks))
     best, limit = max(busy), "compute"
-    if schedule.name in FILLED and p > 1:
+    if schedule.name in FILLED and not schedule.overlapping_steps and p > 1:
         split = schedule.split_backward
+        # Megatron's asynchronous TP all-reduce lets a layer's input gradient go on before its
+        # weight gradient: the drain below then waits for B alone
+        async_tp = not split and _tp_collectives(s, False, True) == 0 and par.tp > 1
         for r in range(p):
             first = schedule.model_chunk(p, v, r, 0)
             fill = sum(f_k[k] for k in range(first))
@@ -150,7 +154,8 @@ def step_lower_bound(s: Scenario, ingress_Bps: float | None = None) -> StepBound
                 own = mb_count * sum(f_k[k] + b_k[k] for k in ks)
                 drain = sum(b_k[k] for k in below) + (w_k[0] if first > 0 else 0.0)
             else:
-                own, drain = busy[r], sum(b_k[k] + w_k[k] for k in below)
+                own = busy[r]
+                drain = sum(b_k[k] + (0.0 if async_tp else w_k[k]) for k in below)
             if fill + own + drain > best:
                 best, limit = fill + own + drain, "drain"
     return StepBound(best, tuple(busy), limit)

@@ -10,6 +10,7 @@ import logging
 import multiprocessing as mp
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from pathlib import Path
 
 from simulator.sweep import adapter
@@ -49,13 +50,11 @@ def run_local(tasks: list[Task], workers: int | None = None) -> Iterator[dict]:
             yield future.result()
 
 
-def run_ray(
-    tasks: list[Task], address: str | None = None, workers: int | None = None
-) -> Iterator[dict]:
-    """Simulate ``tasks`` as Ray tasks (one CPU each). ``address`` None starts a local Ray with
-    ``workers`` CPUs (default: the core count); ``"auto"`` or ``host:port`` joins a running
-    cluster. The simulator package is shipped to the workers (runtime_env py_modules), so they
-    run this code, not whatever version the cluster has installed."""
+def _ray_init(address: str | None, workers: int | None):
+    """Start (or join) Ray as the backend wants it; the ray module. ``address`` None starts a
+    local Ray with ``workers`` CPUs (default: the core count); ``"auto"`` or ``host:port``
+    joins a running cluster. The simulator package is shipped to the workers (runtime_env
+    py_modules), so they run this code, not whatever version the cluster has installed."""
     try:
         import ray
     except ImportError:
@@ -64,18 +63,49 @@ def run_ray(
         ) from None
     import simulator
 
+    package = str(Path(simulator.__file__).resolve().parent)
+    kwargs: dict = {
+        "runtime_env": {"py_modules": [package]},
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "logging_level": logging.WARNING,
+    }
+    if address is None:
+        kwargs["num_cpus"] = workers or cpu_count()
+    ray.init(address=address, **kwargs)
+    return ray
+
+
+@contextmanager
+def ray_session(address: str | None = None, workers: int | None = None) -> Iterator[None]:
+    """Keep one Ray up for several backend calls (a plan search's rounds): started here and
+    shut down at the end, unless Ray was already running."""
+    try:
+        import ray
+    except ImportError:
+        ray = None
+    if ray is not None and ray.is_initialized():
+        yield
+        return
+    ray = _ray_init(address, workers)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def run_ray(
+    tasks: list[Task], address: str | None = None, workers: int | None = None
+) -> Iterator[dict]:
+    """Simulate ``tasks`` as Ray tasks (one CPU each), on the running Ray or one started
+    for them (:func:`_ray_init`) and shut down after."""
+    try:
+        import ray
+    except ImportError:
+        ray = None
     started = False
-    if not ray.is_initialized():
-        package = str(Path(simulator.__file__).resolve().parent)
-        kwargs: dict = {
-            "runtime_env": {"py_modules": [package]},
-            "include_dashboard": False,
-            "log_to_driver": False,
-            "logging_level": logging.WARNING,
-        }
-        if address is None:
-            kwargs["num_cpus"] = workers or cpu_count()
-        ray.init(address=address, **kwargs)
+    if ray is None or not ray.is_initialized():
+        ray = _ray_init(address, workers)
         started = True
     try:
         remote = ray.remote(num_cpus=1)(simulate_task)

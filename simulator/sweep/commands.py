@@ -266,8 +266,15 @@ def plan(
         headroom=_headroom(memory_headroom),
         objective=factories[objective](),
     )
+    from contextlib import nullcontext
+
+    from simulator.sweep.backends import ray_session
+
+    # a search calls the backend once a round: one Ray for all of them
+    session = ray_session(address, workers) if backend is BackendName.ray else nullcontext()
     try:
-        result = search_plans(scenario, options, run_backend, out, progress)
+        with session:
+            result = search_plans(scenario, options, run_backend, out, progress)
     except ScenarioError as exc:
         _bad_input(str(exc))
     except SpaceError as exc:

@@ -67,10 +67,13 @@ EXTRAPOLATION_MARGIN = 0.02
 # Candidates simulated cheaply per round (then the best of them in full).
 ROUND = 8
 DEFAULT_BUDGET = 64
+# B: what a plan must leave free beyond the ledger (the caching allocator's fragmentation,
+# NCCL's and the framework's buffers): a convention of this tool, not a measurement; the
+# table shows each plan's peak so a user can judge
 DEFAULT_HEADROOM = 2e9
 # Degree combinations whose most frugal variant the ledger checks for the candidates a budget
 # left (each a few to tens of milliseconds); the rest are reported as not reached.
-MAX_COMBOS = 300  # B: the caching allocator's fragmentation and NCCL's buffers
+MAX_COMBOS = 300
 
 
 # -- objectives ---------------------------------------------------------------------------
@@ -243,14 +246,16 @@ class Setting:
     fixed: dict[str, Any]
     frugal: dict[tuple, tuple[str, str]] = field(default_factory=dict)
     over: dict[tuple, list] = field(default_factory=dict)  # layout -> variants that did not fit
+    zeros: tuple[int, ...] = (0, 1, 2, 3)  # the ZeRO knob's values
 
 
-def _frugal(c: Choice) -> Choice:
-    """The variant of ``c`` that needs the least memory: the highest ZeRO stage the pipeline
-    allows, full recompute, micro-batch 1, 1F1B."""
+def _frugal(c: Choice, zeros: tuple[int, ...] = (0, 1, 2, 3)) -> Choice:
+    """The variant of ``c`` that needs the least memory: the highest ZeRO stage of ``zeros``
+    (the knob's values) the pipeline allows, full recompute, micro-batch 1, 1F1B."""
+    allowed = [z for z in zeros if c.pp == 1 or z <= 1 or len(zeros) == 1]
     return replace(
         c,
-        zero=max(z for z in (0, 1, 2, 3) if c.pp == 1 or z <= 1) if c.dp * c.cp > 1 else 0,
+        zero=max(allowed or zeros) if c.dp * c.cp > 1 else 0,
         recompute="full",
         micro_batch=1,
         schedule="1f1b",
@@ -266,9 +271,11 @@ def _memory(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Sce
     ``headroom`` bytes to spare."""
     try:
         scenario = setting.spec.scenario(overrides_of(setting.scenario, c))
+        total, capacity, kind = adapter.ledger_peak(scenario)
     except ScenarioError as exc:
         return "infeasible", str(exc).splitlines()[0], None
-    total, capacity, kind = adapter.ledger_peak(scenario)
+    except ValueError as exc:  # a plan the schedule cannot order (a searched ZB order)
+        return "infeasible", str(exc).splitlines()[0], None
     if total + headroom <= capacity:
         return "fits", "", scenario
     where = "every rank" if kind == "every rank" else f"{kind} ranks"
@@ -327,7 +334,7 @@ def _fits(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Scena
         )
     combo = (c.tp, c.pp, c.cp, c.ep, c.expert_tp, c.sequence_parallel, c.bucket_size)
     if combo not in setting.frugal:
-        status, reason, _ = _memory(setting, _frugal(c), headroom)
+        status, reason, _ = _memory(setting, _frugal(c, setting.zeros), headroom)
         setting.frugal[combo] = (status, reason)
     status, reason = setting.frugal[combo]
     if status == "oom":
@@ -403,6 +410,15 @@ class Simulator:
         frame.insert(0, "point", range(len(frame)))
         frame.insert(1, "base", False)
         write_results(frame, [], self.out_dir)
+
+
+def _fits_simulated(row: dict | None, headroom: float) -> bool:
+    """A fully simulated plan that may set the bar: it ran without OOM and its simulated
+    peak leaves ``headroom`` bytes of its HBM."""
+    if row is None or row.get("status") != "ok":
+        return False
+    peak, capacity = row.get("peak_memory_bytes"), row.get("memory_capacity_bytes")
+    return peak is None or capacity is None or peak + headroom <= capacity
 
 
 def _time_of(row: dict) -> float | None:
@@ -524,7 +540,7 @@ def rejection_summary(candidates: pd.DataFrame) -> pd.DataFrame:
     example."""
     if candidates.empty:
         return pd.DataFrame(columns=["status", "count", "reason", "example"])
-    rej = candidates[~candidates["status"].isin(["ok", "oom-simulated"])]
+    rej = candidates[candidates["status"] != "ok"]
     if rej.empty:
         return pd.DataFrame(columns=["status", "count", "reason", "example"])
     kind = rej["reason"].str.replace(r"[\d.,]+", "#", regex=True)
@@ -618,6 +634,8 @@ def search_plans(
     base = adapter.load_scenario(path)
     settings = _settings(path, base, options.gpus)
     knobs = Knobs.parse(base, options.fixes, options.varies)
+    for st in settings:
+        st.zeros = tuple(knobs.values("zero", (0, 1, 2, 3)))
     cands: list[Candidate] = []
     rejected: list[Rejected] = []
     by_gpus = {st.gpus: st for st in settings}
@@ -701,9 +719,10 @@ def search_plans(
         full = [k for k in fresh[:1] if k.result is None]
         _full(full, scenarios, sim)
         for k in batch:
-            if k.result is not None and _time_of(k.result) is not None:
+            if _fits_simulated(k.result, options.headroom):
                 best = min(best, cost(k, _time_of(k.result)))
         rounds.append({"round": len(rounds) + 1, "cheap": len(batch), "full": len(full)})
+        sim.save()  # a search stopped now resumes from here
     bar.close()
     # what the budget left: candidates not yet decided whose bound could still win
     for k in cands:
@@ -727,7 +746,7 @@ def search_plans(
             )
         else:
             if combo not in setting.frugal and len(setting.frugal) < MAX_COMBOS:
-                _fits(setting, _frugal(k.choice), options.headroom)
+                _fits(setting, _frugal(k.choice, setting.zeros), options.headroom)
             status, reason = setting.frugal.get(combo, ("", ""))
             reason += " (even with full recompute, micro-batch 1)"
         if status == "oom":

@@ -273,6 +273,8 @@ class Knobs:
         for text in varies:
             key, sep, raw = text.partition("=")
             name = knob_of(key)
+            if name == "dp":
+                raise SpaceError("dp follows from the GPUs and the other degrees: --fix dp=N")
             if name in fixed:
                 raise SpaceError(f"{name} is both fixed and varied")
             if sep:
@@ -285,6 +287,11 @@ class Knobs:
                 varied[name] = tuple(sorted({*BUCKETS, s.parallelism.bucket_size}))
             else:  # a searched knob: its default values
                 varied[name] = ()
+        if s.model.moe is None:
+            for name in ("ep", "expert_tp"):
+                given = [fixed[name]] if name in fixed else list(varied.get(name, ()))
+                if name in varied or any(v not in (1, None) for v in given):
+                    raise SpaceError(f"{name}: {s.model.name or 'the model'} has no experts")
         return Knobs(fixed, varied)
 
     def values(self, name: str, default: Iterable) -> list:
@@ -324,7 +331,11 @@ def enumerate_space(s: Scenario, domain: int, knobs: Knobs) -> tuple[list[Choice
         "schedule", [name for name, _ in SCHEDULES + (MOE_SCHEDULES if moe else ())]
     )
     sched_v = [sv for sv in SCHEDULES + MOE_SCHEDULES if sv[0] in schedules]
-    sched_v += [(name, 1) for name in schedules if name not in {n for n, _ in sched_v}]
+    for name in schedules:  # a schedule the defaults do not list, from the registry
+        if name not in {n for n, _ in sched_v}:
+            sched = get_schedule(name)
+            chunked = sched.chunks_per_stage(4) == 4  # its chunks follow virtual_stages
+            sched_v += [(name, v) for v in ((2, 4) if chunked else (1,))]
     vs = knobs.values("virtual_stages", [])
     if vs:
         sched_v = sorted({(name, v) for name, _ in sched_v for v in vs})

@@ -23,3 +23,28 @@ def test_ray_gives_the_local_results(write_spec, tmp_path):
         local[cols].sort_values("point").reset_index(drop=True),
         on_ray[cols].sort_values("point").reset_index(drop=True),
     )
+
+
+def test_plan_on_ray_ranks_as_the_local_search(tmp_path):
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+    from tests.sweep.conftest import TINY_BASE
+
+    base = tmp_path / "tiny.yaml"
+    base.write_text(TINY_BASE)
+    args = ["plan", str(base), "--top", "2", "--budget", "8", "--workers", "1", "--format", "json"]
+    runs = {}
+    for name in ("local", "ray"):
+        out = ["--out", str(tmp_path / name), "--backend", name, "--no-progress"]
+        result = CliRunner().invoke(app, [*args, *out])
+        assert result.exit_code == 0, result.output
+        import json
+
+        runs[name] = json.loads(result.stdout)["ranked"]
+    assert not ray.is_initialized()  # the search's one Ray session ended with it
+    # the same candidates simulated the same (deterministic) way: the same ranking and times
+    key = ["tp", "pp", "cp", "dp", "zero", "schedule", "micro_batch", "recompute", "step_time_s"]
+    assert [[r[k] for k in key] for r in runs["ray"]] == [
+        [r[k] for k in key] for r in runs["local"]
+    ]

@@ -63,6 +63,8 @@ def _ray_init(address: str | None, workers: int | None):
         ) from None
     import simulator
 
+    if address not in (None, "auto"):
+        _reachable(address)
     package = str(Path(simulator.__file__).resolve().parent)
     kwargs: dict = {
         "runtime_env": {"py_modules": [package]},
@@ -72,8 +74,29 @@ def _ray_init(address: str | None, workers: int | None):
     }
     if address is None:
         kwargs["num_cpus"] = workers or cpu_count()
-    ray.init(address=address, **kwargs)
+    try:
+        ray.init(address=address, **kwargs)
+    except (ConnectionError, ValueError) as exc:  # no cluster there, or no address at all
+        raise BackendError(f"--address {address}: {str(exc).splitlines()[0]}") from None
     return ray
+
+
+class BackendError(RuntimeError):
+    """A backend that cannot start: a Ray address that names nothing to join."""
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """BackendError unless something accepts a TCP connection at ``host:port`` within
+    ``timeout_s`` (Ray would wait for minutes)."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise BackendError(f"--address {address}: not host:port (or 'auto')")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise BackendError(f"--address {address}: nothing answers there ({exc})") from None
 
 
 @contextmanager

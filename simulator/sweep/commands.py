@@ -115,7 +115,12 @@ def sweep(
     out_dir = out or Path("reports") / "sweeps" / safe_name(loaded.name)
     _check_out(out_dir)
     run_backend = _backend(backend, workers, address)
-    frame = run_sweep(loaded, out_dir, run_backend, retry_errors, progress)
+    from simulator.sweep.backends import BackendError
+
+    try:
+        frame = run_sweep(loaded, out_dir, run_backend, retry_errors, progress)
+    except BackendError as exc:
+        _bad_input(str(exc))
     keys = loaded.keys
     deltas = deltas_table(frame, keys)
     deltas.to_csv(out_dir / "deltas.csv", index=False)
@@ -268,13 +273,15 @@ def plan(
     )
     from contextlib import nullcontext
 
-    from simulator.sweep.backends import ray_session
+    from simulator.sweep.backends import BackendError, ray_session
 
     # a search calls the backend once a round: one Ray for all of them
     session = ray_session(address, workers) if backend is BackendName.ray else nullcontext()
     try:
         with session:
             result = search_plans(scenario, options, run_backend, out, progress)
+    except BackendError as exc:
+        _bad_input(str(exc))
     except ScenarioError as exc:
         _bad_input(str(exc))
     except SpaceError as exc:
@@ -296,10 +303,12 @@ def plan(
         data["written"] = [str(p) for p in written]
         data["why"] = why(result)
         typer.echo(json.dumps(data, indent=2, default=_jsonable))
+        if ranked.empty or not (ranked["status"] == "ok").any():
+            raise typer.Exit(3)  # as `trainsim run --fail-on-oom`: nothing fits in memory
         return
     typer.echo(result.headline())
     if ranked.empty:
-        typer.echo("no plan fits: see the screened candidates below")
+        typer.echo(result.nothing_fits())
     else:
         shown = ranked.drop(columns=["utilisation", "warnings", "set", "file", "reason"])
         typer.echo(format_table(shown))
@@ -316,6 +325,8 @@ def plan(
     from simulator.sweep.search import rejection_summary
 
     typer.echo(rejection_summary(result.candidate_frame()).to_string(index=False))
+    if ranked.empty or not (ranked["status"] == "ok").any():
+        raise typer.Exit(3)  # as `trainsim run --fail-on-oom`: nothing fits in memory
 
 
 def register(app: typer.Typer) -> None:

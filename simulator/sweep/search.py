@@ -247,6 +247,7 @@ class Setting:
     frugal: dict[tuple, tuple[str, str]] = field(default_factory=dict)
     over: dict[tuple, list] = field(default_factory=dict)  # layout -> variants that did not fit
     zeros: tuple[int, ...] = (0, 1, 2, 3)  # the ZeRO knob's values
+    least: float = math.inf  # B: the least memory a checked candidate needs (ledger or floor)
 
 
 def _frugal(c: Choice, zeros: tuple[int, ...] = (0, 1, 2, 3)) -> Choice:
@@ -276,6 +277,7 @@ def _memory(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Sce
         return "infeasible", str(exc).splitlines()[0], None
     except ValueError as exc:  # a plan the schedule cannot order (a searched ZB order)
         return "infeasible", str(exc).splitlines()[0], None
+    setting.least = min(setting.least, total)
     if total + headroom <= capacity:
         return "fits", "", scenario
     where = "every rank" if kind == "every rank" else f"{kind} ranks"
@@ -326,6 +328,7 @@ def _fits(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Scena
     floor = state_floor(setting.scenario, c)
     capacity = setting.scenario.cluster.accelerator.hbm_bytes
     if floor + headroom > capacity:
+        setting.least = min(setting.least, floor)
         return (
             "oom",
             f"model states alone: {floor / 1e9:,.1f} GB per GPU + {headroom / 1e9:g} GB "
@@ -448,6 +451,18 @@ class PlanSearch:
     base: Scenario | None = None
     path: Path = Path()
     fixed_of: dict[int, dict] = field(default_factory=dict)  # GPU count -> its overrides
+    least_bytes: float = math.inf  # the least memory per GPU any checked candidate needs
+    capacity_bytes: float = math.inf  # the HBM of a GPU
+
+    def nothing_fits(self) -> str:
+        """Why no plan was ranked, in one sentence."""
+        if math.isfinite(self.least_bytes):
+            return (
+                f"no plan fits: the least memory a candidate needs is "
+                f"{self.least_bytes / 1e9:,.1f} GB per GPU, over the "
+                f"{self.capacity_bytes / 1e9:,.0f} GB of HBM less the headroom"
+            )
+        return "no plan fits: see the screened candidates below"
 
     def headline(self) -> str:
         gpus = ", ".join(f"{g:,}" for g in self.gpus)
@@ -737,6 +752,7 @@ def search_plans(
         combo = (k.choice.tp, k.choice.pp, k.choice.cp, k.choice.ep, k.choice.expert_tp)
         combo += (k.choice.sequence_parallel, k.choice.bucket_size)
         if floor + options.headroom > capacity:
+            setting.least = min(setting.least, floor)
             status, reason = (
                 "oom",
                 (
@@ -808,6 +824,8 @@ def search_plans(
         base,
         path,
         {st.gpus: st.fixed for st in settings},
+        min(st.least for st in settings),
+        base.cluster.accelerator.hbm_bytes,
     )
 
 

@@ -48,3 +48,26 @@ def test_plan_on_ray_ranks_as_the_local_search(tmp_path):
     assert [[r[k] for k in key] for r in runs["ray"]] == [
         [r[k] for k in key] for r in runs["local"]
     ]
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("not a host", "not host:port"),
+        ("127.0.0.1:1", "nothing answers there"),  # Ray itself would wait for minutes
+    ],
+)
+@pytest.mark.parametrize("command", ["sweep", "plan"])
+def test_a_ray_address_with_nothing_there_is_bad_input(
+    write_spec, tmp_path, address, message, command
+):
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    spec = write_spec("grid:\n  parallelism.tp: [1]\n")
+    target = str(spec) if command == "sweep" else str(tmp_path / "base.yaml")
+    args = [command, target, "--out", str(tmp_path / "o"), "--backend", "ray"]
+    result = CliRunner().invoke(app, [*args, "--address", address])
+    assert result.exit_code == 2, result.output
+    assert f"--address {address}: {message}" in result.stderr

@@ -320,22 +320,34 @@ def _layer_params(m, tp: int, ep: int, expert_tp: int | None) -> tuple[float, fl
     return dense, expert
 
 
+def _combo(c: Choice) -> tuple:
+    """The degrees a most frugal variant stands for (:func:`_frugal`)."""
+    return (c.tp, c.pp, c.cp, c.ep, c.expert_tp, c.sequence_parallel, c.bucket_size)
+
+
+def _over_floor(setting: Setting, c: Choice, headroom: float) -> str:
+    """Why ``c``'s model states alone leave less than ``headroom`` of the HBM ("" if they
+    do not): :func:`state_floor`, no plan built."""
+    floor = state_floor(setting.scenario, c)
+    capacity = setting.scenario.cluster.accelerator.hbm_bytes
+    if floor + headroom <= capacity:
+        return ""
+    setting.least = min(setting.least, floor)
+    return (
+        f"model states alone: {floor / 1e9:,.1f} GB per GPU + {headroom / 1e9:g} GB "
+        f"headroom > {capacity / 1e9:,.0f} GB"
+    )
+
+
 def _fits(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Scenario | None]:
     """:func:`_memory`, skipped where memory's order decides it: a degree combination whose
     most frugal variant does not fit is rejected whole, and a variant that needs at least as
     much as one that did not fit (a lower ZeRO stage, a larger micro-batch, less recompute,
     the same schedule) is rejected with it."""
-    floor = state_floor(setting.scenario, c)
-    capacity = setting.scenario.cluster.accelerator.hbm_bytes
-    if floor + headroom > capacity:
-        setting.least = min(setting.least, floor)
-        return (
-            "oom",
-            f"model states alone: {floor / 1e9:,.1f} GB per GPU + {headroom / 1e9:g} GB "
-            f"headroom > {capacity / 1e9:,.0f} GB",
-            None,
-        )
-    combo = (c.tp, c.pp, c.cp, c.ep, c.expert_tp, c.sequence_parallel, c.bucket_size)
+    over = _over_floor(setting, c, headroom)
+    if over:
+        return "oom", over, None
+    combo = _combo(c)
     if combo not in setting.frugal:
         status, reason, _ = _memory(setting, _frugal(c, setting.zeros), headroom)
         setting.frugal[combo] = (status, reason)
@@ -747,20 +759,9 @@ def search_plans(
             k.status, k.reason = "bound", "its step bound cannot beat the best simulated"
             continue
         setting = by_gpus[k.gpus]
-        floor = state_floor(setting.scenario, k.choice)
-        capacity = setting.scenario.cluster.accelerator.hbm_bytes
-        combo = (k.choice.tp, k.choice.pp, k.choice.cp, k.choice.ep, k.choice.expert_tp)
-        combo += (k.choice.sequence_parallel, k.choice.bucket_size)
-        if floor + options.headroom > capacity:
-            setting.least = min(setting.least, floor)
-            status, reason = (
-                "oom",
-                (
-                    f"model states alone: {floor / 1e9:,.1f} GB per GPU + "
-                    f"{options.headroom / 1e9:g} GB headroom > {capacity / 1e9:,.0f} GB"
-                ),
-            )
-        else:
+        status, reason = "oom", _over_floor(setting, k.choice, options.headroom)
+        if not reason:
+            combo = _combo(k.choice)
             if combo not in setting.frugal and len(setting.frugal) < MAX_COMBOS:
                 _fits(setting, _frugal(k.choice, setting.zeros), options.headroom)
             status, reason = setting.frugal.get(combo, ("", ""))

@@ -304,7 +304,7 @@ def plan(
         data["why"] = why(result)
         typer.echo(json.dumps(data, indent=2, default=_jsonable))
         if ranked.empty or not (ranked["status"] == "ok").any():
-            raise typer.Exit(3)  # as `trainsim run --fail-on-oom`: nothing fits in memory
+            _bad_input(result.nothing_fits())  # the job cannot be laid out on this cluster
         return
     typer.echo(result.headline())
     if ranked.empty:
@@ -326,7 +326,7 @@ def plan(
 
     typer.echo(rejection_summary(result.candidate_frame()).to_string(index=False))
     if ranked.empty or not (ranked["status"] == "ok").any():
-        raise typer.Exit(3)  # as `trainsim run --fail-on-oom`: nothing fits in memory
+        _bad_input(result.nothing_fits())  # the job cannot be laid out on this cluster
 
 
 def register(app: typer.Typer) -> None:

@@ -227,8 +227,9 @@ def test_headroom_that_leaves_no_room_finds_no_plan(tmp_path):
     base.write_text(TINY_BASE)
     args = ["plan", str(base), "--workers", "1", "--out", str(tmp_path / "p"), "--no-progress"]
     result = runner.invoke(app, [*args, "--memory-headroom", "79GB"])
-    assert result.exit_code == 3, result.output  # as run --fail-on-oom: nothing fits
+    assert result.exit_code == 2, result.output  # the job cannot be laid out here
     assert "no plan fits: the least memory a candidate needs is" in result.stdout
+    assert result.stderr.startswith("error: no plan fits")
     assert "79 GB headroom" in result.stdout
 
 

@@ -7,6 +7,7 @@ out-of-memory run under ``run --fail-on-oom``. Output paths are checked before s
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
@@ -16,7 +17,6 @@ from typing import Annotated
 
 import typer
 
-from simulator import api
 from simulator.cli_options import (
     OptionError,
     check_out_dir,
@@ -25,13 +25,25 @@ from simulator.cli_options import (
     parse_window,
 )
 from simulator.failures.commands import register as register_goodput
-from simulator.hardware import CATALOG
 from simulator.scenario import ScenarioError
-from simulator.scenario.model_catalog import MODEL_CATALOG
-from simulator.scenario.schema import ModelConfig
 from simulator.sweep import commands as sweep_commands
 
 log = logging.getLogger("trainsim")
+
+
+class _OnFirstUse:
+    """A module imported when one of its names is first read: ``trainsim --version`` and
+    ``--help`` then cost the Python start and typer (about 0.1 s), not numpy, pandas,
+    networkx and the engine (about 0.7 s)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+api = _OnFirstUse("simulator.api")
 
 app = typer.Typer(
     name="trainsim",
@@ -39,6 +51,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help and errors: no rich import on --help's path
 )
 
 
@@ -554,6 +567,9 @@ def models(format: FormatOpt = Format.table) -> None:
     from simulator.model.params import count_params
 
     rows = []
+    from simulator.scenario.model_catalog import MODEL_CATALOG
+    from simulator.scenario.schema import ModelConfig
+
     for name in sorted(MODEL_CATALOG):
         m = ModelConfig(name=name)
         c = count_params(m)
@@ -626,6 +642,8 @@ def costs(
 def accelerators(format: FormatOpt = Format.json) -> None:
     """The accelerator catalog (SI units in json: FLOP/s, bytes, B/s; the table in TFLOP/s,
     GB and GB/s)."""
+    from simulator.hardware import CATALOG
+
     entries = [a.model_dump() for a in CATALOG.values()]
     if format is Format.json:
         typer.echo(json.dumps(entries, indent=2))

@@ -10,8 +10,6 @@ import os
 import re
 from pathlib import Path
 
-from simulator.units import UnitError, parse_quantity
-
 
 class OptionError(ValueError):
     """A bad command-line option; the message starts with the option's name."""
@@ -90,6 +88,8 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
     """``START:END`` of simulated time; bare numbers are seconds, or write units (``5ms``)."""
     if text is None:
         return None
+    from simulator.units import UnitError, parse_quantity  # pydantic: not on --help's path
+
     parts = text.split(":")
     try:
         if len(parts) != 2:

@@ -5,11 +5,27 @@ The step layer gives the step time and the state bytes (:mod:`simulator.failures
 numbers; :func:`simulate_seeds` runs a SimPy process per seed over the job's wall clock and
 returns pandas DataFrames; :mod:`simulator.failures.optimum` holds the closed forms (Young,
 Daly, Kokolis et al.) the simulation is checked against.
+
+The names are imported on first use (PEP 562), so that the command line can register
+``trainsim goodput`` without loading numpy, SimPy and the step layer.
 """
 
-from simulator.failures.model import JobModel, resolve_job
-from simulator.failures.montecarlo import GoodputResult, simulate_seeds, summarise, sweep_intervals
-from simulator.failures.optimum import daly_interval, kokolis_ettr, young_interval
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS = {
+    "JobModel": "model",
+    "resolve_job": "model",
+    "GoodputResult": "montecarlo",
+    "simulate_seeds": "montecarlo",
+    "summarise": "montecarlo",
+    "sweep_intervals": "montecarlo",
+    "daly_interval": "optimum",
+    "kokolis_ettr": "optimum",
+    "young_interval": "optimum",
+}
 
 __all__ = [
     "GoodputResult",
@@ -22,3 +38,22 @@ __all__ = [
     "sweep_intervals",
     "young_interval",
 ]
+
+if TYPE_CHECKING:  # what static tools (and import-linter) see
+    from simulator.failures.model import JobModel, resolve_job
+    from simulator.failures.montecarlo import (
+        GoodputResult,
+        simulate_seeds,
+        summarise,
+        sweep_intervals,
+    )
+    from simulator.failures.optimum import daly_interval, kokolis_ettr, young_interval
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simulator.failures' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"simulator.failures.{module}"), name)
+    globals()[name] = value
+    return value

@@ -12,16 +12,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 
-from simulator import api
 from simulator.cli_options import OptionError, check_out_dir
-from simulator.failures import adapter
-from simulator.failures.montecarlo import simulate_seeds, summarise, sweep_intervals
 from simulator.scenario import Position, ScenarioError
-from simulator.scenario.failures import check_failures, located_error
-from simulator.units import UnitError, parse_quantity
+
+# numpy, the step layer and the Monte Carlo are imported inside the command, so that
+# registering it costs ``trainsim --help`` nothing.
 
 log = logging.getLogger("trainsim.failures")
 SWEEP_POINTS = 12
@@ -38,6 +35,10 @@ def parse_interval_range(spec: str) -> list[float]:
     >>> [round(x) for x in parse_interval_range("10min:40min:3")]
     [600, 1200, 2400]
     """
+    import numpy as np
+
+    from simulator.units import parse_quantity
+
     parts = spec.split(":")
     if len(parts) not in (2, 3):
         raise ValueError(f"--sweep-checkpoint-interval reads A:B[:N], e.g. 5min:4h (got {spec!r})")
@@ -54,6 +55,9 @@ def _exit_bad_input(message: str) -> None:
 
 
 def _load(path: Path, overrides: list[str]):
+    from simulator import api
+    from simulator.scenario.failures import check_failures, located_error
+
     try:
         scenario = api.load(path, overrides)
     except ScenarioError as exc:
@@ -89,6 +93,11 @@ def goodput(
     ] = None,
 ) -> None:
     """Effective training time over days of failures, checkpoints and restarts (Monte Carlo)."""
+    from simulator.failures import adapter
+    from simulator.failures.montecarlo import simulate_seeds, summarise, sweep_intervals
+    from simulator.scenario.failures import check_failures, located_error
+    from simulator.units import UnitError
+
     overrides = set_ or []
     try:
         check_out_dir(out)
@@ -188,6 +197,8 @@ def _print_table(name: str, summary: dict, table, slowdown: float = 1.0) -> None
 def _marks(x: float, table, opt: dict, best: bool) -> str:
     """Mark the grid point nearest (in log) to each optimum, and the simulated best."""
     marks = ["best"] if best else []
+    import numpy as np
+
     grid = np.log(table["effective_interval_s"].to_numpy())
     for name in ("young", "daly"):
         if opt.get(name):

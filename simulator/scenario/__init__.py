@@ -1,26 +1,36 @@
-"""Scenario files: schema, YAML loading with positions, ``--set`` overrides, consistency checks."""
+"""Scenario files: schema, YAML loading with positions, ``--set`` overrides, consistency checks.
 
-from simulator.scenario.errors import Position, Problem, ScenarioError
-from simulator.scenario.loader import (
-    load_scenario,
-    load_scenario_text,
-    load_topology,
-    scenario_data,
-)
-from simulator.scenario.schema import (
-    ClusterConfig,
-    ModelConfig,
-    MoEConfig,
-    ParallelismConfig,
-    PrecisionConfig,
-    Scenario,
-    TrainingConfig,
-)
+The names below are imported on first use (PEP 562), so that ``from simulator.scenario import
+ScenarioError`` costs the error class alone, not pydantic and the schema: the command line's
+``--version`` and ``--help`` stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS = {
+    "Position": "errors",
+    "Problem": "errors",
+    "ScenarioError": "errors",
+    "load_scenario": "loader",
+    "load_scenario_text": "loader",
+    "load_topology": "loader",
+    "scenario_data": "loader",
+    "ClusterConfig": "schema",
+    "ModelConfig": "schema",
+    "MoEConfig": "schema",
+    "ParallelismConfig": "schema",
+    "PrecisionConfig": "schema",
+    "Scenario": "schema",
+    "TrainingConfig": "schema",
+}
 
 __all__ = [
     "ClusterConfig",
-    "ModelConfig",
     "MoEConfig",
+    "ModelConfig",
     "ParallelismConfig",
     "Position",
     "PrecisionConfig",
@@ -30,6 +40,33 @@ __all__ = [
     "TrainingConfig",
     "load_scenario",
     "load_scenario_text",
-    "scenario_data",
     "load_topology",
+    "scenario_data",
 ]
+
+if TYPE_CHECKING:  # what static tools (and import-linter) see
+    from simulator.scenario.errors import Position, Problem, ScenarioError
+    from simulator.scenario.loader import (
+        load_scenario,
+        load_scenario_text,
+        load_topology,
+        scenario_data,
+    )
+    from simulator.scenario.schema import (
+        ClusterConfig,
+        ModelConfig,
+        MoEConfig,
+        ParallelismConfig,
+        PrecisionConfig,
+        Scenario,
+        TrainingConfig,
+    )
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simulator.scenario' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"simulator.scenario.{module}"), name)
+    globals()[name] = value
+    return value

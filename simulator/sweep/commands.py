@@ -14,7 +14,6 @@ import typer
 
 from simulator.cli_options import OptionError, check_out_dir, safe_name
 from simulator.scenario import ScenarioError
-from simulator.sweep import adapter
 
 log = logging.getLogger("trainsim.sweep")
 
@@ -241,6 +240,7 @@ def plan(
     """Search parallel plans: bound every DP/TP/PP/CP/EP/ZeRO/schedule/micro-batch/recompute
     candidate, simulate cheaply those that could win, rank the best by full simulation, and
     write them as scenario files."""
+    from simulator.sweep import adapter
     from simulator.sweep.explain import set_line, why, write_plans
     from simulator.sweep.search import OBJECTIVES, SearchOptions, search_plans
     from simulator.sweep.space import SpaceError

@@ -125,7 +125,11 @@ def sweep(
     deltas.to_csv(out_dir / "deltas.csv", index=False)
     wanted = [p.model_dump() for p in loaded.model.plots] or plots.default_plots(keys)
     for plot in wanted:
-        log.info("wrote %s", plots.draw(frame, plot, out_dir, loaded.name))
+        try:
+            log.info("wrote %s", plots.draw(frame, plot, out_dir, loaded.name, keys))
+        except plots.PlotError as exc:
+            log.warning("not drawn: %s of %s by %s: %s", plot["kind"], plot.get("metric"),
+                        plot["x"], exc)  # fmt: skip
     _log_warnings(frame)
     log.info("wrote %s", out_dir / "results.parquet")
     if format is Format.json:

@@ -20,6 +20,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from simulator.scenario import ScenarioError
+from simulator.sweep import columns
 from simulator.sweep.backends import run_local, run_ray
 from simulator.sweep.spec import SweepSpec
 from simulator.sweep.store import read_results, results_by_hash, write_results
@@ -70,13 +71,23 @@ def make_backend(name: str, workers: int | None = None, address: str | None = No
 
 
 def assemble(
-    resolved: list[ResolvedPoint], keys: list[str], results: dict[str, dict]
+    resolved: list[ResolvedPoint],
+    keys: list[str],
+    results: dict[str, dict],
+    base_values: dict[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """One row per point whose result is known: point, base flag, swept values, result."""
+    """One row per point whose result is known: point, base flag, each swept value (as a
+    number in SI units, and as written: :mod:`simulator.sweep.columns`), the result with its
+    stream utilisation spread into columns. ``base_values`` are the swept keys' values as the
+    base scenario writes them (the base row's text; its numbers come from its scenario)."""
     rows = []
     for p in resolved:
         row: dict[str, Any] = {"point": p.index, "base": p.index < 0}
-        row.update({k: p.values.get(k) for k in keys})
+        for k in keys:
+            written = p.values.get(k) if p.index >= 0 else (base_values or {}).get(k)
+            got = columns.resolved_value(p.task.scenario, k) if p.task is not None else None
+            row[k] = columns.numeric(got, written)
+            row[columns.text_column(k)] = columns.text(written if written is not None else got)
         if p.task is None:
             row.update(scenario_hash=p.scenario_hash, status="infeasible", reason=p.reason)
             row["warnings"] = []
@@ -84,7 +95,7 @@ def assemble(
             row.update(results[p.scenario_hash])
         else:
             continue
-        rows.append(row)
+        rows.append(columns.utilisation_columns(row))
     frame = pd.DataFrame(rows)
     if not frame.empty and "warnings" in frame:
         frame["warnings"] = frame["warnings"].map(lambda w: list(w) if w is not None else [])
@@ -109,6 +120,7 @@ def run_sweep(
     keys = spec.keys
     points = [(-1, {})] + [(p.index, p.values) for p in spec.points()] + (extra_points or [])
     resolved = resolve_points(spec, points)
+    base_values = {k: spec.base_value(k) for k in keys}
     stored, stored_keys = read_results(out_dir)
     results = results_by_hash(stored, stored_keys)
     if retry_errors:
@@ -137,10 +149,10 @@ def run_sweep(
                 results[row["scenario_hash"]] = row
                 bar.update(1)
                 if time.monotonic() - last_flush > FLUSH_EVERY_S:
-                    write_results(assemble(resolved, keys, results), keys, out_dir)
+                    write_results(assemble(resolved, keys, results, base_values), keys, out_dir)
                     last_flush = time.monotonic()
     finally:
         bar.close()
-        frame = assemble(resolved, keys, results)
+        frame = assemble(resolved, keys, results, base_values)
         write_results(frame, keys, out_dir)
     return frame

@@ -54,6 +54,7 @@ from simulator.scenario import Scenario, ScenarioError
 from simulator.scenario.errors import Position, Problem
 from simulator.scenario.loader import PROJECT_ROOT, _validation_problems, build_scenario
 from simulator.scenario.yaml_source import Positions, expand_includes, read_yaml_file
+from simulator.sweep.columns import written_value
 from simulator.sweep.tables import NUMERIC
 from simulator.units import UnitError, parse_quantity
 
@@ -211,6 +212,13 @@ class SweepSpec:
     def base_overrides(self) -> list[str]:
         """The spec's ``set:`` as ``key=value`` overrides."""
         return [override_text(k, v) for k, v in self.model.set.items()]
+
+    def base_value(self, key: str) -> Any:
+        """``key``'s value as the base is written: the spec's ``set:``, else the base
+        scenario's file (includes expanded); None where the base takes the default."""
+        if key in self.model.set:
+            return self.model.set[key]
+        return written_value(self.base_data, key)
 
     def overrides(self, values: dict[str, Any]) -> list[str]:
         """``set:`` plus one point's values, as ``key=value`` overrides (point values win)."""

@@ -19,17 +19,24 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from simulator.sweep.columns import text_column
+
 RESULTS = "results.parquet"
 POINT_COLUMNS = ("point", "base")
 _META_KEY = b"trainsim.sweep.keys"
 
 
 def _column_for_parquet(values: pd.Series) -> pd.Series:
-    """Mixed columns (numbers and strings, lists) become text; numbers and text stay."""
+    """Mixed columns (numbers and strings) become text; numbers, text and lists of numbers
+    (``oversubscription``) stay."""
     kinds = {type(v) for v in values if v is not None and not (isinstance(v, float) and v != v)}
     if kinds <= {int, float, bool} and not (bool in kinds and kinds - {bool}):
         return values
     if kinds <= {str}:
+        return values
+    if kinds <= {list} and all(
+        isinstance(x, int | float) for v in values if isinstance(v, list) for x in v
+    ):
         return values
     return values.map(lambda v: None if v is None else json.dumps(v, default=str))
 
@@ -66,7 +73,8 @@ def results_by_hash(frame: pd.DataFrame, keys: list[str]) -> dict[str, dict[str,
     """Each stored scenario's result (metrics, status, reason, warnings), by scenario hash."""
     if frame.empty:
         return {}
-    drop = [c for c in (*POINT_COLUMNS, *keys) if c in frame]
+    own = {*POINT_COLUMNS, *keys, *(text_column(k) for k in keys)}
+    drop = [c for c in frame if c in own]
     out: dict[str, dict[str, Any]] = {}
     for row in frame.drop(columns=drop).to_dict("records"):
         row = {k: v for k, v in row.items() if not _missing(v)}

@@ -10,6 +10,7 @@ from dataclasses import fields
 import pandas as pd
 
 from simulator.metrics import StepMetrics
+from simulator.sweep.columns import text_column
 
 HEADLINE = ["step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes", "exposed_comm_fraction"]
 
@@ -45,10 +46,20 @@ def points_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     ``best`` marking the point that fits with the most model FLOP/s per GPU (:func:`best_point`:
     the fastest, among points that do the same work on as many GPUs)."""
     cols = ["point", *keys, "status"] + [m for m in HEADLINE if m in frame] + ["reason"]
-    shown = frame.sort_values("point")[[c for c in cols if c in frame]].copy()
+    shown = _as_written(frame.sort_values("point"), keys)[[c for c in cols if c in frame]]
     best = best_point(frame)
     shown.insert(1, "best", shown["point"] == best)
     return shown.reset_index(drop=True)
+
+
+def _as_written(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """A copy of ``frame`` whose swept-key columns hold the values as written (their
+    ``_text`` columns), for a table read by people; the numbers stay in results.parquet."""
+    out = frame.copy()
+    for k in keys:
+        if text_column(k) in out:
+            out[k] = out[text_column(k)]
+    return out
 
 
 def deltas_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -56,7 +67,7 @@ def deltas_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     memory, as values and relative changes (``d_*``: (point - base) / base)."""
     base = frame[frame["point"] == -1]
     pts = frame[frame["point"] >= 0].sort_values("point")
-    out = pts[["point", *[k for k in keys if k in pts], "status"]].copy()
+    out = _as_written(pts, keys)[["point", *[k for k in keys if k in pts], "status"]]
     metrics = [m for m in ("step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes") if m in pts]
     for m in metrics:
         out[m] = pts[m].astype(float)
@@ -68,16 +79,28 @@ def deltas_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+# Short names of the terminal table's columns (results.parquet keeps the full ones).
+ALIASES = {
+    "point": "pt",
+    "step_time_s": "step_s",
+    "tokens_per_s": "tokens/s",
+    "peak_memory_bytes": "peak_mem",
+    "exposed_comm_fraction": "exposed",
+    "bubble_fraction": "bubble",
+    "d_step_time_s": "d_step",
+    "d_tokens_per_s": "d_tokens/s",
+    "d_peak_memory_bytes": "d_peak_mem",
+}
+
+
 def format_table(table: pd.DataFrame, keys: list[str] = ()) -> str:
     """Human units for the terminal: seconds, percentages, GB (1e9 bytes); swept values as
-    written ("base" on the base scenario's row)."""
+    written (the base scenario's own on its row, point -1), each swept key under the last
+    part of its dotted name when that is unambiguous; short metric names (:data:`ALIASES`)."""
     shown = table.copy()
     for col in shown.columns:
         if col in keys:
-            shown[col] = [
-                "base" if p == -1 else _value(v)
-                for p, v in zip(table["point"], table[col], strict=True)
-            ]
+            shown[col] = [_value(v) for v in table[col]]
         elif col in ("mfu", "exposed_comm_fraction", "bubble_fraction"):
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.1%}")
         elif col.startswith("d_"):
@@ -92,11 +115,17 @@ def format_table(table: pd.DataFrame, keys: list[str] = ()) -> str:
             shown[col] = shown[col].map(lambda v: "*" if v else "")
         elif col == "reason":
             shown[col] = shown[col].map(_short)
-    shown = shown.rename(columns={"peak_memory_bytes": "peak_memory", "point": "pt"})
+    short = [k.rsplit(".", 1)[-1] for k in keys]
+    names = dict(ALIASES)
+    if len(set(short)) == len(short):
+        names.update(zip(keys, short, strict=True))
+    shown = shown.rename(columns=names)
     return shown.to_string(index=False)
 
 
 def _value(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, list):

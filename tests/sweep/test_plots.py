@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from simulator.sweep import plots
 from simulator.sweep.tables import best_point, deltas_table
@@ -99,3 +100,98 @@ def test_json_records_are_strict_json():
     assert rows[0] == {"point": 0, "num_gpus": 8, "step_time_s": None, "utilisation": {}}
     assert rows[1]["step_time_s"] is None and rows[1]["num_gpus"] is None
     json.dumps(rows, allow_nan=False)  # raises on NaN or inf
+
+
+def _three_keys(n_third: int = 2) -> pd.DataFrame:
+    """A 2 x 2 x n_third sweep over NIC, oversubscription and rails, step time rising with
+    each key so that every point differs."""
+    rows = [{"point": -1, "nic": 50e9, "oversubscription": [1.0], "rails": True, "status": "ok",
+             "step_time_s": 9.0}]  # fmt: skip
+    i = 0
+    for nic, nic_text in ((25e9, "200 Gb/s"), (50e9, "400 Gb/s")):
+        for over in ([1.0, 1.0], [4.0, 7.0]):
+            for third in range(n_third):
+                rows.append(
+                    {"point": i, "nic": nic, "nic_text": nic_text, "oversubscription": over,
+                     "rails": third, "status": "ok", "step_time_s": 1.0 + i}
+                )  # fmt: skip
+                i += 1
+    return pd.DataFrame(rows)
+
+
+def test_a_heatmap_draws_a_panel_per_value_of_a_third_key(tmp_path, monkeypatch):
+    # QA: the heatmap kept whichever row came last per cell and hid the third swept key
+    seen = []
+    original = plots._panels
+
+    def spy(pts, facet_keys):
+        out = original(pts, facet_keys)
+        seen.append((facet_keys, [title for title, _ in out], [len(rows) for _, rows in out]))
+        return out
+
+    monkeypatch.setattr(plots, "_panels", spy)
+    frame = _three_keys()
+    plots.draw(
+        frame,
+        {"kind": "heatmap", "x": "nic", "y": "oversubscription"},
+        tmp_path,
+        keys=["nic", "oversubscription", "rails"],
+    )
+    [(keys, titles, sizes)] = seen
+    assert keys == ["rails"]
+    assert titles == ["rails = 0", "rails = 1"]
+    assert sizes == [4, 4]  # each panel holds its own 2 x 2 cells, none overwritten
+
+
+def test_a_line_plot_without_group_has_a_line_per_other_key_combination(tmp_path, monkeypatch):
+    labels = []
+    original = plots._draw_group
+
+    def spy(ax, sub, metric, scale, label, labelled, joined=True):
+        labels.append((label, joined, len(sub)))
+        return original(ax, sub, metric, scale, label, labelled, joined)
+
+    monkeypatch.setattr(plots, "_draw_group", spy)
+    plots.line_plot(
+        _three_keys(),
+        "step_time_s",
+        "nic",
+        None,
+        tmp_path / "l.png",
+        keys=["nic", "oversubscription", "rails"],
+    )
+    assert [lab for lab, _, _ in labels] == [
+        "oversubscription = 1:1 leaf / 1:1 spine, rails = 0",
+        "oversubscription = 1:1 leaf / 1:1 spine, rails = 1",
+        "oversubscription = 4:1 leaf / 7:1 spine, rails = 0",
+        "oversubscription = 4:1 leaf / 7:1 spine, rails = 1",
+    ]
+    assert all(joined and n == 2 for _, joined, n in labels)  # one point per NIC per line
+
+
+def test_too_many_panels_is_refused_with_the_keys_named(tmp_path):
+    frame = _three_keys(n_third=17)
+    with pytest.raises(plots.PlotError, match="17 panels .* rails"):
+        plots.draw(
+            frame, {"kind": "heatmap", "x": "nic", "y": "oversubscription"}, tmp_path,
+            keys=["nic", "oversubscription", "rails"],
+        )  # fmt: skip
+
+
+def test_labels_keep_units_and_order_by_value():
+    frame = _three_keys()
+    pts = frame[frame["point"] >= 0]
+    _, order = plots.labelled(pts, "nic")
+    assert order == ["200 Gb/s", "400 Gb/s"]
+    _, order = plots.labelled(pts, "oversubscription")
+    assert order == ["1:1 leaf / 1:1 spine", "4:1 leaf / 7:1 spine"]
+
+
+def test_default_plots_show_every_key():
+    wanted = plots.default_plots(["a", "b", "c"])
+    assert [(p["kind"], p["x"], p.get("group") or p.get("y")) for p in wanted] == [
+        ("line", "a", "b"),
+        ("line", "b", "c"),
+        ("line", "c", "a"),
+        ("heatmap", "a", "b"),
+    ]

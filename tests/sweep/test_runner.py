@@ -88,9 +88,10 @@ def test_infeasible_oom_and_error_rows(write_spec, tmp_path, monkeypatch):
     assert frame.loc[2, "step_time_s"] > 0  # an OOM point is still simulated
     assert frame.loc[3, "status"] == "ok"
     assert frame.loc[3, "reason"] == ""
-    # every metric of `trainsim run --format json` is a column
-    for metric in ("mfu", "hfu", "bubble_fraction", "peak_memory_by_rank", "utilisation"):
+    # every metric of `trainsim run --format json` is a column; utilisation one per stream
+    for metric in ("mfu", "hfu", "bubble_fraction", "peak_memory_by_rank", "util_compute"):
         assert metric in frame
+    assert "utilisation" not in frame
 
 
 def test_errors_are_retried_only_on_request(write_spec, tmp_path, monkeypatch):

@@ -177,6 +177,20 @@ def _built_shape(meta: dict) -> str:
     return " " + "x".join(map(str, shape)) if shape else ""
 
 
+def _fabric_line(info: dict) -> str:
+    """A fat-tree's shape in hosts: leaves (rail or top-of-rack) and their host ports, pods,
+    and every level's oversubscription."""
+    rails = "rail-optimised" if info["rail_optimized"] else "top-of-rack leaves"
+    per_leaf = info["hosts_per_leaf"]
+    over = info["oversubscription"]
+    levels = " / ".join(f"{r:g}:1 {name}" for r, name in zip(over, ("leaf", "spine"), strict=False))
+    return (
+        f"fabric: {rails}, {per_leaf:,} hosts per leaf group ({info['leaf_downlinks']:,} host "
+        f"ports per leaf); {info['pods']:,} pod(s) of {info['hosts_per_pod']:,} hosts; "
+        f"oversubscription {levels or 'none (one level)'}"
+    )
+
+
 @app.command()
 def topology(
     file: Annotated[Path, typer.Argument(help="Topology YAML.", show_default=False)],
@@ -206,6 +220,8 @@ def topology(
     )
     switches = ", ".join(f"{v:,} {k}" for k, v in info["switches"].items()) or "none"
     typer.echo(f"switches: {switches}; NICs: {info['nics']:,}")
+    if info.get("kind") == "fat_tree":
+        typer.echo(_fabric_line(info))
     typer.echo(f"bisection bandwidth: {info['bisection_Bps'] / 1e12:,.2f} TB/s per direction")
     shown = levels.copy()
     shown["link_GBps"] = shown["link_Bps"].map(

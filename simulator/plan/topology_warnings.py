@@ -19,7 +19,7 @@ means no traffic crosses X.
 ... training: {global_batch: 4, seq_len: 1024}
 ... ''')
 >>> for w in topology_warnings(s, build_topology(s.cluster)): print(w[:60])
-oversubscription 1:4 touches no traffic: every communication
+oversubscription 4:1 touches no traffic: every communication
 NIC line rate 100 GB/s per direction (cluster.topology.nic_b
 """
 
@@ -108,7 +108,8 @@ def _spans(
 
 
 def _fmt_ratio(x: float) -> str:
-    return f"1:{x:g}"
+    """Downlink:uplink, as switch vendors write it: 4 -> "4:1"."""
+    return f"{x:g}:1"
 
 
 def _fat_tree_warnings(
@@ -135,8 +136,8 @@ def _fat_tree_warnings(
     if crosses_nodes and leaf_of and over and over[0] > 1:
         if not _spans(groups, reach, topo.host_of):
             why = (
-                f"all {t.nodes} nodes sit under one leaf group (nodes_per_leaf {t.nodes_per_leaf})"
-                if t.nodes <= t.nodes_per_leaf
+                f"all {t.nodes} nodes sit under one leaf group ({t.hosts_per_leaf} hosts each)"
+                if t.nodes <= t.hosts_per_leaf
                 else "every group's ranks share a leaf"
                 if reach is leaf_of
                 else "every group's ranks share a leaf group, whose rails PXN joins over NVLink"
@@ -149,8 +150,9 @@ def _fat_tree_warnings(
     if t.levels >= 3 and len(over) > 1 and over[1] > 1 and len(set(pod_of.values())) == 1:
         # (at 1:1 above the pods a missing core changes nothing but a switch hop's latency)
         out.append(
-            f"levels: 3 but all {len(pod_of)} leaves form one pod (leaves_per_pod "
-            f"{t.leaves_per_pod or 'default'}): no core level is built, so oversubscription "
+            f"levels: 3 but all {len(pod_of)} leaves form one pod (nodes_per_pod "
+            f"{t.hosts_per_pod or 'default: every host'}): no core level is built, so "
+            "oversubscription "
             f"{_fmt_ratio(over[1])} above the pods touches nothing"
         )
     elif crosses_nodes and t.levels >= 3 and len(over) > 1 and over[1] > 1 and pod_of:

@@ -45,20 +45,31 @@ class NVSwitchTopology(Frozen):
         return _within_max_devices(self)
 
 
+LEVEL_NAMES = ("leaf", "spine")  # the switches each oversubscription ratio sits above
+
+
 class FatTreeTopology(Frozen):
     """Nodes joined by an InfiniBand/RoCE fat-tree, one NIC per GPU.
 
     ``oversubscription`` gives, per level above the leaves, downlink:uplink bandwidth (1 = full
-    bisection, 7 = Llama 3's 1:7 above its 3,072-GPU pods). ``nic_efficiency`` is the payload
-    fraction of an InfiniBand packet: a 4,096-byte MTU behind 26 bytes of LRH, BTH, ICRC and
-    VCRC headers (IBTA specification), 0.994. Rail-optimised fabrics give each GPU index its
-    own leaf in a group of ``nodes_per_leaf`` nodes; otherwise a leaf (top-of-rack switch)
-    serves every NIC of its ``nodes_per_leaf`` nodes. Three levels group ``leaves_per_pod``
-    leaves into pods. ``ecmp_flows`` splits each connection into that many sub-flows, each
-    hashed onto one of the equal-cost paths (Llama 3's enhanced ECMP: 16); 0 spreads traffic
-    evenly over all of them, as adaptive routing or packet spraying does. ``pxn`` (rail-optimised
-    fabrics): a connection between GPUs of different rails crosses NVLink to its host's GPU on
-    the destination's rail first and stays on that rail, as NCCL's PXN does from 2.12 on (on by
+    bisection; 7 = 7:1 above Llama 3's 3,072-GPU pods, which the paper writes 1:7).
+    ``nic_efficiency`` is the payload fraction of an InfiniBand packet: a 4,096-byte MTU
+    behind 26 bytes of LRH, BTH, ICRC and VCRC headers (IBTA specification), 0.994.
+
+    Rail-optimised fabrics give each GPU index its own leaf in a group of ``nodes_per_leaf``
+    nodes; otherwise a leaf (top-of-rack switch) serves every NIC of its ``nodes_per_leaf``
+    nodes. ``leaf_ports`` (the leaf switch's host-facing ports) is the alternative that keeps
+    the switch the same when ``rail_optimized`` changes: a rail leaf takes one NIC of each of
+    ``leaf_ports`` hosts, a top-of-rack leaf all NICs of ``leaf_ports / node.gpus`` hosts.
+    Three levels group hosts into pods of ``nodes_per_pod`` hosts (``leaves_per_pod``
+    top-of-rack leaves is the same for a fabric without rails; with rails it is refused, since
+    the hosts it means would change with them).
+
+    ``ecmp_flows`` splits each connection into that many sub-flows, each hashed onto one of
+    the equal-cost paths (Llama 3's enhanced ECMP: 16); 0 spreads traffic evenly over all of
+    them, as adaptive routing or packet spraying does. ``pxn`` (rail-optimised fabrics): a
+    connection between GPUs of different rails crosses NVLink to its host's GPU on the
+    destination's rail first and stays on that rail, as NCCL's PXN does from 2.12 on (on by
     default; false models ``NCCL_PXN_DISABLE=1``).
     """
 
@@ -77,17 +88,83 @@ class FatTreeTopology(Frozen):
     rail_optimized: bool = True
     ecmp_flows: Annotated[int, Field(ge=0, le=1024)] = 0
     pxn: bool = True
+    leaf_ports: PosInt | None = None
+    nodes_per_pod: PosInt | None = None
 
     @field_validator("oversubscription")
     @classmethod
     def one_ratio_per_upper_level(cls, ratios: list[float], info: ValidationInfo):
+        """One ratio per level above the leaves, when the list is given at all (absent, every
+        level is 1:1): a list one short would leave a level at 1:1 without a word."""
         levels = info.data.get("levels")  # absent when levels itself was invalid
-        if levels is not None and len(ratios) > levels - 1:
+        if levels is None:
+            return ratios
+        above = LEVEL_NAMES[: levels - 1]
+        if len(ratios) > levels - 1:
             raise ValueError(
                 f"{len(ratios)} ratios given but levels = {levels} has {levels - 1} level(s) "
                 f"above the leaves; give one ratio per such level"
             )
+        if len(ratios) < levels - 1:
+            example = [*ratios, *[1.0] * (levels - 1 - len(ratios))]
+            missing = ", ".join(above[len(ratios) :])
+            raise ValueError(
+                f"{len(ratios)} ratio(s) given but levels = {levels} has {levels - 1} levels "
+                f"above the leaves ({', '.join(above)}): the {missing} ratio is missing "
+                f"(1 is full bisection), e.g. [{', '.join(f'{r:g}' for r in example)}]"
+            )
         return ratios
+
+    @model_validator(mode="after")
+    def leaves_and_pods_in_hosts(self):
+        """``leaf_ports`` and ``nodes_per_pod`` must agree with the rest, and settings whose
+        hosts would change with ``rail_optimized`` are refused with rails."""
+        given = self.model_fields_set
+        per_host = 1 if self.rail_optimized else self.node.gpus
+        if self.leaf_ports is not None:
+            if "nodes_per_leaf" in given:
+                raise ValueError("give nodes_per_leaf or leaf_ports, not both")
+            if self.leaf_ports % per_host:
+                raise ValueError(
+                    f"leaf_ports {self.leaf_ports}: a top-of-rack leaf takes all {per_host} "
+                    f"NICs of each host, so its ports must be a multiple of {per_host}"
+                )
+        if self.leaves_per_pod is not None:
+            if self.nodes_per_pod is not None:
+                raise ValueError("give nodes_per_pod or leaves_per_pod, not both")
+            if self.rail_optimized and self.node.gpus > 1:
+                hosts = self.leaves_per_pod * self.hosts_per_leaf
+                raise ValueError(
+                    f"leaves_per_pod {self.leaves_per_pod} counts leaves, and rail_optimized "
+                    f"gives each group of {self.hosts_per_leaf} hosts {self.node.gpus} leaves "
+                    f"(one per rail): the pod would hold {hosts // self.node.gpus} hosts, not "
+                    f"the {hosts} it holds without rails. Give nodes_per_pod (hosts per pod, "
+                    f"the same with or without rails), e.g. nodes_per_pod: {hosts}"
+                )
+        pod = self.hosts_per_pod
+        if pod is not None and pod % self.hosts_per_leaf and pod < self.nodes:
+            raise ValueError(
+                f"nodes_per_pod {pod} is not a whole number of leaf groups of "
+                f"{self.hosts_per_leaf} hosts"
+            )
+        return self
+
+    @property
+    def hosts_per_leaf(self) -> int:
+        """Hosts per leaf group (a rack): ``nodes_per_leaf``, or ``leaf_ports`` over the NICs
+        each host has on one leaf."""
+        if self.leaf_ports is not None:
+            return max(1, self.leaf_ports // (1 if self.rail_optimized else self.node.gpus))
+        return self.nodes_per_leaf
+
+    @property
+    def hosts_per_pod(self) -> int | None:
+        """Hosts per pod with three levels (None: one pod of every host)."""
+        if self.nodes_per_pod is not None:
+            return self.nodes_per_pod
+        if self.leaves_per_pod is not None:
+            return self.leaves_per_pod * self.hosts_per_leaf
+        return None
 
     @model_validator(mode="after")
     def within_max_devices(self):

@@ -64,8 +64,8 @@ def _build(cluster: ClusterConfig) -> Topology:
             nic_efficiency=t.nic_efficiency,
             switch_latency=t.switch_latency,
             levels=t.levels,
-            nodes_per_leaf=t.nodes_per_leaf,
-            leaves_per_pod=t.leaves_per_pod,
+            nodes_per_leaf=t.hosts_per_leaf,
+            leaves_per_pod=_leaves_per_pod(t),
             oversubscription=tuple(t.oversubscription),
             rail_optimized=t.rail_optimized,
             ecmp_flows=t.ecmp_flows,
@@ -83,3 +83,13 @@ def _build(cluster: ClusterConfig) -> Topology:
             t.name or "",
         )
     raise TypeError(f"unknown topology {t!r}")
+
+
+def _leaves_per_pod(t: FatTreeTopology) -> int | None:
+    """Leaves per pod of the builder from the pod's hosts: its leaf groups times the leaves
+    of a group (one per rail, or one top-of-rack leaf)."""
+    hosts = t.hosts_per_pod
+    if hosts is None:
+        return None
+    groups = max(1, -(-hosts // t.hosts_per_leaf))
+    return groups * (t.node.gpus if t.rail_optimized and t.node.gpus > 1 else 1)

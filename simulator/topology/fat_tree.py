@@ -133,9 +133,23 @@ def fat_tree_topology(
             "pods": len(spines),
             "cores": len(cores),
             "leaf_downlinks": down,
+            "rail_optimized": bool(rail_optimized and gpus_per_node > 1),
+            "hosts_per_leaf": min(nodes_per_leaf, nodes),
+            "hosts_per_pod": _hosts_per_pod(pods, leaf_of, host_of),
+            "oversubscription": over[: max(0, levels - 1)],
         },
         layout=layout,
     )
+
+
+def _hosts_per_pod(pods: dict, leaf_of: dict, host_of: dict) -> int:
+    """Hosts under the largest pod (every host when there is one pod)."""
+    if not pods:
+        return len(set(host_of.values()))
+    hosts: dict[int, set] = {}
+    for device, leaf in leaf_of.items():
+        hosts.setdefault(pods.get(leaf, 0), set()).add(host_of[device])
+    return max(len(h) for h in hosts.values())
 
 
 def _hosts(links, own, place, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls):

@@ -33,8 +33,8 @@ def test_oversubscription_under_one_leaf_touches_no_traffic():
     # 16 nodes, 32 per leaf group (the shipped SuperPOD's shape): DP stays on its rail leaf
     one_leaf = "{kind: fat_tree, nodes: 16, nodes_per_leaf: 32, oversubscription: [4]}"
     w = _warnings(one_leaf, "{tp: 8}", batch=64)
-    assert _has(w, "oversubscription 1:4 touches no traffic")
-    assert _has(w, "all 16 nodes sit under one leaf group (nodes_per_leaf 32)")
+    assert _has(w, "oversubscription 4:1 touches no traffic")
+    assert _has(w, "all 16 nodes sit under one leaf group (32 hosts each)")
     # 4 nodes per leaf group: the DP group of 16 nodes crosses spines, so no such warning
     split = "{kind: fat_tree, nodes: 16, nodes_per_leaf: 4, oversubscription: [4]}"
     assert not _has(_warnings(split, "{tp: 8}"), "oversubscription")
@@ -49,8 +49,8 @@ def test_cross_rail_traffic_counts_as_crossing_leaves():
     topo = "{kind: fat_tree, nodes: 2, nodes_per_leaf: 2, oversubscription: [2], pxn: %s}"
     for pxn in ("true", "false"):
         w = _warnings(topo % pxn, "{tp: 8}", batch=16)
-        assert _has(w, "oversubscription 1:2 touches no traffic")
-    assert _has(_warnings(topo % "true", "{tp: 1}", batch=16), "oversubscription 1:2 touches")
+        assert _has(w, "oversubscription 2:1 touches no traffic")
+    assert _has(_warnings(topo % "true", "{tp: 1}", batch=16), "oversubscription 2:1 touches")
     assert not _has(_warnings(topo % "false", "{tp: 1}", batch=16), "oversubscription")
     # two leaf groups, the job on the first (16 GPUs, DP 16 over its two nodes): every group's
     # ranks share a leaf group, which keeps them off the uplinks only with PXN
@@ -139,10 +139,12 @@ def test_three_levels_with_one_pod_build_no_core_and_say_so():
         "{kind: fat_tree, nodes: 4, nodes_per_leaf: 2, levels: 3, oversubscription: [1, 4]}",
         "{tp: 8}",
     )
-    assert _has(w, "levels: 3 but all 16 leaves form one pod (leaves_per_pod default)")  # 8 rails
-    assert _has(w, "so oversubscription 1:4 above the pods touches nothing")
+    assert _has(
+        w, "levels: 3 but all 16 leaves form one pod (nodes_per_pod default: every host)"
+    )  # 8 rails
+    assert _has(w, "so oversubscription 4:1 above the pods touches nothing")
     two_pods = _warnings(
-        "{kind: fat_tree, nodes: 4, nodes_per_leaf: 1, levels: 3, leaves_per_pod: 2,"
+        "{kind: fat_tree, nodes: 4, nodes_per_leaf: 1, levels: 3, nodes_per_pod: 2,"
         " oversubscription: [1, 4]}",
         "{tp: 8}",
     )

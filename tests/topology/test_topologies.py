@@ -47,7 +47,7 @@ def test_shipped_topologies_build(root, name, devices, kinds):
 
 def test_llama3_cluster_oversubscription_and_bisection(root):
     topo = api.topology_from_file(root / "topologies/llama3-24k-cluster.yaml")
-    # 8 pods of 3,072 GPUs at full bisection, 1:7 above: the cut across pods carries
+    # 8 pods of 3,072 GPUs at full bisection, 7:1 above: the cut across pods carries
     # 24,576 x 50 GB/s / 7 / 2 per direction.
     assert bisection_bandwidth(topo) == pytest.approx(24576 * 50e9 / 7 / 2, rel=1e-9)
     assert topo.meta["pods"] == 8 and topo.meta["leaves"] == 1536

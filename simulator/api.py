@@ -746,7 +746,7 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations, steps=N
             elif not str(why).startswith(SHIFT_DIFFERS):  # a longer period will not help
                 retries = [r for r in retries if r.period == first.period]
             longer = retries.pop(0) if retries else None
-            log.info(
+            log.debug(  # an internal diagnostic: the result is the same either way
                 "%s: the steady state does not repeat (%s); %s",
                 scenario.name or "scenario",
                 why,
@@ -882,10 +882,13 @@ def _link_report(sim: Simulation, step_time: float):
     return links, busiest
 
 
-def write_run(result: RunResult, out: str | Path, title: str = "") -> list[Path]:
+def write_run(result: RunResult, out: str | Path, title: str = "", on_file=None) -> list[Path]:
     """Write the run report into ``out``: summary.json, summary.md, the trace table
     (trace.parquet, or trace.csv without pyarrow), trace.json (Perfetto), hta/rank-N.json,
-    memory.csv and memory.png, gantt.png and gantt.svg, links.csv and links.png."""
+    memory.csv and memory.png, gantt.png (and gantt.svg up to 20,000 records), and with link
+    tracking links.parquet and links.png. ``on_file(path)`` is called as each is written."""
     from simulator.report.run_report import write_report
 
-    return write_report(result.summary, result.trace, result.memory, result.links, out, title)
+    return write_report(
+        result.summary, result.trace, result.memory, result.links, out, title, on_file
+    )

@@ -74,6 +74,15 @@ TopoSetOpt = Annotated[
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table or json.")]
+ProgressOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--progress/--no-progress",
+        help="Progress on stderr (default: when stderr is a terminal).",
+        show_default=False,
+    ),
+]
+LINKS_DEFAULT_MAX_GPUS = 4096  # link tracking by default up to this many GPUs (run --out)
 
 
 def _fail_bad_input(exc: ScenarioError) -> None:
@@ -326,13 +335,29 @@ def run(
         bool,
         typer.Option("--fail-on-oom", help="Exit 3 when a rank runs out of memory."),
     ] = False,
+    links: Annotated[
+        bool | None,
+        typer.Option(
+            "--links/--no-links",
+            help="With --out: track every link's load for links.parquet and links.png "
+            f"(default: on up to {LINKS_DEFAULT_MAX_GPUS:,} GPUs; it slows a larger step "
+            "about 2x).",
+            show_default=False,
+        ),
+    ] = None,
+    progress: ProgressOpt = None,
 ) -> None:
     """Simulate one steady-state training step: step time, MFU, bubble, overlap, memory.
 
     An out-of-memory step is still simulated and reported (exit 0), with a warning on stderr;
     ``--fail-on-oom`` makes it exit 3."""
+    from simulator.cli_progress import Stages
+
     _checked(check_out_dir, out)
     s = _load(scenario, set_)
+    track = out is not None and (
+        links if links is not None else s.num_gpus <= LINKS_DEFAULT_MAX_GPUS
+    )
     log.info(
         "simulating %s on %d %ss (%s mode)",
         s.name or scenario.name,
@@ -340,18 +365,26 @@ def run(
         s.cluster.accelerator.kind.upper(),
         s.simulation.mode,
     )
+    if out is not None and not track and links is None:
+        log.info("link loads are not tracked above %s GPUs: --links adds links.png",
+                 f"{LINKS_DEFAULT_MAX_GPUS:,}")  # fmt: skip
+    stages = Stages(3 if out is not None else 2, enabled=progress)
     try:
         # built once, for the warnings and the run (a 16K-GPU fabric takes longer to build
         # than its step takes to simulate); released after (its graph's reference cycles)
-        with api.build_topology(s.cluster) as topo:
+        with stages.stage("building the topology"):
+            topo = api.build_topology(s.cluster)
+        with topo:
             for warning in api.topology_warnings(s, topo):
                 log.warning("%s", warning)
-            result = api.run(s, topo, track_links=out is not None)
+            with stages.stage(f"simulating the step on {s.num_gpus:,} GPUs"):
+                result = api.run(s, topo, track_links=track)
     except ValueError as exc:
         typer.echo(f"error: {scenario}: {exc}", err=True)
         raise typer.Exit(2) from None
     if out is not None:
-        written = api.write_run(result, out)
+        with stages.stage(f"writing the report to {out}") as stage:
+            written = api.write_run(result, out, on_file=stage.item)
         log.info("wrote %s", ", ".join(str(p) for p in written))
     summary = result.summary
     if summary["oom"]:

@@ -49,3 +49,31 @@ def test_each_study_simulates_to_the_numbers_it_quotes(path):
     assert abs(m.step_time_s - step) <= 0.5 * 10**-digits + 1e-12
     assert abs(100 * m.mfu - mfu) <= 0.05 + 1e-9
     assert abs(m.peak_memory_bytes / 1e9 - peak) <= 0.05 + 1e-9
+
+
+FABRIC = ROOT / "scenarios" / "studies" / "llama3-405b-fabric.sweep.yaml"
+
+
+@pytest.mark.slow  # 12 steps of the 16K-GPU job (about 15-30 s on two cores)
+def test_the_fabric_study_runs_as_the_readme_says(tmp_path):
+    """Rails are never slower than top-of-rack leaves on the like-for-like fabric (the same
+    16-port leaf, the same 384-host pods), equal at 1:1 leaves, and the README's table is
+    this run's."""
+    from simulator.sweep.runner import make_backend, run_sweep
+    from simulator.sweep.spec import load_spec
+
+    frame = run_sweep(load_spec(FABRIC), tmp_path, make_backend("local"), progress=False)
+    pts = frame[frame["point"] >= 0]
+    nic = "cluster.topology.nic_bandwidth_text"
+    leaf = pts["cluster.topology.oversubscription"].map(lambda r: float(r[0]))
+    readme = (ROOT / "README.md").read_text()
+    for (bw, over), pair in pts.groupby([nic, leaf]):
+        by_rails = pair.set_index("cluster.topology.rail_optimized")["step_time_s"]
+        tor, rails = float(by_rails[False]), float(by_rails[True])
+        if over == 1:
+            # the same bandwidth leaves every leaf: only a hop's latency differs (1e-4)
+            assert rails == pytest.approx(tor, rel=1e-4)
+        else:
+            assert rails < tor  # fewer pipeline sends climb to the oversubscribed spines
+        row = f"| {bw} | {over:g}:1 / 7:1 | {tor:.4g} | {rails:.4g} |"
+        assert row in readme, row

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import PercentFormatter  # noqa: E402
 
 from simulator.report.gantt import default_ranks, draw_rows, legend_handles  # noqa: E402
 
@@ -94,6 +95,8 @@ def draw_comparison(runs: list[tuple[str, dict, pd.DataFrame]], path: str | Path
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, rotation=20, ha="right", fontsize=7)
         ax.tick_params(axis="y", labelsize=7)
+        if fmt.endswith("%}"):  # a fraction: the axis in percent, as the bars' labels
+            ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
         ax.set_title(label, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -11,6 +11,11 @@ from simulator.report.gantt import default_ranks, draw_gantt
 from simulator.report.perfetto import write_chrome_trace, write_rank_traces
 from simulator.report.plots import draw_links, draw_memory
 
+# A Gantt chart of more records than this is written as PNG only: its SVG would hold tens of
+# thousands of rectangles (rasterized anyway, gantt.RASTERIZE_ABOVE); `trainsim gantt DIR
+# --window A:B` draws any part of it as SVG.
+SVG_MAX_RECORDS = 20_000
+
 
 def write_report(
     summary: dict,
@@ -19,36 +24,160 @@ def write_report(
     links: pd.DataFrame | None,
     out: str | Path,
     title: str = "",
+    on_file=None,
 ) -> list[Path]:
+    """Write every file of the run report into ``out``; the paths, in a fixed order.
+
+    The pictures are drawn in a forked process while this one writes the tables and traces
+    (two cores: the 16K-GPU report in about half the serial time); where fork is not
+    available, one after the other. ``on_file(path)`` is called as each file is done (the
+    CLI's progress line).
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     title = title or str(summary.get("scenario") or "run")
+    has_links = links is not None and len(links) > 0
+    pictures = _pictures(summary, trace, memory, links if has_links else None, out, title)
+    note = on_file or (lambda path: None)
+    with _Forked(pictures) as drawn:
+        paths = [out / "summary.json"]
+        paths[0].write_text(json.dumps(summary, indent=2, default=float))
+        note(paths[0])
+        for write in _tables(summary, trace, memory, links if has_links else None, out):
+            paths.append(write())
+            note(paths[-1])
+        paths.append(write_markdown(summary, out, title, has_links=has_links))
+        note(paths[-1])
+        # the small pictures here, while the child still draws the Gantt chart
+        shown = default_ranks(trace, summary.get("stage_of_rank"))
+        small = _small_pictures(summary, memory, links if has_links else None, out, title, shown)
+        for draw in small:
+            paths.append(draw())
+            note(paths[-1])
+    for path in drawn.paths:
+        note(path)
+    return paths[:1] + drawn.paths + paths[1:]
+
+
+def _tables(summary, trace, memory, links, out: Path) -> list:
+    """The data files, each as a function that writes it and returns its path (or paths)."""
     stages = summary.get("stage_of_rank")
-    paths = [out / "summary.json"]
-    paths[0].write_text(json.dumps(summary, indent=2, default=float))
-    try:
-        trace.to_parquet(out / "trace.parquet", index=False)
-        paths.append(out / "trace.parquet")
-    except ImportError:
-        trace.to_csv(out / "trace.csv", index=False)
-        paths.append(out / "trace.csv")
-    memory.to_csv(out / "memory.csv", index=False)
-    paths.append(out / "memory.csv")
-    paths.append(write_chrome_trace(trace, out / "trace.json", stages))
-    paths += write_rank_traces(trace, out / "hta", summary.get("num_gpus", 1))
-    shown = default_ranks(trace, stages)
-    paths += draw_gantt(trace, [out / "gantt.png", out / "gantt.svg"], shown, stages, title)
-    paths.append(
-        draw_memory(
-            memory, summary["memory_capacity_bytes"], out / "memory.png", shown, f"{title}: memory"
+
+    def trace_table() -> Path:
+        try:
+            trace.to_parquet(out / "trace.parquet", index=False)
+            return out / "trace.parquet"
+        except ImportError:
+            trace.to_csv(out / "trace.csv", index=False)
+            return out / "trace.csv"
+
+    def memory_table() -> Path:
+        memory.to_csv(out / "memory.csv", index=False)
+        return out / "memory.csv"
+
+    def links_table() -> Path:
+        links.to_parquet(out / "links.parquet", index=False)
+        return out / "links.parquet"
+
+    def rank_traces() -> Path:
+        write_rank_traces(trace, out / "hta", summary.get("num_gpus", 1))
+        return out / "hta"
+
+    out_fns = [
+        trace_table,
+        memory_table,
+        lambda: write_chrome_trace(trace, out / "trace.json", stages),
+        rank_traces,
+    ]
+    if links is not None:
+        out_fns.append(links_table)
+    return out_fns
+
+
+def _pictures(summary, trace, memory, links, out: Path, title: str):
+    """A function drawing gantt.png (and gantt.svg for a small trace); their paths."""
+    stages = summary.get("stage_of_rank")
+
+    def draw() -> list[Path]:
+        shown = default_ranks(trace, stages)
+        headline = (
+            f"{title}: step {summary['step_time_s']:.4g} s, MFU {summary['mfu']:.1%}, "
+            f"bubble {summary['bubble_fraction']:.1%}"
         )
-    )
-    if links is not None and len(links):
-        links.to_csv(out / "links.csv", index=False)
-        paths.append(out / "links.csv")
-        paths.append(draw_links(links, out / "links.png", f"{title}: busiest links"))
-    paths.append(write_markdown(summary, out, title, has_links=links is not None and len(links)))
-    return paths
+        charts = [out / "gantt.png"]
+        if len(trace) <= SVG_MAX_RECORDS:
+            charts.append(out / "gantt.svg")
+        return draw_gantt(trace, charts, shown, stages, headline)
+
+    return draw
+
+
+def _small_pictures(summary, memory, links, out: Path, title: str, shown: list[int]) -> list:
+    """memory.png and links.png, each as a function that draws it and returns its path."""
+    stages = summary.get("stage_of_rank")
+    capacity = summary["memory_capacity_bytes"]
+    out_fns = [
+        lambda: draw_memory(
+            memory, capacity, out / "memory.png", shown, f"{title}: memory", stages
+        )  # fmt: skip
+    ]
+    if links is not None:
+        out_fns.append(lambda: draw_links(links, out / "links.png", f"{title}: busiest links"))
+    return out_fns
+
+
+class _Forked:
+    """Run ``draw`` in a forked child while the ``with`` body runs here; ``.paths`` after.
+
+    The child inherits ``draw`` and its data by fork (nothing is pickled but the returned
+    paths). Without fork, or when the child fails, ``draw`` runs here after the body."""
+
+    def __init__(self, draw) -> None:
+        self.draw = draw
+        self.paths: list[Path] = []
+        self._child = None
+        self._conn = None
+
+    def __enter__(self):
+        import multiprocessing as mp
+
+        if "fork" in mp.get_all_start_methods():
+            ctx = mp.get_context("fork")
+            self._conn, child_end = ctx.Pipe(duplex=False)
+            self._child = ctx.Process(target=_draw_in_child, args=(self.draw, child_end))
+            self._child.start()
+            child_end.close()
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if self._child is None:
+            if kind is None:
+                self.paths = self.draw()
+            return
+        try:
+            got = None
+            if kind is None:
+                try:
+                    got = self._conn.recv()
+                except EOFError:  # the child died without a word
+                    got = None
+            self._child.join()
+            if kind is None:
+                self.paths = got if isinstance(got, list) else self.draw()
+        finally:
+            if self._child.is_alive():
+                self._child.terminate()
+                self._child.join()
+            self._conn.close()
+
+
+def _draw_in_child(draw, conn) -> None:
+    try:
+        conn.send(draw())
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which draws again
+        conn.send(repr(exc))
+    finally:
+        conn.close()
 
 
 def headline_rows(summary: dict) -> list[tuple[str, str]]:

@@ -74,6 +74,13 @@ def _ray_init(address: str | None, workers: int | None):
     }
     if address is None:
         kwargs["num_cpus"] = workers or cpu_count()
+        log.info(
+            "starting a local Ray with %d CPUs for --backend ray (its start-up takes 10-60 s; "
+            "--address joins a running cluster, --backend local needs no start-up)",
+            kwargs["num_cpus"],
+        )
+    else:
+        log.info("joining the Ray cluster at %s for --backend ray", address)
     try:
         ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError) as exc:  # no cluster there, or no address at all

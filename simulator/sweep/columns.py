@@ -70,9 +70,11 @@ def _plain(value: Any) -> Any:
 
 def numeric(resolved: Any, written: Any) -> Any:
     """The analysis value of a swept key: the resolved value when it is a number or a list of
-    numbers; else the written value read as a quantity in SI units when it is one (an
+    numbers, or a boolean; else the written value read as a quantity in SI units when it is one (an
     infeasible point has no resolved scenario); else the text (a schedule's name)."""
     for candidate in (resolved, written):
+        if isinstance(candidate, bool):  # a switch (rail_optimized) stays true/false
+            return candidate
         if _is_number(candidate):
             return candidate
         if isinstance(candidate, list) and candidate and all(_is_number(v) for v in candidate):

@@ -45,7 +45,21 @@ AddressOpt = Annotated[
         "--address", help="Ray cluster to join ('auto' or host:port); none starts a local Ray."
     ),
 ]
-ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar.")]
+ProgressOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--progress/--no-progress",
+        help="Progress bar on stderr (default: when stderr is a terminal).",
+        show_default=False,
+    ),
+]
+
+
+def _progress(flag: bool | None) -> bool:
+    """The progress flag, or when it is not given: whether stderr is a terminal."""
+    import sys
+
+    return flag if flag is not None else sys.stderr.isatty()
 
 
 def _bad_input(message: str) -> None:
@@ -99,7 +113,7 @@ def sweep(
     retry_errors: Annotated[
         bool, typer.Option("--retry-errors", help="Simulate stored error rows again.")
     ] = False,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = None,
 ) -> None:
     """Run a what-if study: every point of a spec (grid, zip, samples), resumable."""
     from simulator.sweep import plots
@@ -117,7 +131,7 @@ def sweep(
     from simulator.sweep.backends import BackendError
 
     try:
-        frame = run_sweep(loaded, out_dir, run_backend, retry_errors, progress)
+        frame = run_sweep(loaded, out_dir, run_backend, retry_errors, _progress(progress))
     except BackendError as exc:
         _bad_input(str(exc))
     keys = loaded.keys
@@ -239,7 +253,7 @@ def plan(
         ),
     ] = None,
     format: FormatOpt = Format.table,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = None,
 ) -> None:
     """Search parallel plans: bound every DP/TP/PP/CP/EP/ZeRO/schedule/micro-batch/recompute
     candidate, simulate cheaply those that could win, rank the best by full simulation, and
@@ -283,7 +297,7 @@ def plan(
     session = ray_session(address, workers) if backend is BackendName.ray else nullcontext()
     try:
         with session:
-            result = search_plans(scenario, options, run_backend, out, progress)
+            result = search_plans(scenario, options, run_backend, out, _progress(progress))
     except BackendError as exc:
         _bad_input(str(exc))
     except ScenarioError as exc:

@@ -139,7 +139,7 @@ def test_a_schedule_that_does_not_repeat_is_simulated_in_full(caplog):
     # with an 8-micro-batch warm-up is tried and fails too: the full run
     path, over = EX + "pipeline-zb-h1.yaml", "training.global_batch=40"
     assert _repeats(path, over)
-    with caplog.at_level(logging.INFO, logger="simulator.api"):
+    with caplog.at_level(logging.DEBUG, logger="simulator.api"):
         a = _run(path, over)
     assert "trying a 8-micro-batch warm-up and a period of 2" in caplog.text
     assert "simulating all" in caplog.text
@@ -152,7 +152,7 @@ def test_a_longer_warm_up_is_tried_once(caplog):
     # micro-batches on this cut (the full trace repeats exactly from there): the first check
     # (a 4-micro-batch warm-up) fails, a 16-micro-batch one repeats, and equals the full run
     path, over = EX + "pipeline-zb-h1.yaml", "training.global_batch=96"
-    with caplog.at_level(logging.INFO, logger="simulator.api"):
+    with caplog.at_level(logging.DEBUG, logger="simulator.api"):
         a = _run(path, over)
     assert "trying a 16-micro-batch warm-up and a period of 1" in caplog.text
     assert_same_run(a, _run(path, over, repeat=False))
@@ -180,7 +180,7 @@ def test_a_state_that_repeats_every_two_micro_batches(caplog):
         with pytest.raises(api.NotRepeating):
             api.simulate(api.build_step(plan, None, True, tried), topo)
     api.simulate(api.build_step(plan, None, True, SteadyState(44, 2, 24)), topo)  # repeats
-    with caplog.at_level(logging.INFO, logger="simulator.api"):
+    with caplog.at_level(logging.DEBUG, logger="simulator.api"):
         a = _run(path, *over)
     assert "trying a 44-micro-batch warm-up and a period of 2" in caplog.text
     assert "simulating all" not in caplog.text
@@ -346,7 +346,7 @@ def test_both_retries_are_tried_before_simulating_all(monkeypatch, caplog):
     monkeypatch.setattr(api, "simulate", simulate)
     monkeypatch.setattr(api, "perturb", lambda step, perturbations: step)
     monkeypatch.setattr(api, "_result", lambda scenario, step, sim, track: sim)
-    with caplog.at_level(logging.INFO, logger="simulator.api"):
+    with caplog.at_level(logging.DEBUG, logger="simulator.api"):
         assert api._run_once(s, None, None, False, ()) == "simulated"
     assert built == [first, *retries, None]
     assert caplog.text.count("does not repeat") == 3 and "simulating all" in caplog.text

@@ -58,7 +58,7 @@ def test_links_picture_names_the_bottleneck(tmp_path, monkeypatch):
     monkeypatch.setattr(plt.Axes, "set_title", spy)
     path = plots.draw_links(LINKS, tmp_path / "links.png", "t")
     assert path.stat().st_size > 10_000
-    assert "bottleneck: nic1->leaf0.1 (nic-leaf up), 60% busy" in titles[0]
+    assert "busiest link: nic1->leaf0.1 (nic-leaf up), 60% busy" in titles[0]
 
 
 def test_thin_bars_get_a_minimum_width():

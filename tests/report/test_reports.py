@@ -34,7 +34,7 @@ def test_run_writes_every_report_file(report):
         "trace.json",
         "gantt.png",
         "gantt.svg",
-        "links.csv",
+        "links.parquet",
         "links.png",
     ):
         assert (report / name).stat().st_size > 100, name

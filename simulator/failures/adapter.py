@@ -1,15 +1,17 @@
 """The one place the failures package asks the step layer for numbers.
 
-Today it calls :func:`simulator.api.run` (step time) and :func:`simulator.api.memory_report`
-(parameter count for the checkpoint bytes); the staged API (issue 9) will replace both calls.
+It calls :func:`simulator.api.run` (step time) and :func:`simulator.api.memory_report`
+(parameter count for the checkpoint bytes).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
-from functools import cache
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 
 from simulator import api
 from simulator.failures.model import JobModel, resolve_job
@@ -49,30 +51,105 @@ def step_inputs(scenario, topo=None) -> StepInputs:
     return StepInputs(float(step), float(checkpoint_bytes(scenario, topo)))
 
 
-def step_time_for(scenario):
-    """``dp -> step time (s)`` of the same job on ``dp`` data-parallel replicas (elastic policy).
+class ElasticSteps:
+    """``dp -> step time (s)`` of the same job on ``dp`` data-parallel replicas (elastic
+    policy), each size simulated once.
 
     The global batch stays the same number of sequences; each replica takes
     ``ceil(batch / dp)`` of them (rounded up to whole micro-batches), so the replica with the
-    most sets the pace. Results are cached per ``dp``.
+    most sets the pace. :meth:`compute` simulates several sizes at once, one process per core
+    (forked: each inherits the job's built fabric). Every size is simulated: sizes with the
+    same micro-batches per replica differ in their gradient collectives, by up to a half when
+    the ring spans another node (tests/failures/test_elastic.py).
     """
-    t, p = scenario.training, scenario.parallelism
-    model_parallel = p.tp * p.pp * p.cp
 
-    @cache
-    def at(dp: int) -> float:
+    def __init__(self, scenario, topo=None) -> None:
+        self.scenario = scenario
+        self.topo = topo  # the job's fabric, if built: every size runs on it
+        self.known: dict[int, float] = {}
+
+    def scenario_at(self, dp: int):
+        t, p = self.scenario.training, self.scenario.parallelism
         per_replica = math.ceil(t.global_batch / dp / t.micro_batch) * t.micro_batch
-        smaller = scenario.model_copy(
+        return self.scenario.model_copy(
             update={
                 "parallelism": p.model_copy(update={"dp": dp}),
                 "training": t.model_copy(update={"global_batch": per_replica * dp}),
-                "cluster": scenario.cluster.model_copy(update={"gpus": dp * model_parallel}),
+                "cluster": self.scenario.cluster.model_copy(
+                    update={"gpus": dp * p.tp * p.pp * p.cp}
+                ),
             }
         )
-        log.info("simulating the step with %d data-parallel replicas", dp)
-        return float(api.run(smaller).summary["step_time_s"])
 
-    return at
+    def __call__(self, dp: int) -> float:
+        if dp not in self.known:
+            self.compute([dp])
+        return self.known[dp]
+
+    def micro_batches(self, dp: int) -> int:
+        """Micro-batches each replica runs with ``dp`` replicas."""
+        t = self.scenario.training
+        return math.ceil(t.global_batch / dp / t.micro_batch)
+
+    def compute(self, sizes) -> None:
+        """Simulate the step at each of ``sizes`` not yet known, in parallel."""
+        todo = sorted({int(d) for d in sizes} - set(self.known))
+        if not todo:
+            return
+        log.info(
+            "simulating the step with %s data-parallel replicas (elastic policy)",
+            ", ".join(map(str, todo)),
+        )
+        scenarios = [self.scenario_at(dp) for dp in todo]
+        workers = min(len(todo), os.cpu_count() or 1)
+        if workers > 1 and "fork" in mp.get_all_start_methods():
+            global _FORKED_TOPOLOGY
+            _FORKED_TOPOLOGY = self.topo  # the children inherit it (a graph is not pickled)
+            try:
+                with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+                    times = list(pool.map(_step_time, scenarios))
+            finally:
+                _FORKED_TOPOLOGY = None
+        else:
+            times = [_step_time(s, self.topo) for s in scenarios]
+        self.known.update(zip(todo, times, strict=True))
+
+
+_FORKED_TOPOLOGY = None  # the job's built fabric, for the forked children of compute()
+
+
+def _step_time(scenario, topo=None) -> float:
+    topo = topo if topo is not None else _FORKED_TOPOLOGY
+    return float(api.run(scenario, topo).summary["step_time_s"])
+
+
+def step_time_for(scenario, topo=None) -> ElasticSteps:
+    """``dp -> step time (s)`` for the elastic policy (:class:`ElasticSteps`), on ``topo``
+    when it is built and kept alive while the sizes are simulated."""
+    return ElasticSteps(scenario, topo)
+
+
+def prefetch_elastic(model: JobModel, days: float, seeds: int) -> None:
+    """Simulate, in parallel and once each, the step of every data-parallel size the elastic
+    policy reaches in ``seeds`` seeds of ``days``.
+
+    Which sizes a seed reaches does not depend on the step time (failures, repairs and
+    recoveries are timed by their own laws; the step time only prices the training between
+    them), so one cheap pass of the Monte Carlo with the full job's step time everywhere
+    finds them all."""
+    steps = model.step_time_for
+    if not isinstance(steps, ElasticSteps):
+        return
+    sizes: set[int] = set()
+
+    def record(dp: int) -> float:
+        sizes.add(dp)
+        return model.step_time_s
+
+    from simulator.failures.montecarlo import simulate_seeds
+
+    simulate_seeds(replace(model, step_time_for=record), days, seeds)
+    steps.compute(sizes)
 
 
 def component_counts(scenario, topo=None) -> dict[str, int]:
@@ -99,5 +176,5 @@ def job_model(scenario, inputs: StepInputs | None = None, topo=None) -> JobModel
         inputs.step_time_s,
         inputs.state_bytes,
         component_counts(scenario, topo),
-        step_time_for(scenario) if elastic else None,
+        step_time_for(scenario, topo) if elastic else None,
     )

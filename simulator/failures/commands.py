@@ -130,7 +130,8 @@ def goodput(
             model = adapter.job_model(s, inputs, topo)
         except ValueError as exc:
             _exit_bad_input(f"{scenario}: {exc}")
-    log.info("%d seeds of %g days", seeds, days)
+        log.info("%d seeds of %g days", seeds, days)
+        adapter.prefetch_elastic(model, days, seeds)  # each DP size reached, once, in parallel
     result = simulate_seeds(model, days, seeds, record_seed=0 if out else None)
     summary = summarise(result)
     table = sweep_intervals(model, intervals, days, seeds) if intervals else None
@@ -145,6 +146,9 @@ def goodput(
             shown["checkpoint_interval_sweep"] = table.to_dict("records")
         typer.echo(json.dumps(shown, indent=2))
         return
+    warning = low_ettr_warning(summary)
+    if warning:
+        log.warning("%s", warning)
     _print_table(s.name or scenario.stem, summary, table, result.model.slowdown)
 
 
@@ -152,11 +156,48 @@ def _hours(v: float) -> str:
     return f"{v:,.1f} h"
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:,.1f} min" if seconds < 2 * 86400 else f"{seconds / 86400:,.1f} d"
+
+
+# What to change when a loss dominates (the warning under a low ETTR).
+ADVICE = {
+    "lost_work": "checkpoint more often (failures.checkpoint.interval; the optimum is printed "
+    "above) or asynchronously (failures.checkpoint.mode: async)",
+    "waiting": "keep more hot spares (failures.spares) or repair faster (failures.repair.mean)",
+    "restart": "restart faster (failures.restart.scheduling, process_start; the checkpoint "
+    "load reads at cluster.storage's bandwidth)",
+    "detection": "detect and diagnose faster (failures.detection: heartbeat_timeout, "
+    "watchdog_timeout, diagnosis)",
+    "checkpoint": "checkpoint asynchronously (failures.checkpoint.mode: async), less often, "
+    "or to faster storage (cluster.storage)",
+    "maintenance": "shorten planned maintenance (failures.maintenance.duration)",
+    "degraded": "replace slow GPUs (failures.stragglers) or keep spares for the elastic policy",
+}
+LOW_ETTR = 0.8  # Llama 3 and MegaScale report above 0.9 at 10-16K GPUs
+
+
+def low_ettr_warning(summary: dict) -> str | None:
+    """A sentence naming the largest loss and what to change, when ETTR is below
+    :data:`LOW_ETTR`; None otherwise."""
+    if summary["ettr_mean"] >= LOW_ETTR:
+        return None
+    lost = summary["lost_hours_by_category"]
+    worst = max(lost, key=lost.get)
+    wall = summary["days"] * 24.0
+    return (
+        f"ETTR {summary['ettr_mean']:.3f} is low (published 10K-16K-GPU jobs report above "
+        f"0.9): {worst} takes {lost[worst]:,.1f} h of the {wall:,.0f} h "
+        f"({lost[worst] / wall:.0%}); to reduce it, {ADVICE.get(worst, 'see its settings')}"
+    )
+
+
 def _print_table(name: str, summary: dict, table, slowdown: float = 1.0) -> None:
     d = summary
     opt = d["optimal_checkpoint_interval_s"]
+    wall = d["days"] * 24.0
     lines = [
-        f"{name}: {d['seeds']} seeds of {d['days']:g} days",
+        f"{name}: {d['seeds']} seeds of {d['days']:g} days ({wall:,.0f} h of wall clock)",
         f"  step time                  {d['step_time_s']:.3f} s"
         + (
             f" ({d['step_time_s'] * slowdown:.3f} s on average with random stragglers, "
@@ -164,32 +205,60 @@ def _print_table(name: str, summary: dict, table, slowdown: float = 1.0) -> None
             if slowdown > 1.0
             else ""
         ),
-        f"  interruptions              {d['interruptions_mean']:.1f} (MTTI {d['mtti_hours']:.2f} h)"
-        if d["mtti_hours"]
-        else "  interruptions              0",
-        f"  ETTR                       {d['ettr_mean']:.3f} "
-        f"(5%: {d['ettr_p5']:.3f}, 95%: {d['ettr_p95']:.3f})",
-        f"  goodput                    {d['goodput_tokens_per_s']:,.0f} tokens/s",
-        f"  checkpoint interval        {d['checkpoint_interval_s'] / 60:.1f} min",
     ]
+    if d["interruptions_mean"]:
+        mtti = f" (MTTI {d['mtti_hours']:.2f} h)" if d["mtti_hours"] else ""
+        lines.append(
+            f"  interruptions              {d['interruptions_mean']:.1f}: "
+            f"{d['unplanned_interruptions_mean']:.1f} unplanned{mtti}, "
+            f"{d['planned_interruptions_mean']:.1f} planned"
+        )
+    else:
+        lines.append("  interruptions              0")
+    lines += [
+        f"  ETTR                       {d['ettr_mean']:.3f} "
+        f"(5%: {d['ettr_p5']:.3f}, 95%: {d['ettr_p95']:.3f}); productive training time / "
+        "wall clock",
+        f"  goodput                    {d['goodput_tokens_per_s']:,.0f} tokens/s",
+        f"  hot spares                 {d['spares']:,} nodes"
+        + (
+            " (auto: the 99th percentile of nodes away for repair at once)"
+            if d["spares_auto"]
+            else ""
+        ),  # fmt: skip
+    ]
+    asked = d["checkpoint_interval_requested_s"]
+    simulated = d["checkpoint_interval_s"]
+    given = f"{_minutes(asked)} as given" if asked is not None else "Daly's optimum"
+    lines.append(
+        f"  checkpoint interval        {given}, {_minutes(simulated)} as simulated "
+        f"(whole steps of {d['step_time_s'] * slowdown:.3f} s)"
+    )
     if opt["young"]:
         lines.append(
-            f"  optimum (Young / Daly)     {opt['young'] / 60:.1f} / {opt['daly'] / 60:.1f} min"
+            f"  optimum (Young / Daly)     {_minutes(opt['young'])} / {_minutes(opt['daly'])}"
+            + (" (the asynchronous drain's length: no shorter)" if opt["drain_bound"] else "")
         )
     lines.append("  lost time (mean per seed)")
     for k, v in d["lost_hours_by_category"].items():
         lines.append(f"    {k:<24} {_hours(v)}")
+    total = sum(d["lost_hours_by_category"].values())
+    lines.append(
+        f"    {'total':<24} {_hours(total)} of {wall:,.0f} h ({total / wall:.1%}; "
+        f"1 - ETTR = {1 - d['ettr_mean']:.1%})"
+    )
     lines.append("  interruptions by cause (mean)")
     for k, v in sorted(d["interruptions_by_cause"].items(), key=lambda kv: -kv[1]):
         lines.append(f"    {k:<24} {v:.1f}")
     if table is not None:
-        lines.append("  ETTR against the checkpoint interval")
+        lines.append("  ETTR against the checkpoint interval (as asked -> as simulated)")
         best = table["ettr_mean"].idxmax()
         for i, row in table.iterrows():
             mark = _marks(row["effective_interval_s"], table, opt, i == best)
+            asked, used = _minutes(row["interval_s"]), _minutes(row["effective_interval_s"])
             lines.append(
-                f"    {row['effective_interval_s'] / 60:8.1f} min  {row['ettr_mean']:.4f}  "
-                f"[{row['ettr_p5']:.4f}, {row['ettr_p95']:.4f}]{mark}"
+                f"    {asked:>10} -> {used:>10}"
+                f"  {row['ettr_mean']:.4f}  [{row['ettr_p5']:.4f}, {row['ettr_p95']:.4f}]{mark}"
             )
     typer.echo("\n".join(lines))
 

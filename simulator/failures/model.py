@@ -54,6 +54,15 @@ class JobModel:
     policy: str
     slowdown: float = 1.0
     step_time_for: Callable[[int], float] | None = field(default=None, compare=False)
+    interval_requested_s: float | None = None  # as given (None: Daly's optimum)
+    spares_auto: bool = False  # the pool was sized by :func:`auto_spares`
+    write_Bps: float = 0.0  # checkpoint write and read bandwidth used (B/s)
+    read_Bps: float = 0.0
+
+    @property
+    def node_loss_rate_s(self) -> float:
+        """Nodes taken out for repair per second (each cause's rate x the nodes it removes)."""
+        return float((self.cause_rate_s * self.cause_nodes_out).sum())
 
     @property
     def unplanned_rate_s(self) -> float:
@@ -70,8 +79,11 @@ class JobModel:
         return self.restart_fixed_s + self.init_per_rank_s * gpus
 
     def with_interval(self, interval_s: float) -> JobModel:
-        """The same job checkpointing every ``interval_s`` of training (rounded to steps)."""
-        return replace(self, interval_s=_cycle_training(interval_s, self))
+        """The same job checkpointing every ``interval_s`` of training (rounded up to whole
+        steps, and no shorter than an asynchronous checkpoint's drain)."""
+        return replace(
+            self, interval_s=_cycle_training(interval_s, self), interval_requested_s=interval_s
+        )
 
 
 def _cycle_training(interval_s: float, m: JobModel) -> float:
@@ -110,16 +122,53 @@ def _causes(f: FailuresConfig, counts: dict[str, int]):
     return names, rates, shapes, nodes_out, detect
 
 
-def _checkpoint_costs(ck, state: float, gpus: int) -> tuple[float, float, float]:
+def storage_bandwidths(scenario) -> tuple[float, float]:
+    """(write, read) B/s of the job's checkpoints: ``failures.checkpoint``'s when given (a
+    read without its own figure reads at the write's), else the cluster's storage for the
+    job's nodes (:class:`simulator.scenario.schema.StorageConfig`)."""
+    ck, storage, nodes = scenario.failures.checkpoint, scenario.cluster.storage, nodes_of(scenario)
+    write = ck.write_bandwidth or storage.write_Bps(nodes)
+    read = ck.read_bandwidth or ck.write_bandwidth or storage.read_Bps(nodes)
+    return float(write), float(read)
+
+
+def _checkpoint_costs(ck, state: float, gpus: int, write: float, read: float):
     """(training pause per checkpoint, background drain, load at restart), seconds: a blocking
-    save writes the state at the shared storage bandwidth; an async one pauses only to copy
-    each GPU's share to host memory, then drains in the background."""
+    save writes the state at the shared storage bandwidth ``write``; an async one pauses only
+    to copy each GPU's share to host memory, then drains in the background."""
     if ck.mode == "blocking":
-        pause, drain = ck.overhead + state / ck.write_bandwidth, 0.0
+        pause, drain = ck.overhead + state / write, 0.0
     else:
         pause = ck.overhead + state / gpus / ck.host_copy_bandwidth
-        drain = state / ck.write_bandwidth
-    return pause, drain, state / (ck.read_bandwidth or ck.write_bandwidth)
+        drain = state / write
+    return pause, drain, state / read
+
+
+SPARES_QUANTILE = 0.99  # ByteRobust's sizing of its warm-standby pool (arXiv:2509.16293)
+
+
+def auto_spares(node_loss_rate_s: float, repair_mean_s: float, quantile: float = SPARES_QUANTILE):
+    """Hot spares covering the ``quantile`` of nodes away for repair at once: with node
+    losses at ``node_loss_rate_s`` and repairs of mean ``repair_mean_s``, the nodes in repair
+    are Poisson with mean rate x repair time (an M/G/infinity queue, whatever the repair law).
+
+    >>> auto_spares(356 / (54 * 86400), 3 * 86400)  # Llama 3's node losses, 3-day repairs
+    31
+    >>> auto_spares(0.0, 3 * 86400)
+    0
+    """
+    mean = node_loss_rate_s * repair_mean_s
+    if mean <= 0:
+        return 0
+    k, term = 0, math.exp(-mean) if mean < 700 else 0.0
+    if term == 0.0:  # a mean too large for exp(-mean): the normal approximation
+        return math.ceil(mean + 2.326 * math.sqrt(mean))
+    total = term
+    while total < quantile:
+        k += 1
+        term *= mean / k
+        total += term
+    return k
 
 
 def resolve_job(
@@ -149,7 +198,8 @@ def resolve_job(
     names, rates, shapes, nodes_out, detect = _causes(f, counts)
     ck = f.checkpoint
     state = ck.state_bytes if ck.state_bytes is not None else state_bytes
-    pause, drain, load = _checkpoint_costs(ck, state, gpus)
+    write, read = storage_bandwidths(scenario)
+    pause, drain, load = _checkpoint_costs(ck, state, gpus, write, read)
     r = f.restart
     p = scenario.parallelism
     rs = f.stragglers.random
@@ -170,7 +220,7 @@ def resolve_job(
         maintenance_rate_s=f.maintenance.rate,
         maintenance_periodic=f.maintenance.law == "periodic",
         maintenance_duration_s=f.maintenance.duration,
-        spares=f.spares,
+        spares=0 if f.spares == "auto" else f.spares,
         repair_law=f.repair.law,
         repair_mean_s=f.repair.mean,
         repair_sigma=f.repair.sigma,
@@ -182,9 +232,14 @@ def resolve_job(
         policy=f.policy,
         slowdown=slowdown,
         step_time_for=step_time_for,
+        spares_auto=f.spares == "auto",
+        write_Bps=write,
+        read_Bps=read,
     )
+    if f.spares == "auto":
+        model = replace(model, spares=auto_spares(model.node_loss_rate_s, f.repair.mean))
     interval = ck.interval
     if interval is None:
         mtti = model.mtti_s
         interval = NO_FAILURE_INTERVAL_S if math.isinf(mtti) else daly_interval(pause, mtti)
-    return model.with_interval(interval)
+    return replace(model.with_interval(interval), interval_requested_s=ck.interval)

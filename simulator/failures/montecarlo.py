@@ -75,13 +75,20 @@ def simulate_seeds(
 
 
 def optimal_intervals(model: JobModel) -> dict[str, float | None]:
-    """Young and Daly optimum intervals (s) for the job's own unplanned MTTI and pause."""
+    """Young and Daly optimum intervals (s) for the job's own unplanned MTTI and pause.
+
+    An asynchronous checkpoint pauses training only for its copy to host memory, but the
+    next cannot start before the drain to storage ends, and a failure during the drain loses
+    it: the optimum is never shorter than the drain (``drain_bound`` says it binds)."""
     mtti = model.mtti_s
     if math.isinf(mtti) or model.pause_s <= 0:
-        return {"young": None, "daly": None}
+        return {"young": None, "daly": None, "drain_bound": False}
+    young = young_interval(model.pause_s, mtti)
+    daly = daly_interval(model.pause_s, mtti)
     return {
-        "young": young_interval(model.pause_s, mtti),
-        "daly": daly_interval(model.pause_s, mtti),
+        "young": max(young, model.drain_s),
+        "daly": max(daly, model.drain_s),
+        "drain_bound": model.drain_s > min(young, daly),
     }
 
 
@@ -90,14 +97,23 @@ def summarise(result: GoodputResult) -> dict:
     m, per = result.model, result.per_seed
     mean_counts = result.by_cause.groupby("cause", sort=False)["count"].mean()
     interruptions = float(per["interruptions"].mean())
+    planned = float(mean_counts.get("maintenance", 0.0))
+    unplanned = interruptions - planned
     ettr = per["ettr"].to_numpy()
     return {
         "step_time_s": m.step_time_s,
         "days": result.days,
         "seeds": len(per),
         "interruptions_mean": interruptions,
+        "unplanned_interruptions_mean": unplanned,
+        "planned_interruptions_mean": planned,
         "interruptions_by_cause": {k: float(v) for k, v in mean_counts.items()},
-        "mtti_hours": result.days * 24.0 / interruptions if interruptions else None,
+        # mean time to an unplanned interruption (planned maintenance is counted apart)
+        "mtti_hours": result.days * 24.0 / unplanned if unplanned else None,
+        "spares": m.spares,
+        "spares_auto": m.spares_auto,
+        "checkpoint_write_Bps": m.write_Bps,
+        "checkpoint_interval_requested_s": m.interval_requested_s,
         "ettr_mean": float(ettr.mean()),
         "ettr_p5": float(np.percentile(ettr, 5)),
         "ettr_p95": float(np.percentile(ettr, 95)),

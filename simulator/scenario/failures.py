@@ -4,8 +4,9 @@ A job-level model (days) of interruptions: failure causes with a rate per compon
 of time, planned maintenance, detection, hot spares and repair, restart cost, checkpoints,
 the policy after a failure, and stragglers. :mod:`simulator.failures` simulates it.
 
-Rates are events per component per second; a string reads ``COUNT / [DIVISOR /]... TIME``, so
-the arithmetic of a published count can stay in the file: ``"148 / 16384 / 54 d"`` is 148
+Rates are events per component per unit of time, written ``COUNT / [DIVISOR /]... TIME`` (a
+bare number is refused: its unit would be a guess), so the arithmetic of a published count can
+stay in the file: ``"148 / 16384 / 54 d"`` is 148
 interruptions over 16,384 GPUs in 54 days. ``preset: llama3-table5`` starts from the Llama 3
 paper's Table 5 (:data:`PRESETS`); keys given beside it win, as for ``model: NAME``.
 
@@ -23,12 +24,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from simulator.scenario.schema import Bandwidth, Bytes, Frozen, Seconds
-from simulator.units import parse_quantity
+from simulator.scenario.fields import Frozen
+from simulator.units import Bandwidth, Bytes, Seconds, parse_quantity
 
 
 def parse_rate(value: Any) -> float:
-    """A rate in events per second from a number (already per second) or ``"N / ... / TIME"``.
+    """A rate in events per second from ``"N / ... / TIME"`` (0 may be a bare number).
+
+    A bare number is refused: ``rate: 0.5`` could mean per second, hour or day, and read per
+    second it is 43,200 a day.
 
     >>> parse_rate("0.5 / h") * 3600
     0.5
@@ -36,7 +40,12 @@ def parse_rate(value: Any) -> float:
     0.0001672815
     """
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError("a rate is a number per second or a string like '148 / 16384 / 54 d'")
+        raise ValueError("a rate is a count over a time, e.g. '0.3 / d' or '148 / 16384 / 54 d'")
+    if not isinstance(value, str) and value != 0:
+        raise ValueError(
+            f"a rate needs its time unit: write '{value:g} / s', '{value:g} / h' or "
+            f"'{value:g} / d' (a bare {value:g} would be read per second)"
+        )
     if isinstance(value, str):
         parts = [p.strip() for p in value.split("/")]
         if len(parts) < 2 or not all(parts):
@@ -118,21 +127,25 @@ class Detection(Frozen):
 
     ``heartbeat_timeout``: torch.distributed.elastic's rendezvous keep-alive (every 5 s, 3
     missed = 15 s). ``watchdog_timeout``: PyTorch's ProcessGroupNCCL default timeout (10 min).
-    ``diagnosis`` and ``eviction``: not modelled unless given (0).
+    ``diagnosis`` (health checks that find the culprit node): 5 min, half the "less than 10
+    minutes" MegaScale reports on average for detecting a failure and running its diagnostic
+    tests (Jiang et al., NSDI 2024, sec. 6.3). ``eviction``: 0 unless given.
     """
 
     heartbeat_timeout: Seconds = 15.0
     watchdog_timeout: Seconds = 600.0
-    diagnosis: Seconds = 0.0
+    diagnosis: Seconds = 300.0
     eviction: Seconds = 0.0
 
 
 class Repair(Frozen):
-    """Time to bring a failed node back (it then joins the spare pool). No public figure for
-    H100 nodes; 2 days (exponential) is our assumption - give your cluster's."""
+    """Time to bring a failed node back (it then joins the spare pool). No measured repair
+    time of H100 training nodes is published; the default, 3 days (exponential), is the low
+    end of the 3-5 days the Nonuniform Tensor Parallelism study takes for hardware faults
+    (Arfeen et al. 2025, arXiv:2504.06095, fig. 4) - give your cluster's."""
 
     law: Literal["exponential", "lognormal", "fixed"] = "exponential"
-    mean: Seconds = 2 * 86400.0
+    mean: Seconds = 3 * 86400.0
     sigma: Annotated[float, Field(gt=0, le=10)] = 1.0  # lognormal: std of log(time)
 
 
@@ -142,11 +155,14 @@ class Restart(Frozen):
 
     Init defaults from ByteDance's MegaScale (Jiang et al., NSDI 2024, sec. 3.5): under 30 s
     for more than 10,000 GPUs after their fixes; 5 s fixed plus (30 - 5) s over 12,288 GPUs
-    ~ 2 ms per rank. Scheduling and process start: not modelled unless given (0).
+    ~ 2 ms per rank. Scheduling (1 min, the re-queue time of Kokolis et al.'s example) and
+    process start (3 min: imports, model build, data loader) make a 16K-GPU restart about
+    5 min, the restart overhead u0 Kokolis et al. take in their ETTR model (arXiv:2410.21680;
+    they give 5-20 min).
     """
 
-    scheduling: Seconds = 0.0
-    process_start: Seconds = 0.0
+    scheduling: Seconds = 60.0
+    process_start: Seconds = 180.0
     init_fixed: Seconds = 5.0
     init_per_rank: Seconds = 2e-3
 
@@ -159,13 +175,13 @@ class Checkpoint(Frozen):
     all writers, plus ``overhead``. ``async`` pauses only to copy each GPU's share to host memory
     at ``host_copy_bandwidth`` (PCIe Gen5 x16, 64 GB/s a direction), then drains in the
     background; a failure before the drain ends loses that checkpoint. Loading reads the state
-    at ``read_bandwidth`` (default: the write bandwidth). Storage default: Llama 3's Tectonic,
-    2 TB/s sustained (sec. 3.3.1).
+    at ``read_bandwidth``. Both default to the cluster's storage (``cluster.storage``: its
+    aggregate bandwidth, or its per-node bandwidth times the job's nodes if that is less).
     """
 
     interval: Seconds | None = None
     mode: Literal["blocking", "async"] = "blocking"
-    write_bandwidth: Bandwidth = 2e12
+    write_bandwidth: Bandwidth | None = None
     read_bandwidth: Bandwidth | None = None
     host_copy_bandwidth: Bandwidth = 64e9
     overhead: Seconds = 0.0
@@ -335,8 +351,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def _merge(base: Any, over: Any) -> Any:
+    """``over`` on ``base``, mapping by mapping; a key set to None in ``over`` is removed
+    (how a preset's causes, or one of them, are cleared)."""
     if isinstance(base, dict) and isinstance(over, dict):
-        return {k: _merge(base[k], v) if k in base else v for k, v in {**base, **over}.items()}
+        out = {}
+        for k, v in {**base, **over}.items():
+            if k in over and over[k] is None:
+                continue
+            out[k] = _merge(base[k], v) if k in base and k in over else v
+        return out
     return over
 
 
@@ -350,12 +373,27 @@ def _resolve_preset(data: Any) -> Any:
     return data
 
 
+def _spares(value: Any) -> int | str:
+    """``auto``, or a whole number of nodes from 0 to 1,000,000."""
+    if value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"a whole number of nodes, or auto (got {value!r})")
+    if not 0 <= value <= 10**6:
+        raise ValueError(f"must be greater than or equal to 0 and at most 1,000,000 (got {value})")
+    return value
+
+
 class FailuresConfig(Frozen):
     """The ``failures:`` section (see the module docstring).
 
     ``causes`` (name -> :class:`Cause`) or ``node_rate``, one total rate per node (per
     node-day in cluster studies: ``"6.5 / 1000 / d"``), which acts as one cause taking out a
-    host. ``spares``: hot-spare nodes. ``policy``: ``restart_on_spares`` waits for a spare or a
+    host. ``spares``: hot-spare nodes; ``auto`` (the default) sizes the pool as ByteRobust
+    does (arXiv:2509.16293), to the 99th percentile of nodes away for repair at once: a
+    Poisson count whose mean is the rate of node-removing failures times the mean repair time
+    (Little's law). A key set to ``null`` removes what a preset gives (``causes: null``, or
+    ``causes: {software_bug: null}``). ``policy``: ``restart_on_spares`` waits for a spare or a
     repair; ``elastic`` continues with fewer data-parallel replicas until repair.
     """
 
@@ -363,7 +401,7 @@ class FailuresConfig(Frozen):
     node_rate: Rate | None = None
     maintenance: Maintenance = Maintenance()
     detection: Detection = Detection()
-    spares: Annotated[int, Field(ge=0, le=10**6)] = 0
+    spares: Annotated[int | str, BeforeValidator(_spares)] = "auto"
     repair: Repair = Repair()
     restart: Restart = Restart()
     checkpoint: Checkpoint = Checkpoint()
@@ -384,7 +422,8 @@ class FailuresConfig(Frozen):
     def all_causes(self) -> dict[str, Cause]:
         """The causes, with ``node_rate`` as one cause ``node`` taking out a host."""
         if self.node_rate is not None:
-            return {"node": Cause(rate=self.node_rate, per="node", takes_out="host")}
+            rate = f"{self.node_rate!r} / s"  # already per second
+            return {"node": Cause(rate=rate, per="node", takes_out="host")}
         return dict(self.causes)
 
 
@@ -402,7 +441,7 @@ def check_failures(scenario, step_time_s: float | None = None) -> list[Finding]:
         return []
     out: list[Finding] = []
     nodes = nodes_of(scenario)
-    if f.spares > nodes:
+    if f.spares != "auto" and f.spares > nodes:
         out.append(
             (("failures", "spares"), f"{f.spares} hot spares exceed the job's {nodes} nodes")
         )

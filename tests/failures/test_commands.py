@@ -24,6 +24,12 @@ KEYS = {
     "lost_hours_by_category",
     "checkpoint_interval_s",
     "optimal_checkpoint_interval_s",
+    "unplanned_interruptions_mean",
+    "planned_interruptions_mean",
+    "spares",
+    "spares_auto",
+    "checkpoint_write_Bps",
+    "checkpoint_interval_requested_s",
 }
 # 32 A100 in 4 nodes; one failure per node-day so a few days see some
 SCENARIO = """\
@@ -56,7 +62,8 @@ def test_json_has_exactly_the_issues_keys(scenario):
     assert data["seeds"] == 4 and data["days"] == 5
     assert data["interruptions_by_cause"].keys() == {"node", "maintenance"}
     assert 0 < data["ettr_p5"] <= data["ettr_mean"] <= data["ettr_p95"] <= 1
-    assert set(data["optimal_checkpoint_interval_s"]) == {"young", "daly"}
+    assert set(data["optimal_checkpoint_interval_s"]) == {"young", "daly", "drain_bound"}
+    assert data["checkpoint_interval_requested_s"] == 600  # as given; the simulated one below
     # 600 s of training rounded up to whole steps
     steps = data["checkpoint_interval_s"] / data["step_time_s"]
     assert steps == pytest.approx(round(steps)) and 600 <= data["checkpoint_interval_s"] < 601

@@ -739,8 +739,24 @@ def _options(
             "--version", callback=_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
+    raise_limits: Annotated[
+        float | None,
+        typer.Option(
+            "--raise-limits",
+            help="Multiply every resource bound (seeds, days, sweep points, interruptions "
+            "per seed: simulator/limits.py) by this factor.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Discrete-event simulator of large-language-model training clusters."""
+    if raise_limits is not None:
+        from simulator import limits
+
+        try:
+            limits.raise_limits(raise_limits)
+        except ValueError as exc:
+            _fail(str(exc))
 
 
 register_goodput(app)

@@ -43,8 +43,16 @@ def parse_interval_range(spec: str) -> list[float]:
     if len(parts) not in (2, 3):
         raise ValueError(f"--sweep-checkpoint-interval reads A:B[:N], e.g. 5min:4h (got {spec!r})")
     lo, hi = (parse_quantity(p.strip(), "time") for p in parts[:2])
-    n = int(parts[2]) if len(parts) == 3 else SWEEP_POINTS
-    if not 0 < lo < hi or n < 2:
+    from simulator import limits
+
+    try:
+        n = int(parts[2]) if len(parts) == 3 else SWEEP_POINTS
+    except ValueError:
+        raise ValueError(f"--sweep-checkpoint-interval {spec}: N must be a whole number") from None
+    too_many = limits.beyond("interval_points", n, f"--sweep-checkpoint-interval {spec}")
+    if too_many:
+        raise ValueError(too_many)
+    if not (0 < lo < hi and math.isfinite(hi)) or n < 2:
         raise ValueError(f"--sweep-checkpoint-interval needs 0 < A < B and N >= 2 (got {spec!r})")
     return list(np.geomspace(lo, hi, n))
 
@@ -93,6 +101,7 @@ def goodput(
     ] = None,
 ) -> None:
     """Effective training time over days of failures, checkpoints and restarts (Monte Carlo)."""
+    from simulator import limits
     from simulator.failures import adapter
     from simulator.failures.montecarlo import simulate_seeds, summarise, sweep_intervals
     from simulator.scenario.failures import check_failures, located_error
@@ -103,6 +112,14 @@ def goodput(
         check_out_dir(out)
     except OptionError as exc:
         _exit_bad_input(str(exc))
+    if not math.isfinite(days):
+        _exit_bad_input(f"--days {days}: give a finite number of days")
+    for message in (
+        limits.beyond("days", days, f"--days {days:g}"),
+        limits.beyond("seeds", seeds, f"--seeds {seeds}"),
+    ):
+        if message:
+            _exit_bad_input(message)
     s = _load(scenario, overrides)
     try:
         intervals = parse_interval_range(sweep) if sweep else None
@@ -130,6 +147,17 @@ def goodput(
             model = adapter.job_model(s, inputs, topo)
         except ValueError as exc:
             _exit_bad_input(f"{scenario}: {exc}")
+        events = (model.unplanned_rate_s + model.maintenance_rate_s) * days * 86400.0
+        too_many = limits.beyond(
+            "events_per_seed", events, f"{days:g} days at this job's rates (interruptions)"
+        )
+        if too_many:
+            _exit_bad_input(f"{scenario}: failures: {too_many}")
+        if events * seeds > 2e6:  # about 50-100 us each: say what is coming
+            log.info(
+                "about %s interruptions to simulate (%d seeds x %s), a minute or more",
+                f"{events * seeds:,.0f}", seeds, f"{events:,.0f}",
+            )  # fmt: skip
         log.info("%d seeds of %g days", seeds, days)
         adapter.prefetch_elastic(model, days, seeds)  # each DP size reached, once, in parallel
     result = simulate_seeds(model, days, seeds, record_seed=0 if out else None)

@@ -26,6 +26,7 @@ from simulator.plan.nccl_tuning import (
     channels_per_host,
     fastest_protocol,
 )
+from simulator.scenario.schema import ALGORITHM_KINDS
 
 NVLS_KINDS = ("all_reduce",)
 
@@ -90,15 +91,7 @@ def choose_algorithm(
     return "tree" if tree < ring else None
 
 
-IMPLEMENTS = {
-    "ring": ("all_reduce", "all_gather", "reduce_scatter"),
-    "direct": ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
-    "halving_doubling": ("all_reduce", "all_gather", "reduce_scatter"),
-    "tree": ("all_reduce",),
-    "hierarchical": ("all_reduce",),
-    "nvls": ("all_reduce", "all_gather", "reduce_scatter"),
-    "torus": ("all_reduce", "all_gather", "reduce_scatter"),
-}
+IMPLEMENTS = ALGORITHM_KINDS  # the collectives each algorithm implements
 
 
 def algorithm_for(

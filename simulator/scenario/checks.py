@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from simulator.pipelines import get_schedule
 from simulator.scenario.errors import FieldPath
-from simulator.scenario.schema import Scenario
+from simulator.scenario.schema import ALGORITHM_KINDS, Scenario
 
 Finding = tuple[FieldPath, str]
 
@@ -225,9 +225,58 @@ def _size(s: Scenario) -> list[Finding]:
     ]
 
 
+def stream_collectives(s: Scenario) -> dict[str, tuple[int, set[str]]]:
+    """Each stream that has collectives: (its group size, the kinds of collective it runs).
+    A pipeline's sends are point to point: no algorithm applies to them."""
+    p = s.parallelism
+    zero_kinds = {0: {"all_reduce"}, 3: {"all_gather", "reduce_scatter"}}
+    out = {
+        "tp": (p.tp, {"all_gather", "reduce_scatter"} if p.sequence_parallel else {"all_reduce"}),
+        "cp": (p.cp, {"all_gather", "reduce_scatter"}),
+        "ep": (p.ep, {"all_to_all"}),
+        "dp": (s.dp * p.cp, zero_kinds.get(p.zero, {"all_reduce", "all_gather", "reduce_scatter"})),
+        "pp": (p.pp, {"send_recv"}),
+    }
+    return {k: v for k, v in out.items() if v[0] > 1}
+
+
+def _collectives(s: Scenario) -> list[Finding]:
+    """A forced algorithm (``parallelism.collectives``) must run some collective of its
+    stream, on its group, on this topology: one that cannot is refused here, so that
+    ``check``, ``memory`` and ``run`` agree (a silent fallback to the automatic choice would
+    make a study of the algorithm measure something else)."""
+    out: list[Finding] = []
+    streams = stream_collectives(s)
+    topo = s.cluster.topology
+    for stream, algo in s.parallelism.collectives.items():
+        if algo == "auto":
+            continue
+        where = ("parallelism", "collectives", stream)
+        if stream not in streams:
+            out.append((where, f"{algo}: the {stream} stream has no collective here "
+                        f"(parallelism.{stream} is 1)"))  # fmt: skip
+            continue
+        size, kinds = streams[stream]
+        can = set(ALGORITHM_KINDS.get(algo, ())) & kinds
+        if not can:
+            out.append(
+                (where, f"{algo} implements {', '.join(ALGORITHM_KINDS[algo])}; the {stream} "
+                 f"stream runs {', '.join(sorted(kinds))}")
+            )  # fmt: skip
+        elif algo == "halving_doubling" and size & (size - 1):
+            out.append((where, f"halving_doubling needs a power-of-two group; {stream} "
+                        f"groups have {size} ranks"))  # fmt: skip
+        elif algo == "nvls" and not getattr(getattr(topo, "node", None), "nvls", False):
+            out.append((where, "nvls needs NVLink SHARP: cluster.topology.node.nvls: true"))
+        elif algo == "torus" and getattr(topo, "kind", None) != "torus":
+            out.append((where, "torus needs a torus topology (cluster.topology.kind: torus)"))
+    return out
+
+
 def check_scenario(s: Scenario) -> list[Finding]:
     """Every cross-section inconsistency of ``s`` as (field path, message); empty if none."""
     from simulator.scenario.failures import check_failures  # it imports the schema: no cycle
 
     out = _degrees(s) + _model_split(s) + _batch(s) + _pipeline(s) + _compute_dtype(s) + _size(s)
+    out += _collectives(s)
     return out + check_failures(s)  # spares against nodes, straggler ranks (no step time yet)

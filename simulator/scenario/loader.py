@@ -21,7 +21,13 @@ from pydantic import TypeAdapter, ValidationError
 from simulator.scenario.checks import check_scenario
 from simulator.scenario.errors import FieldPath, Position, Problem, ScenarioError, dotted
 from simulator.scenario.schema import Scenario, TopologyConfig
-from simulator.scenario.yaml_source import Positions, expand_includes, parse_yaml, read_yaml_file
+from simulator.scenario.yaml_source import (
+    Positions,
+    expand_includes,
+    load_value,
+    parse_yaml,
+    read_yaml_file,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MAX_PROBLEMS = 20
@@ -90,7 +96,7 @@ def parse_override(text: str) -> tuple[FieldPath, Any]:
     if not all(segments):
         raise ScenarioError.single(where, "", f"empty segment in the key path {key.strip()!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_value(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ScenarioError.single(where, key.strip(), f"cannot read the value: {exc}") from None
     path = tuple(int(seg) if seg.isdigit() else seg for seg in segments)

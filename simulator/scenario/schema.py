@@ -271,6 +271,17 @@ class PipelineConfig(Frozen):
 CollectiveAlgorithm = Literal[
     "auto", "ring", "tree", "nvls", "direct", "halving_doubling", "hierarchical", "torus"
 ]
+ALGORITHM_KINDS: dict[str, tuple[str, ...]] = {
+    # the collectives each algorithm implements (simulator/collectives/algorithms.py); the
+    # plan's choice and the scenario's checks both read this table
+    "ring": ("all_reduce", "all_gather", "reduce_scatter"),
+    "direct": ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
+    "halving_doubling": ("all_reduce", "all_gather", "reduce_scatter"),
+    "tree": ("all_reduce",),
+    "hierarchical": ("all_reduce",),
+    "nvls": ("all_reduce", "all_gather", "reduce_scatter"),
+    "torus": ("all_reduce", "all_gather", "reduce_scatter"),
+}
 
 
 def _zero_stage(value: Any) -> Any:

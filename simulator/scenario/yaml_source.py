@@ -3,8 +3,8 @@
 pydantic reports a field path but no line numbers, so the loader builds plain data from
 ``yaml.compose()`` nodes itself and records a :class:`Position` for each path. YAML is loaded
 with PyYAML's SafeLoader rules (no object construction). Mapping keys are taken as the text
-written, so YAML 1.1's ``on:``/``off:`` keys stay strings; values follow YAML 1.1 (``1e9`` is
-a string, which the units parser accepts).
+written, so YAML 1.1's ``on:``/``off:`` keys stay strings; values follow YAML 1.1, except that
+scientific notation is a number as in YAML 1.2 (``1e-9``: :data:`YAML12_FLOAT`).
 
 A mapping with an ``include: PATH`` key is replaced by the mapping in that file, deep-merged
 with its sibling keys, which win. PATH is resolved against the including file's folder, then
@@ -31,7 +31,32 @@ PyYAML's composer recurses once per level (issue 14, F09)."""
 MAX_FILE_BYTES = 2**20
 """Largest file read (1 MiB). Scenarios are a few kB; a 50 MB file took minutes to refuse."""
 
-_FAST_LOADER: type | None = getattr(yaml, "CSafeLoader", None)
+YAML12_FLOAT = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
+"""Scientific notation YAML 1.1 leaves as text (``1e-9``, ``5e1``, ``1.5e3``: 1.1 wants a dot
+and a signed exponent) and YAML 1.2 reads as a number: read as a float here, as users write
+failure rates and fractions."""
+
+
+def _with_yaml12_floats(base: type) -> type:
+    """``base`` (a safe loader class) that also reads :data:`YAML12_FLOAT` plain scalars as
+    floats (quoted, they stay text)."""
+    loader = type(f"{base.__name__}12", (base,), {})
+    loader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, list("-+0123456789."))
+    return loader
+
+
+SafeLoader12 = _with_yaml12_floats(yaml.SafeLoader)
+SafeDumper12 = _with_yaml12_floats(yaml.SafeDumper)
+"""Writes the text ``"1e9"`` quoted, so that :data:`SafeLoader12` reads it back as text."""
+
+
+def load_value(text: str) -> Any:
+    """One YAML value (a ``--set`` value, a ``--fix`` value) read as files are."""
+    return yaml.load(text, Loader=SafeLoader12)  # noqa: S506 - a safe loader
+
+
+_C_SAFE = getattr(yaml, "CSafeLoader", None)
+_FAST_LOADER: type | None = _with_yaml12_floats(_C_SAFE) if _C_SAFE is not None else None
 """libyaml's parser under PyYAML's safe constructor, about 30 times faster than the
 pure-Python parser (0.15 ms against 4.4 ms for the 405B example), which made parsing two
 thirds of the loader fuzz's time. Its error messages are terser (no offending character, a
@@ -182,7 +207,7 @@ def parse_yaml(text: str, source: str) -> tuple[Any, Positions]:
         except yaml.YAMLError:
             pass  # parsed again below for the pure-Python parser's message
     try:
-        return _parse(text, source, yaml.SafeLoader)
+        return _parse(text, source, SafeLoader12)
     except yaml.YAMLError as exc:
         raise _scenario_error(exc, text, source) from None
     except ScenarioError:  # a ValueError too

@@ -386,6 +386,9 @@ def draw(
     every swept key (those beyond the plot's axes become panels or lines). PlotError when
     they would need more than :data:`MAX_PANELS` panels."""
     kind, metric, x = plot["kind"], plot.get("metric", "step_time_s"), plot["x"]
+    simulated = frame[frame["status"].isin(["ok", "oom"])] if "status" in frame else frame
+    if metric not in frame or not simulated[metric].notna().any():
+        raise PlotError(f"no point was simulated, so there is no {metric} to draw")
     if kind == "heatmap":
         name = plot.get("file") or f"heatmap-{metric}-{x}-{plot['y']}.png"
         return heatmap(frame, metric, x, plot["y"], out_dir / name, title, keys)

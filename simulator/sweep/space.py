@@ -31,10 +31,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from simulator.pipelines import get_schedule
 from simulator.scenario import Scenario
+from simulator.scenario.yaml_source import load_value
 from simulator.units import parse_quantity
 
 MAX_DEGREE = 64
@@ -208,7 +207,7 @@ def _value(name: str, raw: Any) -> Any:
             return float(parse_quantity(str(raw), "bytes"))
         except (ValueError, TypeError) as exc:
             raise SpaceError(f"bucket_size={raw!r}: {exc}") from None
-    value = yaml.safe_load(raw) if isinstance(raw, str) else raw
+    value = load_value(raw) if isinstance(raw, str) else raw
     if name in ("schedule", "recompute"):
         allowed = None if name == "schedule" else RECOMPUTE
         if not isinstance(value, str) or (allowed and value not in allowed):

@@ -36,10 +36,10 @@ def _error(text: str) -> ScenarioError:
             "finite and non-negative",
         ),
         (
-            "failures:\n  causes:\n    gpu: {rate: 1 / d, law: weibull, shape: 0}\n",
+            "failures:\n  causes:\n    gpu: {rate: 1 / d, law: weibull, shape: 0.1}\n",
             "s.yaml:8:38",
             "failures.causes.gpu.shape",
-            "greater than 0",
+            "greater than or equal to 0.2",
         ),
         (
             "failures:\n  causes:\n    gpu: {rate: 1 / d, law: weibull}\n",

@@ -297,7 +297,7 @@ def _outcome(parse, text: str):
 
 def _pure_python(text: str):
     try:
-        return yaml_source._parse(text, "fuzz.yaml", yaml.SafeLoader)
+        return yaml_source._parse(text, "fuzz.yaml", yaml_source.SafeLoader12)
     except yaml.YAMLError as exc:
         raise yaml_source._scenario_error(exc, text, "fuzz.yaml") from None
 

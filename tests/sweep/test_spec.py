@@ -55,7 +55,9 @@ def test_samples_are_seeded_and_within_their_ranges():
     assert all(isinstance(p["training.micro_batch"], int) for p in a)
 
 
-@pytest.mark.parametrize("value", [4, "400 Gb/s", [1, 4], {"a": 1}, True, 1e-6, "1e9", "on", None])
+@pytest.mark.parametrize(
+    "value", [4, "400 Gb/s", [1, 4], {"a": 1}, True, 1e-6, 1e9, "1e9", "on", None]
+)
 def test_override_text_reads_back_the_same_value(value):
     from simulator.scenario.loader import parse_override
 

@@ -1,0 +1,199 @@
+"""Bad or extreme goodput, sweep and collective inputs: exit 2 naming the flag or field and
+the bound, never a traceback, a hang or a silent acceptance (the G-series reproducers)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator import limits
+from simulator.cli import app
+from simulator.scenario import ScenarioError, load_scenario_text
+
+runner = CliRunner()
+BASE = """\
+name: small
+model: {name: llama3-8b, layers: 4}
+cluster:
+  accelerator: H100-SXM
+  gpus: 16
+  topology: {kind: fat_tree, nodes: 2, node: {gpus: 8}}
+parallelism: {tp: 2, pp: 2, zero: 1}
+training: {global_batch: 32, micro_batch: 1, seq_len: 2048}
+"""
+FAILURES = (
+    BASE
+    + """\
+failures:
+  causes:
+    crash: {rate: "1 / 1000 / d", per: gpu}
+  checkpoint: {interval: 30 min}
+"""
+)
+
+
+def _write(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _refused(args, *needles):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+    return result.stderr
+
+
+@pytest.fixture
+def job(tmp_path):
+    return _write(tmp_path, "job.yaml", FAILURES)
+
+
+def test_goodput_counts_are_bounded_before_any_work(job):
+    _refused(["goodput", job, "--days", "inf"], "--days inf", "finite")
+    _refused(["goodput", job, "--days", "1e5"], "--days 100000", "3,650", "--raise-limits")
+    _refused(["goodput", job, "--seeds", "100000000"], "--seeds 100000000", "10,000")
+    _refused(
+        ["goodput", job, "--sweep-checkpoint-interval", "1min:2h:100000000"],
+        "--sweep-checkpoint-interval", "1,000",
+    )  # fmt: skip
+
+
+def test_a_rate_that_would_flood_a_seed_is_refused(tmp_path):
+    path = _write(tmp_path, "flood.yaml", FAILURES.replace("1 / 1000 / d", "1e300 / s"))
+    _refused(["goodput", path, "--seeds", "1"], "events_per_seed", "1,000,000")
+
+
+def test_raise_limits_lifts_every_bound(monkeypatch):
+    monkeypatch.setattr(limits, "_factor", None)
+    assert limits.beyond("seeds", 20_000, "--seeds 20000")
+    limits.raise_limits(10)
+    try:
+        assert limits.beyond("seeds", 20_000, "--seeds 20000") is None
+    finally:
+        monkeypatch.setattr(limits, "_factor", None)
+    with pytest.raises(ValueError, match="factor of 1 or more"):
+        limits.raise_limits(0.5)
+
+
+@pytest.mark.parametrize(
+    "failures, field, message",
+    [
+        (
+            'causes: {crash: {rate: "1 / d", law: weibull, shape: 0.01}}',
+            "failures.causes.crash.shape",
+            "greater than or equal to 0.2",
+        ),
+        (
+            'causes: {crash: {rate: "1 / d"}}\n  repair: {law: lognormal, mean: 0}',
+            "failures.repair",
+            "needs a mean above 0",
+        ),
+        ("node_rate: 0.5", "failures.node_rate", "needs its time unit"),
+    ],
+)
+def test_failure_laws_that_cannot_be_simulated_are_refused(failures, field, message):
+    with pytest.raises(ScenarioError) as err:
+        load_scenario_text(BASE + "failures:\n  " + failures + "\n")
+    [problem] = err.value.problems
+    assert problem.field == field and message in problem.message
+
+
+def test_scientific_notation_is_a_number_in_files_and_in_set():
+    s = load_scenario_text(
+        BASE + "failures:\n  causes: {crash: {rate: 1e-9 / s}}\n"
+        "  stragglers: {random: {fraction: 1e-4, factor: 2}}\n"
+    )
+    assert s.failures.causes["crash"].rate == 1e-9
+    assert s.failures.stragglers.random.fraction == 1e-4
+    s = load_scenario_text(
+        BASE + "failures:\n  causes: {crash: {rate: 1 / d}}\n",
+        overrides=["failures.stragglers.random={fraction: 5e-1, factor: 2}"],
+    )
+    assert s.failures.stragglers.random.fraction == 0.5
+    # quoted, it stays text (a name may look like a number)
+    assert load_scenario_text(BASE.replace("name: small", "name: '1e9'")).name == "1e9"
+
+
+def test_sweep_keys_that_are_not_scenario_paths_are_refused(tmp_path):
+    _write(tmp_path, "base.yaml", BASE)
+    spec = _write(
+        tmp_path,
+        "bad.sweep.yaml",
+        "base: base.yaml\ngrid:\n  '': [1]\n  parallelism..tp: [1]\n  5: [1]\n"
+        "  parallelism.order.0: [tp]\n",
+    )
+    text = _refused(["sweep", spec, "--out", tmp_path / "o", "--no-progress"])
+    for line in (":3:3: grid.:", ":4:3: grid.parallelism..tp:", ":5:3: grid.5:",
+                 ":6:3: grid.parallelism.order.0: no list here to index"):  # fmt: skip
+        assert line in text, text
+    nested = _write(
+        tmp_path,
+        "nested.sweep.yaml",
+        "base: base.yaml\nset: {nope.x: 1}\ngrid:\n  parallelism.tp: [1, 2]\n",
+    )
+    _refused(
+        ["sweep", nested, "--out", tmp_path / "o2", "--no-progress"],
+        ":2:7: nope.x: nope: unknown field",
+    )
+
+
+def test_a_sweep_of_too_many_points_is_refused_before_any_is_made(tmp_path):
+    _write(tmp_path, "base.yaml", BASE)
+    grid = "".join(
+        f"  {k}: [{', '.join(str(v) for v in range(10))}]\n"
+        for k in (
+            "training.seq_len",
+            "training.global_batch",
+            "parallelism.fsdp_prefetch",
+            "model.layers",
+            "parallelism.tp",
+            "parallelism.pp",
+        )  # fmt: skip
+    )
+    spec = _write(tmp_path, "huge.sweep.yaml", "base: base.yaml\ngrid:\n" + grid)
+    _refused(["sweep", spec, "--out", tmp_path / "o", "--no-progress"], "grid", "1e+06", "100,000")
+
+
+def test_a_sweep_whose_every_point_is_infeasible_reports_them(tmp_path, caplog):
+    _write(tmp_path, "base.yaml", BASE)
+    spec = _write(
+        tmp_path,
+        "none.sweep.yaml",
+        "base: base.yaml\nset: {training.global_batch: 33}\ngrid:\n  parallelism.tp: [1, 2]\n",
+    )
+    result = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("infeasible") == 3  # the base and both points
+    assert "no point was simulated" in caplog.text  # the plots say why they are missing
+
+
+@pytest.mark.parametrize(
+    "collectives, parallelism, message",
+    [
+        ("{dp: halving_doubling}", "tp: 1, pp: 1", "power-of-two group; dp groups have 6"),
+        ("{pp: tree}", "tp: 1, pp: 2", "tree implements all_reduce; the pp stream runs send_recv"),
+        ("{dp: tree}", "tp: 1, pp: 1, zero: 3", "the dp stream runs all_gather, reduce_scatter"),
+        ("{tp: nvls}", "tp: 2, pp: 1", "nvls needs NVLink SHARP"),
+        ("{dp: torus}", "tp: 1, pp: 1", "torus needs a torus topology"),
+    ],
+)
+def test_check_refuses_collectives_that_run_would(tmp_path, collectives, parallelism, message):
+    text = (
+        BASE.replace("gpus: 16", "gpus: 6")
+        .replace(
+            "parallelism: {tp: 2, pp: 2, zero: 1}",
+            f"parallelism: {{{parallelism}, collectives: {collectives}}}",
+        )
+        .replace("global_batch: 32", "global_batch: 6")
+    )
+    if "pp: 2" in parallelism:
+        text = text.replace("gpus: 6", "gpus: 8").replace("global_batch: 6", "global_batch: 8")
+    path = _write(tmp_path, "c.yaml", text)
+    for command in ("check", "memory"):
+        _refused([command, path], "parallelism.collectives.", message)

@@ -122,7 +122,7 @@ def goodput(
             _exit_bad_input(message)
     s = _load(scenario, overrides)
     try:
-        intervals = parse_interval_range(sweep) if sweep else None
+        intervals = parse_interval_range(sweep) if sweep is not None else None
     except (ValueError, UnitError) as exc:
         _exit_bad_input(str(exc))
     log.info(
@@ -143,6 +143,12 @@ def goodput(
         findings = check_failures(s, inputs.step_time_s)
         if findings:
             _exit_bad_input(str(located_error(scenario, overrides, findings)))
+        if intervals and min(intervals) < inputs.step_time_s:
+            _exit_bad_input(
+                f"--sweep-checkpoint-interval {sweep}: the shortest interval "
+                f"({min(intervals):.3g} s) is below one step ({inputs.step_time_s:.3g} s): "
+                "a checkpoint comes after whole steps"
+            )
         try:
             model = adapter.job_model(s, inputs, topo)
         except ValueError as exc:

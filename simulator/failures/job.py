@@ -178,7 +178,9 @@ class _Job:
     def failure_phases(self, k: int) -> list[list]:
         m, now = self.m, self.env.now
         self.collect(now)
-        lost_nodes = int(m.cause_nodes_out[k])
+        # a failure takes out nodes the job and its pool still have: nodes in repair do not
+        # fail again (this bounds the repair queue by nodes + spares)
+        lost_nodes = min(int(m.cause_nodes_out[k]), m.nodes + m.spares - len(self.returns))
         take = min(self.pool, lost_nodes)
         self.pool -= take
         self.deficit += lost_nodes - take

@@ -456,7 +456,16 @@ def check_failures(scenario, step_time_s: float | None = None) -> list[Finding]:
         out.append(
             (("failures", "spares"), f"{f.spares} hot spares exceed the job's {nodes} nodes")
         )
+    seen_ranks: set[int] = set()
     for i, gpu in enumerate(f.stragglers.gpus):
+        if gpu.rank in seen_ranks:
+            out.append(
+                (
+                    ("failures", "stragglers", "gpus", i, "rank"),
+                    f"rank {gpu.rank} is listed twice: give one entry per slow GPU",
+                )
+            )
+        seen_ranks.add(gpu.rank)
         if gpu.rank >= scenario.num_gpus:
             out.append(
                 (

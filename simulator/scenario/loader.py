@@ -96,9 +96,14 @@ def parse_override(text: str) -> tuple[FieldPath, Any]:
     if not all(segments):
         raise ScenarioError.single(where, "", f"empty segment in the key path {key.strip()!r}")
     try:
-        value = load_value(raw) if raw.strip() else ""
+        value = load_value(raw, where.source) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ScenarioError.single(where, key.strip(), f"cannot read the value: {exc}") from None
+    except ScenarioError as exc:  # e.g. a flow mapping that repeats a key
+        message = "; ".join(p.message for p in exc.problems)
+        raise ScenarioError.single(
+            where, key.strip(), f"cannot read the value: {message}"
+        ) from None
     path = tuple(int(seg) if seg.isdigit() else seg for seg in segments)
     return path, value
 

@@ -50,9 +50,11 @@ SafeDumper12 = _with_yaml12_floats(yaml.SafeDumper)
 """Writes the text ``"1e9"`` quoted, so that :data:`SafeLoader12` reads it back as text."""
 
 
-def load_value(text: str) -> Any:
-    """One YAML value (a ``--set`` value, a ``--fix`` value) read as files are."""
-    return yaml.load(text, Loader=SafeLoader12)  # noqa: S506 - a safe loader
+def load_value(text: str, source: str = "<value>") -> Any:
+    """One YAML value (a ``--set`` value, a ``--fix`` value) read as files are: numbers as
+    YAML 1.2 has them, and a mapping that repeats a key refused (ScenarioError at
+    ``source``), where PyYAML alone keeps the last."""
+    return parse_yaml(text, source)[0]
 
 
 _C_SAFE = getattr(yaml, "CSafeLoader", None)

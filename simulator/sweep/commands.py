@@ -68,10 +68,15 @@ def _bad_input(message: str) -> None:
 
 
 def _check_out(out: Path | None) -> None:
-    """An output folder that cannot be written fails now, not after every point ran."""
+    """An output folder that cannot be written, or whose results file is not one a sweep
+    wrote, fails now, not after every point ran (and the file is left untouched)."""
+    from simulator.sweep.store import StoreError, check_store
+
     try:
         check_out_dir(out)
-    except OptionError as exc:
+        if out is not None:
+            check_store(out)
+    except (OptionError, StoreError) as exc:
         _bad_input(str(exc))
 
 
@@ -147,7 +152,9 @@ def sweep(
     _log_warnings(frame)
     log.info("wrote %s", out_dir / "results.parquet")
     if format is Format.json:
-        rows = json_records(frame.sort_values("point"))
+        rows = json_records(
+            frame.sort_values("point").drop(columns=["sim_time_s"], errors="ignore")
+        )
         typer.echo(
             json.dumps(
                 {"name": loaded.name, "results": str(out_dir / "results.parquet"), "rows": rows},

@@ -424,10 +424,22 @@ def _check_keys_once(spec: SweepSpec) -> None:
 
 
 def _check_plots(spec: SweepSpec) -> None:
-    """A plot's x, y and group must be swept keys, and its metric a numeric result."""
+    """A plot's x, y and group must be swept keys, its metric a numeric result, and its
+    file a plain name (it is written inside --out, nowhere else)."""
     problems = []
     known = NUMERIC  # the numeric metrics of a results row
     for i, plot in enumerate(spec.model.plots):
+        if plot.file is not None and (
+            Path(plot.file).name != plot.file or plot.file in ("", ".", "..")
+        ):
+            where = spec.positions.get(("plots", i, "file"), Position(str(spec.path)))
+            problems.append(
+                Problem(
+                    where,
+                    f"plots[{i}].file",
+                    f"{plot.file!r}: give a file name, written inside --out (no folder, no ..)",
+                )  # fmt: skip
+            )
         for axis in ("x", "y", "group"):
             key = getattr(plot, axis)
             if key is not None and key not in spec.keys:

@@ -1,6 +1,7 @@
 """The result store: ``DIR/results.parquet``, one row per point, read back to resume.
 
-Rows carry the point's swept values (columns named by their dotted keys), ``point`` (its index;
+Rows carry the point's swept values (columns named by their dotted keys, with their text in
+``KEY_text``), ``point`` (its index;
 -1 for the base scenario), ``scenario_hash``, ``status``, ``reason``, ``warnings`` and every
 metric of ``trainsim run --format json``. The swept keys are recorded in the file's schema
 metadata, so a resumed sweep knows which columns are results (keyed by hash) and which belong
@@ -41,10 +42,20 @@ def _column_for_parquet(values: pd.Series) -> pd.Series:
     return values.map(lambda v: None if v is None else json.dumps(v, default=str))
 
 
+TIMINGS = "timings.csv"
+WALL_CLOCK = ("sim_time_s",)  # how long a point took to simulate: not a result of the point
+
+
 def write_results(frame: pd.DataFrame, keys: list[str], out_dir: Path) -> Path:
-    """Write ``frame`` to ``out_dir/results.parquet`` atomically; ``keys`` are the swept keys."""
+    """Write ``frame`` to ``out_dir/results.parquet`` atomically; ``keys`` are the swept keys.
+
+    The wall-clock seconds each point took go to ``timings.csv`` beside it, so that the
+    results of the same study are the same bytes on every run."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    shown = frame.copy()
+    clocks = [c for c in WALL_CLOCK if c in frame]
+    if clocks:
+        frame[["point", "scenario_hash", *clocks]].to_csv(out_dir / TIMINGS, index=False)
+    shown = frame.drop(columns=clocks)
     for key in keys:
         if key in shown:
             shown[key] = _column_for_parquet(shown[key])
@@ -59,12 +70,39 @@ def write_results(frame: pd.DataFrame, keys: list[str], out_dir: Path) -> Path:
     return path
 
 
+class StoreError(ValueError):
+    """A results file that is not one this program wrote; the message names it."""
+
+
+def check_store(out_dir: Path) -> None:
+    """Refuse, before anything is simulated, an ``out_dir`` whose results file could not be
+    read back or replaced: a folder of that name, or a file that is not a sweep's Parquet
+    table. It is left as it is (never overwritten)."""
+    path = out_dir / RESULTS
+    if path.exists() and not path.is_file():
+        raise StoreError(f"{path} is not a file: move it away or give another --out")
+    if path.is_file():
+        read_results(out_dir)
+
+
 def read_results(out_dir: Path) -> tuple[pd.DataFrame, list[str]]:
-    """The stored rows and their swept keys; an empty frame if there is no results file."""
+    """The stored rows and their swept keys; an empty frame if there is no results file.
+    StoreError when the file is not a results table (it is left untouched)."""
     path = out_dir / RESULTS
     if not path.is_file():
         return pd.DataFrame(), []
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise StoreError(
+            f"{path} is not a results table this program can read ({str(exc).splitlines()[0]}); "
+            "it is left as it is: move it away or give another --out"
+        ) from None
+    if "scenario_hash" not in table.column_names:
+        raise StoreError(
+            f"{path} is a Parquet file without the sweep's columns (scenario_hash): it is "
+            "left as it is: move it away or give another --out"
+        )
     keys = json.loads((table.schema.metadata or {}).get(_META_KEY, b"[]"))
     return table.to_pandas(), keys
 

@@ -197,3 +197,91 @@ def test_check_refuses_collectives_that_run_would(tmp_path, collectives, paralle
     path = _write(tmp_path, "c.yaml", text)
     for command in ("check", "memory"):
         _refused([command, path], "parallelism.collectives.", message)
+
+
+def test_a_corrupt_or_foreign_results_file_is_named_and_left_alone(tmp_path):
+    _write(tmp_path, "base.yaml", BASE)
+    spec = _write(tmp_path, "s.sweep.yaml", "base: base.yaml\ngrid:\n  parallelism.tp: [1, 2]\n")
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "results.parquet").write_text("not parquet")
+    _refused(["sweep", spec, "--out", junk, "--no-progress"], "results.parquet", "left as it is")
+    assert (junk / "results.parquet").read_text() == "not parquet"  # untouched
+    folder = tmp_path / "folder"
+    (folder / "results.parquet").mkdir(parents=True)
+    _refused(["sweep", spec, "--out", folder, "--no-progress"], "is not a file")
+
+
+def test_a_plot_file_is_a_name_inside_out(tmp_path):
+    _write(tmp_path, "base.yaml", BASE)
+    spec = _write(
+        tmp_path,
+        "p.sweep.yaml",
+        "base: base.yaml\ngrid:\n  parallelism.tp: [1, 2]\n"
+        "plots:\n  - {kind: line, x: parallelism.tp, file: ../escaped/x.png}\n",
+    )
+    _refused(["sweep", spec, "--out", tmp_path / "o", "--no-progress"], "plots[0].file")
+    assert not (tmp_path / "escaped").exists()
+
+
+def test_sweep_results_are_the_same_bytes_on_every_run(tmp_path):
+    """Wall-clock seconds go to timings.csv, not into the results (G21)."""
+    _write(tmp_path, "base.yaml", BASE)
+    spec = _write(tmp_path, "s.sweep.yaml", "base: base.yaml\ngrid:\n  parallelism.zero: [0, 1]\n")
+    outs = []
+    for run in ("a", "b"):
+        result = runner.invoke(
+            app, ["sweep", str(spec), "--out", str(tmp_path / run), "--no-progress",
+                  "--format", "json"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        outs.append(result.stdout.replace(str(tmp_path / run), "OUT"))
+    assert outs[0] == outs[1] and "sim_time_s" not in outs[0]
+    a, b = ((tmp_path / r / "results.parquet").read_bytes() for r in ("a", "b"))
+    assert a == b
+    assert "sim_time_s" in (tmp_path / "a" / "timings.csv").read_text()
+
+
+def test_goodput_interval_sweeps_that_cannot_run_are_refused(job):
+    _refused(["goodput", job, "--sweep-checkpoint-interval", ""], "A:B[:N]")
+    _refused(["goodput", job, "--sweep-checkpoint-interval", "1min:2h:abc"], "whole number")
+    _refused(["goodput", job, "--sweep-checkpoint-interval", "1us:2us"], "below one step")
+
+
+def test_duplicates_are_refused(tmp_path):
+    path = _write(tmp_path, "b.yaml", BASE)
+    _refused(
+        ["check", path, "--set", "parallelism.collectives={tp: ring, tp: tree}"],
+        "--set parallelism.collectives", "duplicate key",
+    )  # fmt: skip
+    _refused(
+        ["check", path, "--set", "failures={causes: {c: {rate: 1 / d}}, stragglers: {gpus: "
+         "[{rank: 1, factor: 2}, {rank: 1, factor: 3}]}}"],
+        "failures.stragglers.gpus[1].rank", "listed twice",
+    )  # fmt: skip
+
+
+def test_failures_while_down_take_out_no_more_nodes_than_there_are():
+    """G04: a 2-node job whose GPUs fail every few minutes, each taking out its node: the
+    repair queue holds at most the job's nodes and its spares, and a seed runs in linear
+    time (it grew without bound, 5,710 nodes in repair after 2 days)."""
+    from simulator.failures.job import _Job
+    from tests.failures.helpers import job as model
+
+    m = model(
+        nodes=2, gpus=16, dp=2, cause_rate_s=[16 / 600.0], cause_nodes_out=[1], spares=1,
+        repair_law="fixed", repair_mean_s=86400.0,
+    )  # fmt: skip
+    j = _Job(m, 2 * 86400.0, seed=0, record=False)
+    peak = 0
+    original = j.failure_phases
+
+    def watch(k):
+        nonlocal peak
+        out = original(k)
+        peak = max(peak, len(j.returns))
+        return out
+
+    j.failure_phases = watch
+    j.run()
+    assert 0 < peak <= m.nodes + m.spares

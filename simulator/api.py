@@ -76,6 +76,8 @@ __all__ = [
     "load_scenario",
     "memory_frame",
     "memory_report",
+    "ledger_peak",
+    "step_lower_bound",
     "network_model",
     "topology_from_file",
 ]
@@ -308,6 +310,26 @@ def collective_table(
 def topology_report(topo: Topology) -> tuple[dict, pd.DataFrame]:
     """Headline numbers and the per-level link table of ``topo``."""
     return summary(topo), link_levels(topo)
+
+
+def ledger_peak(scenario: Scenario, topo: Topology | None = None) -> tuple[float, float, str]:
+    """(the largest rank's memory-ledger total, its HBM, which ranks) in bytes: the ledger
+    alone, without the report's caveats and parameter counts. A schedule ordered by its
+    passes' durations is planned on ``topo`` (built if not given), as ``run`` plans it."""
+    plan: Scenario | Plan = scenario
+    if get_schedule(scenario.parallelism.pipeline.schedule).needs_times:
+        plan = build_plan(scenario, topo or build_topology(scenario.cluster))
+    ranks = distinct_rank_kinds(memory_ledger(plan))
+    worst = max(ranks, key=lambda r: r.total)
+    return worst.total, worst.capacity, worst.rank_kind
+
+
+def step_lower_bound(scenario: Scenario, ingress_Bps: float | None = None):
+    """A lower bound on the simulated step of ``scenario``
+    (:func:`simulator.schedule.bounds.step_lower_bound`), for the plan search's screen."""
+    from simulator.schedule.bounds import step_lower_bound as bound
+
+    return bound(scenario, ingress_Bps)
 
 
 def topology_warnings(scenario: Scenario, topo: Topology | None = None) -> list[str]:

@@ -64,7 +64,8 @@ def _exit_bad_input(message: str) -> None:
 
 def _load(path: Path, overrides: list[str]):
     from simulator import api
-    from simulator.scenario.failures import check_failures, located_error
+    from simulator.scenario.failures import check_failures
+    from simulator.scenario.located import located_error
 
     try:
         scenario = api.load(path, overrides)
@@ -104,7 +105,8 @@ def goodput(
     from simulator import limits
     from simulator.failures import adapter
     from simulator.failures.montecarlo import simulate_seeds, summarise, sweep_intervals
-    from simulator.scenario.failures import check_failures, located_error
+    from simulator.scenario.failures import check_failures
+    from simulator.scenario.located import located_error
     from simulator.units import UnitError
 
     overrides = set_ or []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from simulator.pipelines import get_schedule
 from simulator.scenario.errors import FieldPath
+from simulator.scenario.failures import check_failures
 from simulator.scenario.schema import ALGORITHM_KINDS, Scenario
 
 Finding = tuple[FieldPath, str]
@@ -275,8 +276,6 @@ def _collectives(s: Scenario) -> list[Finding]:
 
 def check_scenario(s: Scenario) -> list[Finding]:
     """Every cross-section inconsistency of ``s`` as (field path, message); empty if none."""
-    from simulator.scenario.failures import check_failures  # it imports the schema: no cycle
-
     out = _degrees(s) + _model_split(s) + _batch(s) + _pipeline(s) + _compute_dtype(s) + _size(s)
     out += _collectives(s)
     return out + check_failures(s)  # spares against nodes, straggler ranks (no step time yet)

@@ -22,6 +22,7 @@ from pydantic import (
 from simulator.hardware import CATALOG as ACCELERATORS
 from simulator.hardware import Accelerator, get_accelerator
 from simulator.pipelines import get_schedule
+from simulator.scenario.failures import FailuresConfig
 from simulator.scenario.fields import (
     MAX_DEVICES,
     MIN_BUCKET_BYTES,
@@ -30,6 +31,7 @@ from simulator.scenario.fields import (
     PosInt,
     Real,
 )
+from simulator.scenario.framework import FrameworkConfig
 from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
 from simulator.scenario.topology_config import (
     FatTreeTopology,
@@ -461,10 +463,6 @@ class SimulationConfig(Frozen):
     kernel_tasks: bool = False
     comm_interference: Annotated[Real, Field(ge=0, le=4)] = 0.189
     repeat_steady_state: bool = True
-
-
-from simulator.scenario.failures import FailuresConfig  # noqa: E402 (it builds on Frozen)
-from simulator.scenario.framework import FrameworkConfig  # noqa: E402
 
 
 class Scenario(Frozen):

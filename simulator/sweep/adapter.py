@@ -11,12 +11,9 @@ from pathlib import Path
 
 from simulator import api
 from simulator.pipelines import get_schedule
-from simulator.plan.memory import distinct_rank_kinds, memory_ledger
-from simulator.plan.topology_warnings import topology_warnings
 from simulator.scenario import Scenario
 from simulator.scenario.schema import ClusterConfig
-from simulator.schedule import bounds
-from simulator.topology import Topology, build_topology
+from simulator.topology import Topology
 
 # Topologies a worker keeps for the points after (most recent last): points of a sweep mostly
 # share their cluster (a plan study, a seed study), and a kept topology keeps what the engine
@@ -32,7 +29,7 @@ def topology_of(cluster: ClusterConfig) -> Topology:
     key = cluster.model_dump_json(round_trip=True)
     topo = _kept.pop(key, None)
     if topo is None:
-        topo = build_topology(cluster)
+        topo = api.build_topology(cluster)
     _kept[key] = topo
     while len(_kept) > KEPT_TOPOLOGIES:
         _kept.popitem(last=False)[1].release()  # its graph's cycles, freed now
@@ -62,23 +59,17 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
 
 def simulate(scenario: Scenario) -> tuple[dict, list[str]]:
     """Simulate one step of ``scenario``: the metrics of ``trainsim run --format json`` and the
-    warnings about the study's topology (:func:`topology_warnings`)."""
+    warnings about the study's topology (:func:`simulator.api.topology_warnings`)."""
     topo = topology_of(scenario.cluster)
-    warnings = topology_warnings(scenario, topo)
+    warnings = api.topology_warnings(scenario, topo)
     return api.run(scenario, topo=topo, steps=_steps).summary, warnings
 
 
 def ledger_peak(scenario: Scenario) -> tuple[float, float, str]:
-    """(the largest rank's ledger total, its HBM, which ranks) in bytes: the memory ledger
-    alone (:func:`simulator.plan.memory.memory_ledger`), without the report's caveats and
-    parameter counts; a schedule ordered by its passes' durations is planned on the kept
-    topology, as ``run`` plans it."""
-    plan: Scenario | object = scenario
-    if get_schedule(scenario.parallelism.pipeline.schedule).needs_times:
-        plan = api.build_plan(scenario, topology_of(scenario.cluster))
-    ranks = distinct_rank_kinds(memory_ledger(plan))
-    worst = max(ranks, key=lambda r: r.total)
-    return worst.total, worst.capacity, worst.rank_kind
+    """(the largest rank's ledger total, its HBM, which ranks) in bytes
+    (:func:`simulator.api.ledger_peak`), planned on the kept topology."""
+    timed = get_schedule(scenario.parallelism.pipeline.schedule).needs_times
+    return api.ledger_peak(scenario, topology_of(scenario.cluster) if timed else None)
 
 
 def memory_report(scenario: Scenario):
@@ -95,5 +86,5 @@ def ingress_Bps(scenario: Scenario) -> float:
 
 
 def step_lower_bound(scenario: Scenario, ingress: float | None = None):
-    """A lower bound on the simulated step (:func:`simulator.schedule.bounds.step_lower_bound`)."""
-    return bounds.step_lower_bound(scenario, ingress)
+    """A lower bound on the simulated step (:func:`simulator.api.step_lower_bound`)."""
+    return api.step_lower_bound(scenario, ingress)

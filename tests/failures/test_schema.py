@@ -7,7 +7,8 @@ import pytest
 from simulator.failures.model import resolve_job
 from simulator.failures.montecarlo import simulate_seeds
 from simulator.scenario import ScenarioError, load_scenario, load_scenario_text
-from simulator.scenario.failures import check_failures, located_error
+from simulator.scenario.failures import check_failures
+from simulator.scenario.located import located_error
 from tests.conftest import ROOT, published
 
 BASE = """\

@@ -30,6 +30,7 @@ from simulator.engine.executor import channels_Bps, hop_bandwidth
 from simulator.engine.placement import DeviceLabels, RanksOnDevices
 from simulator.engine.steady_state import SHIFT_DIFFERS, expand, expand_memory, find_repeat
 from simulator.hardware import get_accelerator
+from simulator.infeasible import InfeasibleError
 from simulator.model.compute import ComputeModel
 from simulator.model.params import count_params
 from simulator.pipelines import SteadyState, get_schedule, steady_state
@@ -71,6 +72,7 @@ __all__ = [
     "simulate",
     "step_metrics",
     "write_run",
+    "InfeasibleError",
     "MemoryReport",
     "collective_table",
     "load_scenario",
@@ -557,7 +559,7 @@ def simulate(
     :class:`NotRepeating` if they do not repeat, or with ``track_links`` (link loads over
     time are not repeated)."""
     if step.plan.grid.size > topo.num_devices:
-        raise ValueError(
+        raise InfeasibleError(
             f"{step.plan.grid.size} ranks but the topology has {topo.num_devices} devices"
         )
     if step.steady is not None and track_links:
@@ -604,7 +606,7 @@ def _degraded(topo: Topology, perturbations) -> Topology:
     graph = topo.graph.copy()
     for p in slow:
         if not graph.has_edge(p.src, p.dst):
-            raise ValueError(f"no link {p.src} -> {p.dst} in the topology")
+            raise InfeasibleError(f"no link {p.src} -> {p.dst} in the topology")
         graph.edges[p.src, p.dst]["bandwidth"] *= p.fraction
     return dataclasses.replace(topo, graph=graph)
 
@@ -675,7 +677,7 @@ def scenario_perturbations(scenario: Scenario) -> list[Perturbation]:
             continue
         src, dst, fraction = args
         if fraction == 0:
-            raise ValueError(
+            raise InfeasibleError(
                 f"failures.stragglers.links ({src} -> {dst}): a link that is down needs "
                 "rerouting, which the step simulation does not model; give the fraction of "
                 "bandwidth left instead"
@@ -698,7 +700,7 @@ def _placed(scenario: Scenario, perturbations) -> tuple[Scenario, list]:
     slow = [p for p in perturbations if isinstance(p, SlowCompute)]
     for p in slow:
         if not 0 <= p.rank < scenario.num_gpus:
-            raise ValueError(f"rank {p.rank} is not in the job's {scenario.num_gpus} GPUs")
+            raise InfeasibleError(f"rank {p.rank} is not in the job's {scenario.num_gpus} GPUs")
     if not slow or scenario.simulation.mode == "full":
         return scenario, list(perturbations)
     if scenario.num_gpus <= FULL_MODE_MAX_GPUS:

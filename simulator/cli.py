@@ -379,7 +379,7 @@ def run(
                 log.warning("%s", warning)
             with stages.stage(f"simulating the step on {s.num_gpus:,} GPUs"):
                 result = api.run(s, topo, track_links=track)
-    except ValueError as exc:
+    except api.InfeasibleError as exc:  # anything else is a bug: exit 1, see main()
         typer.echo(f"error: {scenario}: {exc}", err=True)
         raise typer.Exit(2) from None
     if out is not None:
@@ -796,6 +796,11 @@ def main() -> None:
         sys.exit(2)
     except Exception as exc:  # noqa: BLE001 - the contract: 1 for a failure of the program
         log.exception("internal error: %s", exc)
+        typer.echo(
+            "This is a bug in trainsim, not a problem with your input: please report it with "
+            "the command line and the scenario files.",
+            err=True,
+        )
         sys.exit(1)
 
 

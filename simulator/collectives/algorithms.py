@@ -39,6 +39,7 @@ from simulator.collectives.plan import (
     TransferArrays,
     transfers_of,
 )
+from simulator.infeasible import InfeasibleError
 from simulator.plan import nccl_tuning
 from simulator.plan.nccl_tuning import ALGORITHM_EFFICIENCY
 
@@ -124,7 +125,7 @@ def ring(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
                 chain.reverse()  # towards the root
             transfers += [Transfer(chain[i], chain[i + 1], share) for i in range(n - 1)]
         return [Phase(tuple(transfers), steps=1, latency_hops=n - 1, ring=True, lockstep=n - 1)]
-    raise ValueError(f"ring does not implement {kind}")
+    raise InfeasibleError(f"ring does not implement {kind}")
 
 
 def _direct_exchange(group: Sequence[int], bytes_: float) -> Phase:
@@ -141,14 +142,14 @@ def direct(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list
         return [Phase(tuple(Transfer(group[0], b, size) for b in group[1:]))]
     if kind == "reduce":
         return [Phase(tuple(Transfer(b, group[0], size) for b in group[1:]))]
-    raise ValueError(f"direct does not implement {kind}")
+    raise InfeasibleError(f"direct does not implement {kind}")
 
 
 def halving_doubling(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
     """Recursive halving reduce-scatter then recursive doubling all-gather (Rabenseifner)."""
     n = len(group)
     if n & (n - 1):
-        raise ValueError(f"halving_doubling needs a power-of-two group, not {n}")
+        raise InfeasibleError(f"halving_doubling needs a power-of-two group, not {n}")
     halving = []
     dist, chunk = n // 2, size / 2
     while dist >= 1:
@@ -161,7 +162,7 @@ def halving_doubling(kind: Kind, group: Sequence[int], size: float, loc: Localit
         return halving
     if kind == "all_gather":
         return doubling
-    raise ValueError(f"halving_doubling does not implement {kind}")
+    raise InfeasibleError(f"halving_doubling does not implement {kind}")
 
 
 def _btree_parent(rank: int, n: int) -> int | None:
@@ -238,7 +239,7 @@ def tree(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
     the rings), each host's chain starting at another member, so every GPU's NIC carries a
     share: ``g`` channels x 2 trees of ``S / 2g`` each."""
     if kind != "all_reduce":
-        raise ValueError(f"tree does not implement {kind}")
+        raise InfeasibleError(f"tree does not implement {kind}")
     n = len(group)
     if n == 1:
         return []
@@ -287,7 +288,7 @@ def nvls(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
     """
     hosts = {loc.host_of[d] for d in group}
     if len(hosts) != 1 or next(iter(hosts)) not in loc.nvls_switch:
-        raise ValueError("nvls needs a group inside one NVLink domain with NVLS support")
+        raise InfeasibleError("nvls needs a group inside one NVLink domain with NVLS support")
     sw = loc.nvls_switch[next(iter(hosts))]
     n = len(group)
     up_bytes, down_bytes = {
@@ -296,7 +297,7 @@ def nvls(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[P
         "all_gather": (size / n, size),
     }.get(kind, (None, None))
     if up_bytes is None:
-        raise ValueError(f"nvls does not implement {kind}")
+        raise InfeasibleError(f"nvls does not implement {kind}")
     hops = 2 if kind == "all_reduce" else 1
     transfers = tuple(Transfer(d, sw, up_bytes) for d in group) + tuple(
         Transfer(sw, d, down_bytes) for d in group
@@ -308,11 +309,11 @@ def hierarchical(kind: Kind, group: Sequence[int], size: float, loc: Locality) -
     """Intra-host ring reduce-scatter, inter-host ring all-reduce of each rank's S/g slice
     (one ring per local index, concurrently), intra-host ring all-gather."""
     if kind != "all_reduce":
-        raise ValueError(f"hierarchical does not implement {kind}")
+        raise InfeasibleError(f"hierarchical does not implement {kind}")
     locals_ = _by_host(group, loc)
     g = len(locals_[0])
     if any(len(x) != g for x in locals_):
-        raise ValueError("hierarchical needs the same number of ranks on every host")
+        raise InfeasibleError("hierarchical needs the same number of ranks on every host")
     h = len(locals_)
     phases: list[Phase] = []
     if g > 1:
@@ -333,9 +334,9 @@ def torus(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[
     all-gather z, y, x); each ring step sends half its chunk each way round."""
     shape = loc.torus_shape
     if shape is None or sorted(group) != list(range(_prod(shape))):
-        raise ValueError("torus needs the whole torus as its group")
+        raise InfeasibleError("torus needs the whole torus as its group")
     if kind not in ("all_reduce", "reduce_scatter", "all_gather"):
-        raise ValueError(f"torus does not implement {kind}")
+        raise InfeasibleError(f"torus does not implement {kind}")
     rs: list[Phase] = []
     chunk = size
     stride = 1
@@ -363,7 +364,7 @@ def _prod(xs) -> int:
 
 def send_recv(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> list[Phase]:
     if len(group) != 2:
-        raise ValueError("send_recv takes a group of two: (sender, receiver)")
+        raise InfeasibleError("send_recv takes a group of two: (sender, receiver)")
     return [Phase((Transfer(group[0], group[1], size),))]
 
 
@@ -404,7 +405,7 @@ def plan_collective(
     algorithm = algorithm or DEFAULT_ALGORITHM.get(kind, "ring")
     group = tuple(group)
     if len(group) < 1:
-        raise ValueError("a collective needs at least one rank")
+        raise InfeasibleError("a collective needs at least one rank")
     if kind == "send_recv":
         phases = send_recv(kind, group, size_bytes, locality)
     elif len(group) == 1:
@@ -413,7 +414,7 @@ def plan_collective(
         try:
             fn = ALGORITHMS[algorithm]
         except KeyError:
-            raise ValueError(
+            raise InfeasibleError(
                 f"unknown algorithm {algorithm!r}; known: {', '.join(sorted(ALGORITHMS))}"
             ) from None
         phases = fn(kind, group, size_bytes, locality)
@@ -430,9 +431,9 @@ def plan_collective(
         if tuned and bus_Bps is not None:
             protocol = nccl_tuning.choose_protocol(kind, algorithm, n, nodes, size_bytes, bus_Bps)
     elif protocol not in nccl_tuning.protocols_for(algorithm):
-        raise ValueError(f"{algorithm} runs protocol Simple, not {protocol!r}")
+        raise InfeasibleError(f"{algorithm} runs protocol Simple, not {protocol!r}")
     elif protocol != "Simple" and bus_Bps is None:
-        raise ValueError(f"protocol {protocol} needs the hop bandwidth bus_Bps")
+        raise InfeasibleError(f"protocol {protocol} needs the hop bandwidth bus_Bps")
     factor = 1.0
     if protocol != "Simple":
         factor = nccl_tuning.protocol_factor(kind, algorithm, protocol, n, nodes, bus_Bps)

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from simulator.cli_options import OptionError, check_out_dir
+from simulator.infeasible import InfeasibleError
 from simulator.scenario import Position, ScenarioError
 
 # numpy, the step layer and the Monte Carlo are imported inside the command, so that
@@ -135,12 +136,12 @@ def goodput(
     )
     try:
         topo = adapter.topology(s)  # built once: the step, the checkpoint, the part counts
-    except ValueError as exc:
+    except InfeasibleError as exc:
         _exit_bad_input(f"{scenario}: {exc}")
     with topo:  # released at the end (its graph's reference cycles)
         try:
             inputs = adapter.step_inputs(s, topo)
-        except ValueError as exc:
+        except InfeasibleError as exc:
             _exit_bad_input(f"{scenario}: {exc}")
         findings = check_failures(s, inputs.step_time_s)
         if findings:
@@ -153,7 +154,7 @@ def goodput(
             )
         try:
             model = adapter.job_model(s, inputs, topo)
-        except ValueError as exc:
+        except InfeasibleError as exc:
             _exit_bad_input(f"{scenario}: {exc}")
         events = (model.unplanned_rate_s + model.maintenance_rate_s) * days * 86400.0
         too_many = limits.beyond(

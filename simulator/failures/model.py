@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from simulator.failures.optimum import daly_interval
+from simulator.infeasible import InfeasibleError
 from simulator.scenario.failures import FailuresConfig, nodes_of
 
 NO_FAILURE_INTERVAL_S = 1e12  # no failures: checkpoints never pay off, take none
@@ -112,7 +113,7 @@ def _causes(f: FailuresConfig, counts: dict[str, int]):
     for name, cause in f.all_causes().items():
         n = cause.count if cause.count is not None else counts.get(cause.per)
         if n is None:
-            raise ValueError(f"failures.causes.{name}: give count (how many {cause.per}s)")
+            raise InfeasibleError(f"failures.causes.{name}: give count (how many {cause.per}s)")
         names.append(name)
         rates.append(cause.rate * n)
         shapes.append(cause.shape if cause.law == "weibull" else 1.0)

@@ -16,6 +16,7 @@ registry and the plan derives placement and in-flight memory from it.
 
 from __future__ import annotations
 
+from simulator.infeasible import InfeasibleError
 from simulator.pipelines.base import (
     Item,
     Overlapped,
@@ -69,7 +70,7 @@ def get_schedule(name: str) -> PipelineSchedule:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(
+        raise InfeasibleError(
             f"unknown pipeline schedule {name!r}; known: {', '.join(schedule_names())}"
         ) from None
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from simulator.infeasible import InfeasibleError
+
 Pass = tuple[str, int, int]  # (kind "F" | "B" | "W", local chunk, micro-batch)
 
 
@@ -98,7 +100,7 @@ class PipelineSchedule:
         c = self.chunks_per_stage(v)
         if first is None and last is None:
             if layers % (p * c):
-                raise ValueError(
+                raise InfeasibleError(
                     f"{layers} layers do not split into {p} stages x {c} chunks = {p * c} "
                     "equal chunks"
                 )
@@ -109,7 +111,7 @@ class PipelineSchedule:
             base, extra = divmod(total, c)
             end = r == 0 or r == p - 1
             if base == 0 and not (end and total == c - 1):
-                raise ValueError(f"stage {r}'s {total} layers do not fill its {c} chunks")
+                raise InfeasibleError(f"stage {r}'s {total} layers do not fill its {c} chunks")
             sizes = [base] * c
             light_first = r == 0 or r < p - 1
             for i in range(extra):
@@ -235,12 +237,12 @@ def steady_state(schedule: PipelineSchedule, p: int, m: int, v: int) -> SteadySt
 
 def _stage_totals(layers: int, p: int, first: int | None, last: int | None) -> list[int]:
     if first is None or last is None:
-        raise ValueError("give both first_stage_layers and last_stage_layers")
+        raise InfeasibleError("give both first_stage_layers and last_stage_layers")
     if p < 2:
-        raise ValueError("uneven first/last stages need pp >= 2")
+        raise InfeasibleError("uneven first/last stages need pp >= 2")
     middle = layers - first - last
     if middle < 0 or (p == 2 and middle) or (p > 2 and (middle <= 0 or middle % (p - 2))):
-        raise ValueError(
+        raise InfeasibleError(
             f"{layers} layers minus {first} first and {last} last do not split evenly over "
             f"the {p - 2} middle stages"
         )
@@ -253,10 +255,10 @@ def end_chunk_sizes(layers: int, n: int, first: int | None, last: int | None) ->
     others split the rest evenly (schedules whose stages hold two chunks: DualPipe, ZB-V).
     Raises ValueError."""
     if first is None or last is None:
-        raise ValueError("give both first_stage_layers and last_stage_layers")
+        raise InfeasibleError("give both first_stage_layers and last_stage_layers")
     middle = layers - first - last
     if n < 3 or middle <= 0 or middle % (n - 2):
-        raise ValueError(
+        raise InfeasibleError(
             f"{layers} layers minus {first} first and {last} last do not split evenly "
             f"over the {n - 2} middle chunks"
         )

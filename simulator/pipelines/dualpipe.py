@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from simulator.infeasible import InfeasibleError
 from simulator.pipelines.base import (
     Hop,
     Item,
@@ -57,7 +58,7 @@ class DualPipe(PipelineSchedule):
         chunk's and the others split the rest evenly."""
         if first is None and last is None:
             if layers % p:
-                raise ValueError(f"{layers} layers do not split into {p} equal chunks")
+                raise InfeasibleError(f"{layers} layers do not split into {p} equal chunks")
             return [layers // p] * p
         return end_chunk_sizes(layers, p, first, last)
 

@@ -51,6 +51,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from simulator.infeasible import InfeasibleError
 from simulator.pipelines.base import Item, PipelineSchedule
 
 
@@ -166,7 +167,7 @@ class _Search:
         """W's until stage ``j`` may take one more micro-batch under the cap."""
         while self.held[j] + 1 > self.cap:
             if not self.pending_w(j):
-                raise ValueError(f"a cap of {self.cap} micro-batches leaves stage {j} stuck")
+                raise InfeasibleError(f"a cap of {self.cap} micro-batches leaves stage {j} stuck")
             self.put(j, _W)
 
     def warm_up(self) -> None:
@@ -263,7 +264,7 @@ def search(p: int, m: int, times: PassTimes, cap: int) -> tuple[Orders, float]:
         if best is None or span < best[1]:
             best = (tuple(tuple(o) for o in orders), span)
     if best is None:
-        raise ValueError(f"no order of {m} micro-batches on {p} stages keeps {cap} in flight")
+        raise InfeasibleError(f"no order of {m} micro-batches on {p} stages keeps {cap} in flight")
     return best
 
 

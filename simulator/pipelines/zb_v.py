@@ -22,6 +22,7 @@ optimizer's synchronisation is dropped (post-validation), so steps overlap.
 
 from __future__ import annotations
 
+from simulator.infeasible import InfeasibleError
 from simulator.pipelines.base import Hop, Item, PipelineSchedule, end_chunk_sizes
 
 
@@ -63,7 +64,7 @@ class ZBV(PipelineSchedule):
             if (layers + 2) % n == 0 and layers + 2 >= n:
                 k = (layers + 2) // n
                 return [k - 1, *[k] * (n - 2), k - 1]
-            raise ValueError(
+            raise InfeasibleError(
                 f"{layers} layers do not split into {n} equal chunks (2 per stage), nor into "
                 f"{n} chunks with the end ones a layer lighter (2 x pp x k - 2 layers)"
             )

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+from simulator.infeasible import InfeasibleError
 from simulator.plan.nccl_tuning import (
     ALGORITHM_EFFICIENCY,
     channels_per_host,
@@ -108,10 +109,10 @@ def algorithm_for(
     if forced == "auto" or kind not in IMPLEMENTS.get(forced, ()) or len(group) < 2:
         return choose_algorithm(kind, group, size, facts)
     if forced == "nvls" and (facts is None or not facts.nvls or hosts_spanned(group, facts) > 1):
-        raise ValueError(
+        raise InfeasibleError(
             f"parallelism.collectives.{stream}: nvls needs each {stream} group inside one "
             "NVLink domain with NVLS support"
         )
     if forced == "torus" and (facts is None or not facts.torus):
-        raise ValueError(f"parallelism.collectives.{stream}: torus needs a torus topology")
+        raise InfeasibleError(f"parallelism.collectives.{stream}: torus needs a torus topology")
     return forced

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from simulator.infeasible import InfeasibleError
 from simulator.schedule.step import StepGraph
 
 
@@ -25,7 +26,7 @@ class SlowCompute:
 
     def __post_init__(self):
         if not self.factor > 0:
-            raise ValueError(f"SlowCompute factor must be > 0, got {self.factor}")
+            raise InfeasibleError(f"SlowCompute factor must be > 0, got {self.factor}")
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class SlowLink:
 
     def __post_init__(self):
         if not 0 < self.fraction <= 1:
-            raise ValueError(f"SlowLink fraction must be in (0, 1], got {self.fraction}")
+            raise InfeasibleError(f"SlowLink fraction must be in (0, 1], got {self.fraction}")
 
 
 Perturbation = SlowCompute | SlowLink
@@ -56,7 +57,7 @@ def perturb(step: StepGraph, perturbations: list[Perturbation] | tuple = ()) -> 
     for p in perturbations:
         if isinstance(p, SlowCompute):
             if p.rank not in step.stage_of:
-                raise ValueError(
+                raise InfeasibleError(
                     f"rank {p.rank} is not simulated (symmetric mode simulates "
                     f"{len(step.stage_of)} ranks); set simulation.mode: full to slow one rank"
                 )

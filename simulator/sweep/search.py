@@ -37,6 +37,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
+from simulator.infeasible import InfeasibleError
 from simulator.model.params import layer_params_per_rank
 from simulator.scenario import Scenario, ScenarioError
 from simulator.scenario.errors import Position, Problem
@@ -275,7 +276,7 @@ def _memory(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Sce
         total, capacity, kind = adapter.ledger_peak(scenario)
     except ScenarioError as exc:
         return "infeasible", str(exc).splitlines()[0], None
-    except ValueError as exc:  # a plan the schedule cannot order (a searched ZB order)
+    except InfeasibleError as exc:  # a plan the schedule cannot order (a searched ZB order)
         return "infeasible", str(exc).splitlines()[0], None
     setting.least = min(setting.least, total)
     if total + headroom <= capacity:
@@ -639,7 +640,7 @@ def _candidates(setting: Setting, knobs: Knobs) -> tuple[list[Candidate], list[R
         if key not in bounds:
             try:
                 bounds[key] = (adapter.step_lower_bound(applied(s, key), ingress).seconds, "")
-            except ValueError as exc:
+            except InfeasibleError as exc:
                 bounds[key] = (math.inf, str(exc))
         bound, why = bounds[key]
         cand = Candidate(c, s.num_gpus, bound, bound + exposed_comm_s(c, shape, hw))

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.infeasible import InfeasibleError
 from simulator.scenario import Scenario
 from simulator.sweep import adapter
 
@@ -61,7 +62,7 @@ def simulate_task(task: Task) -> dict[str, Any]:
     row: dict[str, Any] = {"scenario_hash": task.scenario_hash, "warnings": []}
     try:
         summary, warnings = adapter.simulate(task.scenario)
-    except ValueError as exc:  # as `trainsim run`: a scenario the simulator cannot place
+    except InfeasibleError as exc:  # as `trainsim run`: a scenario the simulator refuses
         row.update(status="infeasible", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - a crashing point is a row, the sweep goes on
         row.update(status="error", reason=f"{type(exc).__name__}: {exc}")

@@ -41,6 +41,7 @@ import math
 import networkx as nx
 import numpy as np
 
+from simulator.infeasible import InfeasibleError
 from simulator.topology.fat_tree_routes import FatTreeLinks, SpreadTable
 from simulator.topology.graph import LinkRecorder, Node, Path, Topology, ecmp_hash
 from simulator.topology.nvswitch import NVSwitchRouter, add_nvswitch_domain
@@ -103,11 +104,11 @@ def fat_tree_topology(
             cores, pod_links = _cores(links, spines, per_pod * uplink, over[1], nic, switch_latency)
     elif len(leaves) > 1:
         if rail_optimized and gpus_per_node > 1 and nodes <= nodes_per_leaf:
-            raise ValueError(
+            raise InfeasibleError(
                 "a one-level fat-tree must fit under one leaf, and rail_optimized gives each of "
                 f"a node's {gpus_per_node} NICs a leaf of its own: set rail_optimized: false"
             )
-        raise ValueError("a one-level fat-tree must fit under one leaf: raise nodes_per_leaf")
+        raise InfeasibleError("a one-level fat-tree must fit under one leaf: raise nodes_per_leaf")
     else:
         pods = dict.fromkeys(leaves, 0)
 

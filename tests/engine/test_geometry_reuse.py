@@ -10,6 +10,7 @@ from simulator import api
 from simulator.engine import collective
 from simulator.engine.placement import DeviceLabels
 from simulator.engine.simulate import ORBIT_LABELLINGS
+from simulator.stages import facts
 
 SCENARIO = "scenarios/examples/gpt3-175b-dgx-a100.yaml"
 # 64 nodes, two stages, 32-rank data-parallel groups through the spines with 7 rail copies
@@ -161,7 +162,7 @@ def test_a_later_run_plans_nothing_and_a_foreign_locality_keeps_its_own(monkeypa
     foreign = dataclasses.replace(model.locality, host_of=dict(model.host_of))
     step = api.build_step(api.build_plan(scenario, topo))
     run = executor.Executor(
-        env, step.graph, runner, api._placement(step.plan.grid.size, topo.devices), foreign
+        env, step.graph, runner, facts._placement(step.plan.grid.size, topo.devices), foreign
     )
     assert run._known is not model.plan_cache
     run.run()

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from simulator.engine.placement import DeviceLabels, RanksOnDevices
+from simulator.stages import facts
 
 
 def test_ranks_on_devices_is_the_identity_dict():
@@ -53,7 +54,7 @@ def test_a_run_placed_by_ranks_on_devices_is_the_run_placed_by_a_dict():
             step.graph,
             placement,
             interference=s.simulation.comm_interference,
-            orbit_labels=api._orbit_labels(step.plan, placement),
+            orbit_labels=facts._orbit_labels(step.plan, placement),
         )
         frames.append(run.trace.to_frame())
     assert frames[0].equals(frames[1])
@@ -73,16 +74,15 @@ def test_ranks_are_placed_by_the_topologys_device_list():
 
 
 def test_numbered_devices_are_counted_once_per_device_list():
-    from simulator import api
     from simulator.topology.fat_tree import fat_tree_topology
 
-    assert [api._numbered(d) for d in ([0, 1, 2, 5], [0, 1, 2], [], [1], [0, 1.0], ["a"])] == [
+    assert [facts._numbered(d) for d in ([0, 1, 2, 5], [0, 1, 2], [], [1], [0, 1.0], ["a"])] == [
         3, 3, 0, 0, 2, 0,
     ]  # fmt: skip
     topo = fat_tree_topology(nodes=2, gpus_per_node=2, nodes_per_leaf=2)
-    assert api._numbered_devices(topo) == 4
+    assert facts._numbered_devices(topo) == 4
     topo.devices = [0, 1, 3, 2]  # a new list: counted anew, not the kept count
-    assert api._numbered_devices(topo) == 2
+    assert facts._numbered_devices(topo) == 2
 
 
 def _scale_up_pair(devices, host_of):

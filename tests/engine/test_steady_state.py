@@ -17,6 +17,7 @@ from simulator.engine.simulate import run_engine
 from simulator.engine.steady_state import Repeat, expand, expand_memory, find_repeat
 from simulator.pipelines import SteadyState
 from simulator.schedule.perturb import SlowCompute
+from simulator.stages import steady
 from simulator.topology import build_topology
 from simulator.trace import COLUMNS
 
@@ -172,9 +173,9 @@ def test_a_state_that_repeats_every_two_micro_batches(caplog):
     first = api.build_step(plan, repeat=True).steady
     assert first == SteadyState(24, 1, 24)
     shifted = steady_state.SHIFT_DIFFERS + " (off by up to 0.000669 s)"
-    assert api._steady_state_retries(plan, first, shifted)[:1] == [SteadyState(44, 2, 24)]
+    assert steady._steady_state_retries(plan, first, shifted)[:1] == [SteadyState(44, 2, 24)]
     # other reasons (a task outside the micro-batches in the window) are not a longer period
-    assert api._steady_state_retries(plan, first, "a task outside the micro-batches runs") == []
+    assert steady._steady_state_retries(plan, first, "a task outside the micro-batches runs") == []
     topo = build_topology(plan.scenario.cluster)
     for tried in (first, SteadyState(24, 2, 24)):
         with pytest.raises(api.NotRepeating):
@@ -319,7 +320,7 @@ def test_both_retries_are_tried_before_simulating_all(monkeypatch, caplog):
     plan = api.build_plan(s)
     first = api.build_step(plan, repeat=True).steady
     shifted = steady_state.SHIFT_DIFFERS + " (off by up to 0.000803 s)"
-    retries = api._steady_state_retries(plan, first, shifted)
+    retries = steady._steady_state_retries(plan, first, shifted)
     assert retries == [first.longer_warm_up(), first.doubled_period(512)]
     assert [r.period for r in retries] == [1, 2] and retries[0].head == 4 * first.head
     # the run tries them in that order, then the whole step (steps and simulations stubbed:

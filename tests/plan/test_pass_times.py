@@ -8,6 +8,7 @@ from simulator.model.compute import ComputeModel
 from simulator.pipelines.zb_auto import search
 from simulator.plan.pass_times import stage_ops
 from simulator.scenario import load_scenario_text
+from simulator.stages import memory as memory_stage
 
 SCENARIO = """
 model: {{layers: 8, hidden: 1024, heads: 16, ffn: 4096, vocab: 32000,
@@ -66,13 +67,13 @@ def test_the_memory_report_holds_the_order_run_simulates(monkeypatch):
     s, plan = _plan()
     assert plan.schedule.times.comm > 0
     seen = []
-    real = api.memory_ledger
+    real = memory_stage.memory_ledger
 
     def spy(arg):
         seen.append(arg)
         return real(arg)
 
-    monkeypatch.setattr(api, "memory_ledger", spy)
+    monkeypatch.setattr(memory_stage, "memory_ledger", spy)
     report = {st: r.total for r in api.memory_report(s).ranks for st in r.stages}
     (ledger_plan,) = seen
     assert [st.order for st in ledger_plan.stages] == [st.order for st in plan.stages]

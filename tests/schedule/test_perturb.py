@@ -5,6 +5,7 @@ import pytest
 from simulator import api
 from simulator.scenario import load_scenario_text
 from simulator.schedule.perturb import SlowCompute, SlowLink, perturb
+from simulator.stages import stragglers
 
 TP_JOB = """
 model: {layers: 4, hidden: 2048, heads: 16, ffn: 8192, vocab: 1024, activation: gelu,
@@ -92,7 +93,7 @@ def test_large_jobs_slow_the_stragglers_stage_representative(monkeypatch):
     # approximation gives the full simulation's step time exactly.
     s = load_scenario_text(TP_JOB.replace("simulation: {mode: full}", STRAGGLER))
     full = api.run(s).summary["step_time_s"]
-    monkeypatch.setattr(api, "FULL_MODE_MAX_GPUS", 4)
+    monkeypatch.setattr(stragglers, "FULL_MODE_MAX_GPUS", 4)
     approx = api.run(s)
     assert approx.summary["simulated_ranks"] == 1
     assert approx.summary["step_time_s"] == pytest.approx(full, rel=1e-9)
@@ -131,7 +132,9 @@ def test_down_links_and_ranks_outside_the_job_are_refused():
 def test_stragglers_of_one_stage_in_different_replicas_do_not_multiply(monkeypatch):
     # Review finding: standing in for their stage, two 1.2x GPUs of different replicas became
     # one rank slowed 1.44x; synchronous replicas wait for the slowest: 1.2x.
-    monkeypatch.setattr(api, "FULL_MODE_MAX_GPUS", 4)
+    monkeypatch.setattr(stragglers, "FULL_MODE_MAX_GPUS", 4)
     s = load_scenario_text(TP_JOB.replace("simulation: {mode: full}", ""))
-    _, placed = api._placed(s, [SlowCompute(1, 1.2), SlowCompute(5, 1.2), SlowCompute(6, 1.1)])
+    _, placed = stragglers._placed(
+        s, [SlowCompute(1, 1.2), SlowCompute(5, 1.2), SlowCompute(6, 1.1)]
+    )
     assert placed == [SlowCompute(0, 1.2)]

@@ -73,6 +73,7 @@ from simulator.stages.steady import (  # noqa: F401 - the api's names, re-export
 from simulator.stages.stragglers import (  # noqa: F401 - the api's names, re-exported
     _placed,
     scenario_perturbations,
+    straggler_link_findings,
 )
 from simulator.topology import Topology, build_topology
 from simulator.trace import rows_array
@@ -108,6 +109,7 @@ __all__ = [
     "usable_cores",
     "quiet_pool_worker",
     "scenario_perturbations",
+    "straggler_link_findings",
     "network_facts",
     "NotRepeating",
 ]

@@ -375,6 +375,11 @@ def run(
         with stages.stage("building the topology"):
             topo = api.build_topology(s.cluster)
         with topo:
+            findings = api.straggler_link_findings(s, topo)
+            if findings:
+                from simulator.scenario.located import located_error
+
+                _fail_bad_input(located_error(scenario, set_, findings))
             for warning in api.topology_warnings(s, topo):
                 log.warning("%s", warning)
             with stages.stage(f"simulating the step on {s.num_gpus:,} GPUs"):

@@ -34,6 +34,12 @@ def topology(scenario):
     return api.build_topology(scenario.cluster)
 
 
+def straggler_link_findings(scenario, topo) -> list:
+    """Straggler links that name no link of ``topo``, located by field
+    (:func:`simulator.api.straggler_link_findings`)."""
+    return api.straggler_link_findings(scenario, topo)
+
+
 def checkpoint_bytes(scenario, topo=None) -> float:
     """Bytes of one checkpoint: every parameter once, with its optimizer state (master copy and
     moments), at the precision recipe's bytes per parameter; gradients are not saved. ``topo``:

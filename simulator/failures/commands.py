@@ -139,6 +139,9 @@ def goodput(
     except InfeasibleError as exc:
         _exit_bad_input(f"{scenario}: {exc}")
     with topo:  # released at the end (its graph's reference cycles)
+        findings = adapter.straggler_link_findings(s, topo)
+        if findings:
+            _exit_bad_input(str(located_error(scenario, overrides, findings)))
         try:
             inputs = adapter.step_inputs(s, topo)
         except InfeasibleError as exc:

@@ -252,11 +252,22 @@ def _stage_totals(layers: int, p: int, first: int | None, last: int | None) -> l
 
 def end_chunk_sizes(layers: int, n: int, first: int | None, last: int | None) -> list[int]:
     """Layers of ``n`` model chunks whose first and last hold ``first`` and ``last`` and the
-    others split the rest evenly (schedules whose stages hold two chunks: DualPipe, ZB-V).
-    Raises ValueError."""
+    others split the rest evenly (schedules whose stages hold two chunks: DualPipe, ZB-V);
+    with 2 chunks, the two ends are the whole model. Raises InfeasibleError.
+
+    >>> end_chunk_sizes(8, 2, 3, 5), end_chunk_sizes(10, 4, 2, 2)
+    ([3, 5], [2, 3, 3, 2])
+    """
     if first is None or last is None:
         raise InfeasibleError("give both first_stage_layers and last_stage_layers")
     middle = layers - first - last
+    if n == 2:  # no middle chunk: the two ends hold every layer
+        if middle:
+            raise InfeasibleError(
+                f"{layers} layers are not {first} first + {last} last: with 2 chunks the "
+                "first and last stage layers must add up to the model's layers"
+            )
+        return [first, last]
     if n < 3 or middle <= 0 or middle % (n - 2):
         raise InfeasibleError(
             f"{layers} layers minus {first} first and {last} last do not split evenly "

@@ -7,6 +7,7 @@ from simulator.infeasible import InfeasibleError
 from simulator.plan.plan import build_plan as make_plan
 from simulator.scenario import Scenario
 from simulator.schedule.perturb import Perturbation, SlowCompute, SlowLink
+from simulator.topology import Topology
 
 FULL_MODE_MAX_GPUS = 1024  # past this, a slow rank stands for its pipeline stage (see run)
 
@@ -62,3 +63,23 @@ def _placed(scenario: Scenario, perturbations) -> tuple[Scenario, list]:
         slowest[rep] = max(slowest.get(rep, 1.0), p.factor)
     others = [p for p in perturbations if not isinstance(p, SlowCompute)]
     return scenario, [SlowCompute(r, k) for r, k in slowest.items()] + others
+
+
+def straggler_link_findings(scenario: Scenario, topo: Topology) -> list[tuple[tuple, str]]:
+    """Each ``failures.stragglers.links`` entry that names no link of ``topo``, as (field
+    path, message) for :func:`simulator.scenario.located.located_error`: the file's line, not
+    only the file."""
+    if scenario.failures is None:
+        return []
+    out = []
+    for i, link in enumerate(scenario.failures.stragglers.links):
+        src, dst = _node(link.src), _node(link.dst)
+        if not topo.graph.has_edge(src, dst):
+            out.append(
+                (
+                    ("failures", "stragglers", "links", i, "src"),
+                    f"no link {link.src} -> {link.dst} in the topology (`trainsim topology "
+                    "FILE --format json` lists its nodes)",
+                )
+            )
+    return out

@@ -44,7 +44,9 @@ import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -134,12 +136,24 @@ def _si(text: str) -> tuple[float, str | None]:
     )
 
 
+def _distribution_kind(value: Any) -> str:
+    """A mapping is a range (``{low, high}``); anything else a list of choices: only that
+    branch's errors are reported (a range's "high is below low", not "should be a list")."""
+    return "range" if isinstance(value, dict | Range) else "choices"
+
+
+Distribution = Annotated[
+    Annotated[Values, Tag("choices")] | Annotated[Range, Tag("range")],
+    Discriminator(_distribution_kind),
+]
+
+
 class Samples(_Strict):
     """``count`` random points, each key drawn independently from its choices or range."""
 
     count: Annotated[int, Field(ge=1, le=1_000_000)]
     seed: Annotated[int, Field(ge=0)] = 0
-    keys: Annotated[dict[str, Values | Range], Field(min_length=1)]
+    keys: Annotated[dict[str, Distribution], Field(min_length=1)]
 
 
 class PlotSpec(_Strict):

@@ -285,3 +285,32 @@ def test_failures_while_down_take_out_no_more_nodes_than_there_are():
     j.failure_phases = watch
     j.run()
     assert 0 < peak <= m.nodes + m.spares
+
+
+def test_a_straggler_link_not_in_the_topology_is_named_at_its_line(tmp_path):
+    path = _write(
+        tmp_path,
+        "s.yaml",
+        FAILURES + "  stragglers: {links: [{src: foo, dst: bar, fraction: 0.5}]}\n",
+    )
+    _refused(["run", path], "s.yaml:13:25:", "failures.stragglers.links[0].src", "no link foo -> bar")
+
+
+def test_dualpipe_on_two_stages_takes_first_and_last_that_make_the_model():
+    from simulator.pipelines.base import end_chunk_sizes
+
+    assert end_chunk_sizes(8, 2, 3, 5) == [3, 5]
+    with pytest.raises(ValueError, match="must add up to the model's layers"):
+        end_chunk_sizes(8, 2, 3, 4)
+
+
+def test_a_sampled_range_reports_its_own_error(tmp_path):
+    _write(tmp_path, "base.yaml", BASE)
+    spec = _write(
+        tmp_path,
+        "r.sweep.yaml",
+        "base: base.yaml\nsamples:\n  count: 2\n  keys:\n"
+        "    training.micro_batch: {low: 8, high: 1, integer: true}\n",
+    )
+    text = _refused(["sweep", spec, "--out", tmp_path / "o", "--no-progress"], "below low")
+    assert "valid list" not in text

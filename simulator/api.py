@@ -35,6 +35,7 @@ from simulator.schedule.step import StepGraph
 from simulator.schedule.step import build_step as make_step
 from simulator.stages.collective_table import (  # noqa: F401 - the api's names, re-exported
     collective_table,
+    fabric_line,
     parse_sizes,
     topology_report,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "layer_costs",
     "parse_sizes",
     "topology_report",
+    "fabric_line",
     "usable_cores",
     "quiet_pool_worker",
     "scenario_perturbations",

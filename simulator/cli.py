@@ -18,11 +18,13 @@ from typing import Annotated
 import typer
 
 from simulator.cli_options import (
+    LINKS_DEFAULT_MAX_GPUS,
     OptionError,
     check_out_dir,
     check_out_file,
     parse_ranks,
     parse_window,
+    track_links,
 )
 from simulator.failures.commands import register as register_goodput
 from simulator.scenario import ScenarioError
@@ -82,7 +84,6 @@ ProgressOpt = Annotated[
         show_default=False,
     ),
 ]
-LINKS_DEFAULT_MAX_GPUS = 4096  # link tracking by default up to this many GPUs (run --out)
 
 
 def _fail_bad_input(exc: ScenarioError) -> None:
@@ -186,20 +187,6 @@ def _built_shape(meta: dict) -> str:
     return " " + "x".join(map(str, shape)) if shape else ""
 
 
-def _fabric_line(info: dict) -> str:
-    """A fat-tree's shape in hosts: leaves (rail or top-of-rack) and their host ports, pods,
-    and every level's oversubscription."""
-    rails = "rail-optimised" if info["rail_optimized"] else "top-of-rack leaves"
-    per_leaf = info["hosts_per_leaf"]
-    over = info["oversubscription"]
-    levels = " / ".join(f"{r:g}:1 {name}" for r, name in zip(over, ("leaf", "spine"), strict=False))
-    return (
-        f"fabric: {rails}, {per_leaf:,} hosts per leaf group ({info['leaf_downlinks']:,} host "
-        f"ports per leaf); {info['pods']:,} pod(s) of {info['hosts_per_pod']:,} hosts; "
-        f"oversubscription {levels or 'none (one level)'}"
-    )
-
-
 @app.command()
 def topology(
     file: Annotated[Path, typer.Argument(help="Topology YAML.", show_default=False)],
@@ -230,7 +217,7 @@ def topology(
     switches = ", ".join(f"{v:,} {k}" for k, v in info["switches"].items()) or "none"
     typer.echo(f"switches: {switches}; NICs: {info['nics']:,}")
     if info.get("kind") == "fat_tree":
-        typer.echo(_fabric_line(info))
+        typer.echo(api.fabric_line(info))
     typer.echo(f"bisection bandwidth: {info['bisection_Bps'] / 1e12:,.2f} TB/s per direction")
     shown = levels.copy()
     shown["link_GBps"] = shown["link_Bps"].map(
@@ -320,6 +307,15 @@ def _human_bytes(n: float) -> str:
     return str(n)
 
 
+def _check_stragglers(s, topo, path: Path, overrides) -> None:
+    """Straggler links must be links of the topology: exit 2 at the field's line if not."""
+    findings = api.straggler_link_findings(s, topo)
+    if findings:
+        from simulator.scenario.located import located_error
+
+        _fail_bad_input(located_error(path, overrides, findings))
+
+
 @app.command()
 def run(
     scenario: ScenarioArg,
@@ -355,9 +351,9 @@ def run(
 
     _checked(check_out_dir, out)
     s = _load(scenario, set_)
-    track = out is not None and (
-        links if links is not None else s.num_gpus <= LINKS_DEFAULT_MAX_GPUS
-    )
+    track, note = track_links(s.num_gpus, out is not None, links)
+    if note:
+        log.info("%s", note)
     log.info(
         "simulating %s on %d %ss (%s mode)",
         s.name or scenario.name,
@@ -365,9 +361,6 @@ def run(
         s.cluster.accelerator.kind.upper(),
         s.simulation.mode,
     )
-    if out is not None and not track and links is None:
-        log.info("link loads are not tracked above %s GPUs: --links adds links.png",
-                 f"{LINKS_DEFAULT_MAX_GPUS:,}")  # fmt: skip
     stages = Stages(3 if out is not None else 2, enabled=progress)
     try:
         # built once, for the warnings and the run (a 16K-GPU fabric takes longer to build
@@ -375,11 +368,7 @@ def run(
         with stages.stage("building the topology"):
             topo = api.build_topology(s.cluster)
         with topo:
-            findings = api.straggler_link_findings(s, topo)
-            if findings:
-                from simulator.scenario.located import located_error
-
-                _fail_bad_input(located_error(scenario, set_, findings))
+            _check_stragglers(s, topo, scenario, set_)
             for warning in api.topology_warnings(s, topo):
                 log.warning("%s", warning)
             with stages.stage(f"simulating the step on {s.num_gpus:,} GPUs"):

@@ -102,3 +102,22 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
     if end <= start:
         raise OptionError(f"--window {text}: END must be after START")
     return start, end
+
+
+LINKS_DEFAULT_MAX_GPUS = 4096  # `run --out` tracks link loads by default up to this many GPUs
+
+
+def track_links(num_gpus: int, writing: bool, links: bool | None) -> tuple[bool, str]:
+    """Whether ``run`` tracks link loads (only when ``writing`` a report): as ``--links`` /
+    ``--no-links`` say, by default up to :data:`LINKS_DEFAULT_MAX_GPUS` GPUs (tracking slows
+    a 16K-GPU step about 2x); and a note for stderr when the default leaves them out."""
+    if not writing:
+        return False, ""
+    if links is not None:
+        return links, ""
+    if num_gpus > LINKS_DEFAULT_MAX_GPUS:
+        return False, (
+            f"link loads are not tracked above {LINKS_DEFAULT_MAX_GPUS:,} GPUs: --links adds "
+            "links.parquet and links.png"
+        )
+    return True, ""

@@ -82,6 +82,20 @@ def _load(path: Path, overrides: list[str]):
     return scenario
 
 
+def _check_counts(days: float, seeds: int) -> None:
+    """Days and seeds within :mod:`simulator.limits` (exit 2 naming the flag if not)."""
+    from simulator import limits
+
+    if not math.isfinite(days):
+        _exit_bad_input(f"--days {days}: give a finite number of days")
+    for message in (
+        limits.beyond("days", days, f"--days {days:g}"),
+        limits.beyond("seeds", seeds, f"--seeds {seeds}"),
+    ):
+        if message:
+            _exit_bad_input(message)
+
+
 def goodput(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML with a failures: section.")],
     days: Annotated[float, typer.Option("--days", min=0.001, help="Wall-clock days.")] = 54.0,
@@ -115,14 +129,7 @@ def goodput(
         check_out_dir(out)
     except OptionError as exc:
         _exit_bad_input(str(exc))
-    if not math.isfinite(days):
-        _exit_bad_input(f"--days {days}: give a finite number of days")
-    for message in (
-        limits.beyond("days", days, f"--days {days:g}"),
-        limits.beyond("seeds", seeds, f"--seeds {seeds}"),
-    ):
-        if message:
-            _exit_bad_input(message)
+    _check_counts(days, seeds)
     s = _load(scenario, overrides)
     try:
         intervals = parse_interval_range(sweep) if sweep is not None else None

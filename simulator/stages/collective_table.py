@@ -125,3 +125,17 @@ def collective_table(
 def topology_report(topo: Topology) -> tuple[dict, pd.DataFrame]:
     """Headline numbers and the per-level link table of ``topo``."""
     return summary(topo), link_levels(topo)
+
+
+def fabric_line(info: dict) -> str:
+    """A fat-tree's shape in hosts: leaves (rail or top-of-rack) and their host ports, pods,
+    and every level's oversubscription."""
+    rails = "rail-optimised" if info["rail_optimized"] else "top-of-rack leaves"
+    per_leaf = info["hosts_per_leaf"]
+    over = info["oversubscription"]
+    levels = " / ".join(f"{r:g}:1 {name}" for r, name in zip(over, ("leaf", "spine"), strict=False))
+    return (
+        f"fabric: {rails}, {per_leaf:,} hosts per leaf group ({info['leaf_downlinks']:,} host "
+        f"ports per leaf); {info['pods']:,} pod(s) of {info['hosts_per_pod']:,} hosts; "
+        f"oversubscription {levels or 'none (one level)'}"
+    )

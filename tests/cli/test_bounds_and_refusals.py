@@ -293,7 +293,9 @@ def test_a_straggler_link_not_in_the_topology_is_named_at_its_line(tmp_path):
         "s.yaml",
         FAILURES + "  stragglers: {links: [{src: foo, dst: bar, fraction: 0.5}]}\n",
     )
-    _refused(["run", path], "s.yaml:13:25:", "failures.stragglers.links[0].src", "no link foo -> bar")
+    _refused(
+        ["run", path], "s.yaml:13:25:", "failures.stragglers.links[0].src", "no link foo -> bar"
+    )
 
 
 def test_dualpipe_on_two_stages_takes_first_and_last_that_make_the_model():

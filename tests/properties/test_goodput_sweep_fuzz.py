@@ -20,7 +20,8 @@ from simulator.failures.model import resolve_job
 from simulator.failures.montecarlo import simulate_seeds, summarise
 from simulator.scenario import ScenarioError, load_scenario_text
 from simulator.scenario.failures import check_failures
-from simulator.sweep.spec import load_spec, point_count
+from simulator.sweep.spec import load_spec
+from simulator.sweep.spec_keys import point_count
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 SECONDS_PER_EXAMPLE = 5.0  # a bound far above what an example takes (tens of ms): a hang

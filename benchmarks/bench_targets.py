@@ -132,8 +132,8 @@ def run_case(name: str, repeats: int, again: int = 0) -> dict:
 def run_command(name: str) -> float:
     """Wall seconds of one whole ``trainsim run`` of case ``name`` as a user types it
     (``python -m simulator run PATH --set ... --format json``): the imports, the scenario's
-    loading, the topology's build (once since session 19: the warnings and the run shared
-    it), the step and its output."""
+    loading, the topology's build (once: the warnings and the run share it), the step and its
+    output."""
     path, overrides = CASES[name]
     sets = [arg for o in overrides for arg in ("--set", o)]
     t0 = time.perf_counter()

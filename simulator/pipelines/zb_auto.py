@@ -82,11 +82,9 @@ class PassTimes:
         return PassTimes((1.0,) * p, (1.0,) * p, (1.0,) * p)
 
 
-# Stages x micro-batches up to which the order is searched: the eight runs took about 40 us
-# per pass slot on a quiet machine (p = 16, m = 2,048: 1.2 s), about 5 s at this bound;
-# since session 20 (lists per kind, not tuple-keyed dicts) 43 against 70-76 us in one loaded
-# hour, so about 25 us and 3.3 s at the bound on a quiet one. The zero-bubble paper's
-# largest run is 32 x 512 = 16,384.
+# Stages x micro-batches up to which the order is searched: the eight runs take about 25 us
+# per pass slot on a quiet machine (43 us in a loaded hour; state in lists per kind), about
+# 3.3 s at this bound. The zero-bubble paper's largest run is 32 x 512 = 16,384.
 MAX_SEARCHED = 2**17
 
 

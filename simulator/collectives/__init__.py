@@ -6,8 +6,8 @@ engine routes the flows on the topology and decides how long they take.
 
 from simulator.collectives.algorithms import ALGORITHMS, Locality, plan_collective
 from simulator.collectives.busbw import BUSBW_FACTORS, bus_bandwidth
+from simulator.collectives.nccl_tuning import PROTOCOLS, choose_protocol, nccl_time
 from simulator.collectives.plan import CollectivePlan, Phase, Transfer
-from simulator.plan.nccl_tuning import PROTOCOLS, choose_protocol, nccl_time
 
 __all__ = [
     "ALGORITHMS",

@@ -30,6 +30,8 @@ from itertools import repeat
 
 import numpy as np
 
+import simulator.collectives.nccl_tuning as nccl_tuning
+from simulator.collectives.nccl_tuning import ALGORITHM_EFFICIENCY
 from simulator.collectives.plan import (
     CollectivePlan,
     Kind,
@@ -40,8 +42,6 @@ from simulator.collectives.plan import (
     transfers_of,
 )
 from simulator.infeasible import InfeasibleError
-from simulator.plan import nccl_tuning
-from simulator.plan.nccl_tuning import ALGORITHM_EFFICIENCY
 
 
 @dataclass(frozen=True)
@@ -368,14 +368,37 @@ def send_recv(kind: Kind, group: Sequence[int], size: float, loc: Locality) -> l
     return [Phase((Transfer(group[0], group[1], size),))]
 
 
-ALGORITHMS: dict[str, Callable[..., list[Phase]]] = {
-    "ring": ring,
-    "direct": direct,
-    "halving_doubling": halving_doubling,
-    "tree": tree,
-    "nvls": nvls,
-    "hierarchical": hierarchical,
-    "torus": torus,
+@dataclass(frozen=True)
+class Algorithm:
+    """One collective algorithm: the collectives it implements, the function that lays one
+    out as phases of transfers (``phases(kind, group, size, locality)``), what it needs of
+    the group or the topology (said when a forced choice is refused), and its bandwidth
+    efficiency (:data:`~simulator.collectives.nccl_tuning.ALGORITHM_EFFICIENCY`, 1 where NCCL
+    gives none). The scenario's ``parallelism.collectives``, the plan's choice and the
+    engine all read this registry: a new algorithm is its function and one line here."""
+
+    name: str
+    kinds: tuple[str, ...]
+    phases: Callable[..., list[Phase]]
+    needs: str = ""
+
+    @property
+    def efficiency(self) -> float:
+        return ALGORITHM_EFFICIENCY.get(self.name, 1.0)
+
+
+_REDUCTIONS = ("all_reduce", "all_gather", "reduce_scatter")
+ALGORITHMS: dict[str, Algorithm] = {
+    a.name: a
+    for a in (
+        Algorithm("ring", _REDUCTIONS, ring),
+        Algorithm("direct", (*_REDUCTIONS, "all_to_all"), direct),
+        Algorithm("halving_doubling", _REDUCTIONS, halving_doubling, "a power-of-two group"),
+        Algorithm("tree", ("all_reduce",), tree),
+        Algorithm("nvls", _REDUCTIONS, nvls, "NVLink SHARP inside one NVLink domain"),
+        Algorithm("hierarchical", ("all_reduce",), hierarchical),
+        Algorithm("torus", _REDUCTIONS, torus, "a torus topology"),
+    )
 }
 DEFAULT_ALGORITHM = {"all_to_all": "direct", "send_recv": "direct"}
 
@@ -394,7 +417,7 @@ def plan_collective(
 
     ``algorithm`` None picks ring (direct for all-to-all and send/recv). ``bus_Bps`` (B/s), the
     bandwidth of the slowest link a hop of the group crosses, lets the plan pick the protocol
-    NCCL's tuning model predicts fastest for the size (:mod:`~simulator.plan.nccl_tuning`);
+    NCCL's tuning model predicts fastest for the size (:mod:`~simulator.collectives.nccl_tuning`);
     without it the plan runs Simple. ``protocol`` forces one (LL and LL128 need ``bus_Bps`` for
     their bandwidth caps). The plan's efficiency is the algorithm's times the protocol's share
     of Simple's bandwidth, and it carries NCCL's per-collective base latency. With
@@ -412,7 +435,7 @@ def plan_collective(
         phases = []
     else:
         try:
-            fn = ALGORITHMS[algorithm]
+            fn = ALGORITHMS[algorithm].phases
         except KeyError:
             raise InfeasibleError(
                 f"unknown algorithm {algorithm!r}; known: {', '.join(sorted(ALGORITHMS))}"

@@ -141,12 +141,13 @@ class CollectivePlan:
     """A collective decomposed: run ``phases`` one after another.
 
     ``efficiency`` is the fraction of link bandwidth the algorithm and its NCCL ``protocol``
-    (LL, LL128 or Simple) turn into payload (see :mod:`simulator.plan.nccl_tuning`); the
+    (LL, LL128 or Simple) turn into payload (see :mod:`simulator.collectives.nccl_tuning`); the
     engine divides bytes by it. ``base_latency_s`` (s) is NCCL's per-collective latency
-    (:func:`simulator.plan.nccl_tuning.base_latency_s`), paid once before the first
+    (:func:`simulator.collectives.nccl_tuning.base_latency_s`), paid once before the first
     phase, on top of the path latency every step pays. ``step_latency_s`` (s): NCCL's
     per-step latency of the protocol on a hop inside a host and on one across hosts
-    (:func:`simulator.plan.nccl_tuning.step_latency_us`), the least a step pays on such a hop.
+    (:func:`simulator.collectives.nccl_tuning.step_latency_us`), the least a step pays on such
+    a hop.
     """
 
     kind: Kind

@@ -33,11 +33,11 @@ import numpy as np
 import simpy
 
 from simulator.collectives import Locality, plan_collective
+from simulator.collectives.nccl_tuning import channels_per_host
 from simulator.engine.clock import caller
 from simulator.engine.collective import CollectiveRunner, delayed_phase
 from simulator.engine.network import LinkTable
 from simulator.engine.placement import RanksOnDevices
-from simulator.plan.nccl_tuning import channels_per_host
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
 
@@ -78,7 +78,7 @@ def hop_bandwidth(links: LinkTable, router, devices: tuple[int, ...]) -> float:
 def channels_Bps(hop_Bps: float, host_of: dict[int, int], devices: tuple[int, ...]) -> float:
     """NCCL's bus bandwidth for its protocol model (Simple's ``B``: its channels' total): the
     slowest hop's bandwidth ``hop_Bps`` times the group's channels across hosts
-    (:func:`~simulator.plan.nccl_tuning.channels_per_host`)."""
+    (:func:`~simulator.collectives.nccl_tuning.channels_per_host`)."""
     hosts = Counter(map(host_of.get, devices, devices))
     return hop_Bps * channels_per_host(list(hosts.values()))
 

@@ -5,7 +5,7 @@ SHARP (NVLS) for all-reduce inside an NVSwitch domain that supports it (Hopper a
 rings for large messages across hosts, double binary trees where a ring's ``2(n-1)`` latency
 steps would dominate (many ranks, small buffers). Across hosts we compare, as NCCL does, the
 predicted time of ring and tree each with its fastest protocol (LL, LL128, Simple:
-:func:`simulator.plan.nccl_tuning.fastest_protocol`, NCCL 2.20.3's latencies and bandwidths,
+:func:`simulator.collectives.nccl_tuning.fastest_protocol`, NCCL 2.20.3's latencies and bandwidths,
 for the network bandwidth of the group's GPUs on one host: a channel per GPU and NIC).
 Inside a node NVLS (Simple only, 23 us of latency in NCCL's model) against the ring with its
 fastest protocol by the same model at the host's NVLink bandwidth: a ring's LL wins below
@@ -21,13 +21,13 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from simulator.infeasible import InfeasibleError
-from simulator.plan.nccl_tuning import (
+from simulator.collectives.algorithms import ALGORITHMS
+from simulator.collectives.nccl_tuning import (
     ALGORITHM_EFFICIENCY,
     channels_per_host,
     fastest_protocol,
 )
-from simulator.scenario.schema import ALGORITHM_KINDS
+from simulator.infeasible import InfeasibleError
 
 NVLS_KINDS = ("all_reduce",)
 
@@ -92,7 +92,7 @@ def choose_algorithm(
     return "tree" if tree < ring else None
 
 
-IMPLEMENTS = ALGORITHM_KINDS  # the collectives each algorithm implements
+IMPLEMENTS = {name: a.kinds for name, a in ALGORITHMS.items()}  # what each implements
 
 
 def algorithm_for(

@@ -7,10 +7,11 @@ field a user should change.
 
 from __future__ import annotations
 
+from simulator.collectives.algorithms import ALGORITHMS
 from simulator.pipelines import get_schedule
 from simulator.scenario.errors import FieldPath
 from simulator.scenario.failures import check_failures
-from simulator.scenario.schema import ALGORITHM_KINDS, Scenario
+from simulator.scenario.schema import Scenario
 
 Finding = tuple[FieldPath, str]
 
@@ -258,10 +259,10 @@ def _collectives(s: Scenario) -> list[Finding]:
                         f"(parallelism.{stream} is 1)"))  # fmt: skip
             continue
         size, kinds = streams[stream]
-        can = set(ALGORITHM_KINDS.get(algo, ())) & kinds
-        if not can:
+        algorithm = ALGORITHMS[algo]
+        if not set(algorithm.kinds) & kinds:
             out.append(
-                (where, f"{algo} implements {', '.join(ALGORITHM_KINDS[algo])}; the {stream} "
+                (where, f"{algo} implements {', '.join(algorithm.kinds)}; the {stream} "
                  f"stream runs {', '.join(sorted(kinds))}")
             )  # fmt: skip
         elif algo == "halving_doubling" and size & (size - 1):

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from simulator.collectives.algorithms import ALGORITHMS
 from simulator.hardware import CATALOG as ACCELERATORS
 from simulator.hardware import Accelerator, get_accelerator
 from simulator.pipelines import get_schedule
@@ -270,20 +271,14 @@ class PipelineConfig(Frozen):
     last_stage_layers: PosInt | None = None
 
 
-CollectiveAlgorithm = Literal[
-    "auto", "ring", "tree", "nvls", "direct", "halving_doubling", "hierarchical", "torus"
-]
-ALGORITHM_KINDS: dict[str, tuple[str, ...]] = {
-    # the collectives each algorithm implements (simulator/collectives/algorithms.py); the
-    # plan's choice and the scenario's checks both read this table
-    "ring": ("all_reduce", "all_gather", "reduce_scatter"),
-    "direct": ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
-    "halving_doubling": ("all_reduce", "all_gather", "reduce_scatter"),
-    "tree": ("all_reduce",),
-    "hierarchical": ("all_reduce",),
-    "nvls": ("all_reduce", "all_gather", "reduce_scatter"),
-    "torus": ("all_reduce", "all_gather", "reduce_scatter"),
-}
+def _known_algorithm(name: str) -> str:
+    """``auto`` or an algorithm of the registry (:data:`simulator.collectives.ALGORITHMS`)."""
+    if name != "auto" and name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; known: auto, {', '.join(ALGORITHMS)}")
+    return name
+
+
+CollectiveAlgorithm = Annotated[str, AfterValidator(_known_algorithm)]
 
 
 def _zero_stage(value: Any) -> Any:

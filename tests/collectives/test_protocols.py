@@ -9,8 +9,8 @@ import pytest
 
 from simulator.collectives import choose_protocol, nccl_time, plan_collective
 from simulator.collectives.algorithms import Locality
+from simulator.collectives.nccl_tuning import fastest_protocol
 from simulator.engine import NetworkModel, run_taskgraph, time_collective
-from simulator.plan.nccl_tuning import fastest_protocol
 from simulator.schedule import CommSpec, Task, TaskGraph
 from simulator.topology.nvswitch import nvswitch_topology
 
@@ -180,7 +180,7 @@ def test_point_to_point_operations_pay_nccls_p2p_base():
     # QA: an 8 B send/recv over NVLink took 0.7 us (the wire alone); nccl-tests' sendrecv_perf
     # gives about 3 us on H100 (NVIDIA/nccl#1487): 2.3 us of NCCL's own plus the 0.7 us path
     from simulator import api
-    from simulator.plan.nccl_tuning import P2P_BASE_US
+    from simulator.collectives.nccl_tuning import P2P_BASE_US
 
     topo = api.topology_from_file("topologies/dgx-h100.yaml", "H100-SXM", [])
     for op, ranks in (("send_recv", 2), ("all_to_all", 8)):
@@ -205,7 +205,7 @@ def test_across_hosts_the_protocol_is_chosen_and_capped_at_nccls_channel_total()
         row = api.collective_table(topo, "all_reduce", 128, "ring", [float(size)]).iloc[0]
         assert row["protocol"] == choose_protocol("all_reduce", "ring", 128, 16, size, 8 * nic)
     # 1 MiB runs LL; its bus bandwidth stays under NCCL's LL figure for 16 nodes (llMaxBw)
-    from simulator.plan.nccl_tuning import bus_bandwidth_GBps
+    from simulator.collectives.nccl_tuning import bus_bandwidth_GBps
 
     row = api.collective_table(topo, "all_reduce", 128, "ring", [2.0**20]).iloc[0]
     cap = bus_bandwidth_GBps("all_reduce", "ring", "LL", 128, 16, 8 * nic) * 1e9
@@ -218,7 +218,7 @@ def test_each_step_pays_at_least_nccls_step_latency_of_its_protocol():
     # post overhead (1 us, x3 for Simple). Against the ideal plan (no base, path latency only),
     # a ring pays its base and, on every step, the floor less the path where the floor is above
     from simulator import api
-    from simulator.plan.nccl_tuning import step_latency_us
+    from simulator.collectives.nccl_tuning import step_latency_us
 
     assert step_latency_us("all_reduce", "ring", "Simple", 1) == (3.4, 14.0)
     assert step_latency_us("all_reduce", "ring", "LL", 2) == (1.0, 2.7)

@@ -72,7 +72,7 @@ def test_comm_starting_half_way_slows_the_second_half():
 
 
 def test_comm_ending_half_way_slows_the_first_part_only():
-    from simulator.plan.nccl_tuning import P2P_BASE_US
+    from simulator.collectives.nccl_tuning import P2P_BASE_US
 
     d, s, size = 1.0, S_FRAC, 4e10
     c = P2P_BASE_US * 1e-6 + size / BW + LAT  # NCCL's p2p base, 0.4 s, 1 us

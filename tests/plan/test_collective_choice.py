@@ -3,8 +3,8 @@
 import pytest
 
 from simulator import api
+from simulator.collectives.nccl_tuning import fastest_protocol
 from simulator.plan.collective_choice import NetworkFacts, algorithm_for, choose_algorithm
-from simulator.plan.nccl_tuning import fastest_protocol
 from simulator.scenario import load_scenario_text
 
 HOPPER = NetworkFacts(gpus_per_host=8, nvls=True, inter_Bps=50e9, inter_latency_s=5e-6)

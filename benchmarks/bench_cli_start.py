@@ -8,14 +8,13 @@ Prints the machine, the date and the median of N runs of each, in seconds (targe
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+
+from machine import describe  # benchmarks/machine.py, beside this script
 
 
 def median_seconds(argv: list[str], runs: int) -> float:
@@ -31,10 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=11)
     args = parser.parse_args()
-    print(
-        f"# {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
-    )
+    print(describe())
     entry = shutil.which("trainsim")
     base = [entry] if entry else [sys.executable, "-m", "simulator"]
     bare = median_seconds([sys.executable, "-c", "pass"], args.runs)

@@ -9,9 +9,6 @@ Prints the machine, the date, the median of N alternating runs of each, and thei
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -19,16 +16,15 @@ import sys
 import tempfile
 import time
 
+from machine import describe  # benchmarks/machine.py, beside this script
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", nargs="?", default="scenarios/examples/llama3-405b-16k.yaml")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    print(
-        f"# {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
-    )
+    print(describe())
     entry = shutil.which("trainsim")
     base = ([entry] if entry else [sys.executable, "-m", "simulator"]) + ["run", args.scenario]
     plain, out = [], []

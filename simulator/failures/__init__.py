@@ -12,8 +12,9 @@ The names are imported on first use (PEP 562), so that the command line can regi
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from simulator.lazy import lazy_exports
 
 _EXPORTS = {
     "JobModel": "model",
@@ -50,10 +51,4 @@ if TYPE_CHECKING:  # what static tools (and import-linter) see
     from simulator.failures.optimum import daly_interval, kokolis_ettr, young_interval
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simulator.failures' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"simulator.failures.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

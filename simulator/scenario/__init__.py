@@ -7,8 +7,9 @@ ScenarioError`` costs the error class alone, not pydantic and the schema: the co
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from simulator.lazy import lazy_exports
 
 _EXPORTS = {
     "Position": "errors",
@@ -63,10 +64,4 @@ if TYPE_CHECKING:  # what static tools (and import-linter) see
     )
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simulator.scenario' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"simulator.scenario.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

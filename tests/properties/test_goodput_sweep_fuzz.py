@@ -22,6 +22,7 @@ from simulator.scenario import ScenarioError, load_scenario_text
 from simulator.scenario.failures import check_failures
 from simulator.sweep.spec import load_spec
 from simulator.sweep.spec_keys import point_count
+from tests.properties.mutation import mutate
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 SECONDS_PER_EXAMPLE = 5.0  # a bound far above what an example takes (tens of ms): a hang
@@ -106,34 +107,9 @@ VALUES = st.recursive(
 )
 
 
-def _paths(data, prefix=()):
-    yield prefix
-    if isinstance(data, dict):
-        for k, v in data.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            yield from _paths(v, prefix + (i,))
-
-
 def _mutate(draw, data, keys):
     """Drop, replace or add 1-4 values anywhere in ``data``; added keys from ``keys``."""
-    for _ in range(draw(st.integers(1, 4))):
-        paths = [p for p in _paths(data) if p]
-        if not paths:
-            break
-        path = draw(st.sampled_from(paths))
-        parent = data
-        for seg in path[:-1]:
-            parent = parent[seg]
-        action = draw(st.sampled_from(["drop", "replace", "add"]))
-        if action == "drop":
-            del parent[path[-1]]
-        elif action == "replace":
-            parent[path[-1]] = draw(VALUES)
-        elif isinstance(parent, dict):
-            parent[draw(st.one_of(st.sampled_from(keys), st.text(max_size=6)))] = draw(VALUES)
-    return data
+    return mutate(draw, data, VALUES, st.one_of(st.sampled_from(keys), st.text(max_size=6)))
 
 
 FAILURE_KEYS = ["rate", "per", "count", "law", "shape", "spares", "repair", "mean", "sigma",

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from simulator import api
 from simulator.scenario import Scenario, ScenarioError, load_scenario_text, yaml_source
+from tests.properties.mutation import mutate
 
 ROOT = Path(__file__).resolve().parents[2]
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -116,34 +117,9 @@ values = st.recursive(
 )
 
 
-def _paths(data, prefix=()):
-    yield prefix
-    if isinstance(data, dict):
-        for k, v in data.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            yield from _paths(v, prefix + (i,))
-
-
 @st.composite
 def mutated(draw):
-    data = copy.deepcopy(draw(st.sampled_from(SEEDS)))
-    for _ in range(draw(st.integers(1, 4))):
-        paths = [p for p in _paths(data) if p]
-        if not paths:
-            break
-        path = draw(st.sampled_from(paths))
-        parent = data
-        for seg in path[:-1]:
-            parent = parent[seg]
-        action = draw(st.sampled_from(["drop", "replace", "add"]))
-        if action == "drop":
-            del parent[path[-1]]
-        elif action == "replace":
-            parent[path[-1]] = draw(values)
-        elif isinstance(parent, dict):
-            parent[draw(st.text(max_size=8))] = draw(values)
+    data = mutate(draw, copy.deepcopy(draw(st.sampled_from(SEEDS))), values)
     return _dump(data)
 
 

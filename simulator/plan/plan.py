@@ -163,8 +163,8 @@ def micro_batch_of(s: Scenario, param_bytes: float) -> MicroBatch:
 
 
 def micro_batches_per_step(s: Scenario) -> int:
-    """Micro-batches each pipeline processes per step (gradient-accumulation steps)."""
-    return s.training.global_batch // s.dp // s.training.micro_batch
+    """Micro-batches each pipeline processes per step (:attr:`Scenario.micro_batches`)."""
+    return s.micro_batches
 
 
 def sharding_of(s: Scenario) -> Sharding:

@@ -175,7 +175,7 @@ def _pipeline(s: Scenario) -> list[Finding]:
     if t.global_batch % s.dp or (t.global_batch // s.dp) % t.micro_batch:
         return []  # _batch names the problem
     why = get_schedule(pl.schedule).check(
-        p.pp, t.global_batch // s.dp // t.micro_batch, pl.virtual_stages
+        p.pp, s.micro_batches, pl.virtual_stages
     )
     if why is None:
         return []
@@ -211,7 +211,7 @@ def _size(s: Scenario) -> list[Finding]:
     t, p = s.training, s.parallelism
     if t.global_batch % s.dp or (t.global_batch // s.dp) % t.micro_batch:
         return []  # reported by _batch
-    micro = t.global_batch // s.dp // t.micro_batch
+    micro = s.micro_batches
     replicas = s.num_gpus // p.pp if s.simulation.mode == "full" else 1
     units = micro * s.model.layers * replicas
     if units <= MAX_TASK_UNITS:

@@ -498,6 +498,13 @@ class Scenario(Frozen):
             return p.dp
         return max(1, self.num_gpus // (p.tp * p.pp * p.cp))
 
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches each pipeline runs per step (gradient-accumulation steps): the one
+        place this is derived."""
+        t = self.training
+        return t.global_batch // self.dp // t.micro_batch
+
 
 # Re-exported: field types and the topology section live in their own modules.
 __all__ = [

@@ -842,7 +842,7 @@ def _cheap(batch: list[Candidate], scenarios: dict, sim: Simulator) -> None:
     runs: list[Scenario] = []
     for k in batch:
         s = scenarios[k.key]
-        m = s.training.global_batch // s.dp // s.training.micro_batch
+        m = s.micro_batches
         counts = reduced_counts(k.choice, m)
         reduced = []
         if counts is not None:
@@ -867,7 +867,7 @@ def _cheap(batch: list[Candidate], scenarios: dict, sim: Simulator) -> None:
             k.cheap_s, k.cheap_exact, k.result = times[0], True, got[0]
             continue
         s = scenarios[k.key]
-        m = s.training.global_batch // s.dp // s.training.micro_batch
+        m = s.micro_batches
         k.cheap_s = extrapolate(counts[0], times[0], counts[1], times[1], m)
 
 

@@ -174,9 +174,7 @@ def _pipeline(s: Scenario) -> list[Finding]:
     pl = p.pipeline
     if t.global_batch % s.dp or (t.global_batch // s.dp) % t.micro_batch:
         return []  # _batch names the problem
-    why = get_schedule(pl.schedule).check(
-        p.pp, s.micro_batches, pl.virtual_stages
-    )
+    why = get_schedule(pl.schedule).check(p.pp, s.micro_batches, pl.virtual_stages)
     if why is None:
         return []
     field = "virtual_stages" if "virtual_stages" in why else "schedule"

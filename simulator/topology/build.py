@@ -50,29 +50,7 @@ def _build(cluster: ClusterConfig) -> Topology:
             t.name or "",
         )
     if isinstance(t, FatTreeTopology):
-        n = t.node
-        return fat_tree_topology(
-            nodes=t.nodes,
-            gpus_per_node=n.gpus,
-            nvlink_bandwidth=n.nvlink_bandwidth or acc.scale_up_bandwidth_Bps,
-            nvlink_latency=n.nvlink_latency,
-            nvlink_efficiency=n.nvlink_efficiency,
-            pcie_bandwidth=n.pcie_bandwidth,
-            pcie_latency=n.pcie_latency,
-            nic_bandwidth=t.nic_bandwidth,
-            nic_latency=t.nic_latency,
-            nic_efficiency=t.nic_efficiency,
-            switch_latency=t.switch_latency,
-            levels=t.levels,
-            nodes_per_leaf=t.hosts_per_leaf,
-            leaves_per_pod=_leaves_per_pod(t),
-            oversubscription=tuple(t.oversubscription),
-            rail_optimized=t.rail_optimized,
-            ecmp_flows=t.ecmp_flows,
-            pxn=t.pxn,
-            nvls=n.nvls,
-            name=t.name or "",
-        )
+        return fat_tree_topology(t, acc.scale_up_bandwidth_Bps)
     if isinstance(t, TorusTopology):
         return torus_topology(
             tuple(t.shape),
@@ -83,13 +61,3 @@ def _build(cluster: ClusterConfig) -> Topology:
             t.name or "",
         )
     raise TypeError(f"unknown topology {t!r}")
-
-
-def _leaves_per_pod(t: FatTreeTopology) -> int | None:
-    """Leaves per pod of the builder from the pod's hosts: its leaf groups times the leaves
-    of a group (one per rail, or one top-of-rack leaf)."""
-    hosts = t.hosts_per_pod
-    if hosts is None:
-        return None
-    groups = max(1, -(-hosts // t.hosts_per_leaf))
-    return groups * (t.node.gpus if t.rail_optimized and t.node.gpus > 1 else 1)

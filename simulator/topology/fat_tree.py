@@ -27,7 +27,9 @@ NCCL relays whatever would leave through a NIC other than the one on the destina
 point-to-point and collective alike; so does the router (rings and trees rarely need it:
 their channels cross hosts on one rail, :func:`~simulator.collectives.algorithms.ring_channels`).
 
->>> topo = fat_tree_topology(nodes=4, gpus_per_node=8, nodes_per_leaf=2, nic_bandwidth=50e9)
+>>> from simulator.scenario.topology_config import FatTreeTopology
+>>> tree = FatTreeTopology(kind="fat_tree", nodes=4, nodes_per_leaf=2, nic_bandwidth=50e9)
+>>> topo = fat_tree_topology(tree, nvlink_bandwidth=450e9)
 >>> [e[1] for e in topo.path(0, 8)]  # host 0 to host 1, same rail leaf
 ['nic0', 'leaf0.0', 'nic8', 8]
 >>> len(topo.path(0, 16))  # another leaf group: up through a spine
@@ -42,6 +44,7 @@ import networkx as nx
 import numpy as np
 
 from simulator.infeasible import InfeasibleError
+from simulator.scenario.topology_config import FatTreeTopology
 from simulator.topology.fat_tree_routes import FatTreeLinks, SpreadTable
 from simulator.topology.graph import LinkRecorder, Node, Path, Topology, ecmp_hash
 from simulator.topology.nvswitch import NVSwitchRouter, add_nvswitch_domain
@@ -49,34 +52,26 @@ from simulator.topology.nvswitch import NVSwitchRouter, add_nvswitch_domain
 MAX_FANOUT = 32  # spines per pod and cores: enough ECMP width without millions of edges
 
 
-def fat_tree_topology(
-    nodes: int,
-    gpus_per_node: int = 8,
-    nvlink_bandwidth: float = 450e9,
-    nvlink_latency: float = 0.7e-6,
-    nvlink_efficiency: float = 1.0,
-    pcie_bandwidth: float = 64e9,
-    pcie_latency: float = 0.5e-6,
-    nic_bandwidth: float = 50e9,
-    nic_latency: float = 2e-6,
-    nic_efficiency: float = 1.0,
-    switch_latency: float = 0.5e-6,
-    levels: int = 2,
-    nodes_per_leaf: int = 16,
-    leaves_per_pod: int | None = None,
-    oversubscription: tuple[float, ...] = (1.0,),
-    rail_optimized: bool = True,
-    ecmp_flows: int = 0,
-    nvls: bool = False,
-    name: str = "",
-    pxn: bool = True,
-) -> Topology:
-    """Build a fat-tree of ``nodes`` hosts (see the module doc for the structure).
+def fat_tree_topology(t: FatTreeTopology, nvlink_bandwidth: float) -> Topology:
+    """Build the fat-tree ``t`` describes (see the module doc for the structure); its NVLink
+    bandwidth is ``t.node.nvlink_bandwidth`` or, when that is not given, ``nvlink_bandwidth``
+    (the accelerator's scale-up figure), B/s per direction.
 
-    Bandwidths are B/s per direction, latencies seconds per link (``nic_latency`` is split
-    between the NIC-leaf link and its twin at the far end; ``switch_latency`` is paid per
-    switch-to-switch link).
+    The builder reads every setting from ``t`` itself (no forwarded parameters that a new
+    setting could miss). Bandwidths are B/s per direction, latencies seconds per link
+    (``nic_latency`` is split between the NIC-leaf link and its twin at the far end;
+    ``switch_latency`` is paid per switch-to-switch link).
     """
+    n = t.node
+    nodes, gpus_per_node, levels = t.nodes, n.gpus, t.levels
+    nodes_per_leaf, leaves_per_pod = t.hosts_per_leaf, leaves_per_pod_of(t)
+    rail_optimized, pxn, nvls = t.rail_optimized, t.pxn, n.nvls
+    nvlink_bandwidth = n.nvlink_bandwidth or nvlink_bandwidth
+    nvlink_latency, nvlink_efficiency = n.nvlink_latency, n.nvlink_efficiency
+    pcie_bandwidth, pcie_latency = n.pcie_bandwidth, n.pcie_latency
+    nic_bandwidth, nic_latency, nic_efficiency = t.nic_bandwidth, t.nic_latency, t.nic_efficiency
+    switch_latency, ecmp_flows, name = t.switch_latency, t.ecmp_flows, t.name or ""
+    oversubscription = tuple(t.oversubscription)
     g = nx.DiGraph(name=name or f"fat-tree {nodes}x{gpus_per_node}")
     links = LinkRecorder(g)
     # link ids by structure, as they are added (FatTreeLinks): each GPU's own six links
@@ -447,3 +442,13 @@ class FatTreeRouter:
         core = self.cores[(h >> 8) % len(self.cores)]
         sb = self.spines[pb][(h >> 16) % len(self.spines[pb])]
         return up + [(a_leaf, sa), (sa, core), (core, sb), (sb, b_leaf)] + down
+
+
+def leaves_per_pod_of(t: FatTreeTopology) -> int | None:
+    """Leaves per pod from the pod's hosts: its leaf groups times the leaves of a group (one
+    per rail, or one top-of-rack leaf); None: one pod of every leaf."""
+    hosts = t.hosts_per_pod
+    if hosts is None:
+        return None
+    groups = max(1, -(-hosts // t.hosts_per_leaf))
+    return groups * (t.node.gpus if t.rail_optimized and t.node.gpus > 1 else 1)

@@ -99,7 +99,7 @@ def test_pipelined_chain(kind):
 def _nic_bound_hosts(hosts: int, nic: float):
     """(topology, network model) of ``hosts`` DGX-like hosts of 8 GPUs on a fat-tree where
     only the NICs (``nic`` B/s) bound: NVLink and PCIe far faster, no latencies."""
-    from simulator.topology.fat_tree import fat_tree_topology
+    from tests.fat_trees import fat_tree as fat_tree_topology
 
     topo = fat_tree_topology(
         nodes=hosts, nvlink_bandwidth=1e15, nvlink_latency=0.0, pcie_bandwidth=1e12,
@@ -149,7 +149,7 @@ def test_a_ring_across_hosts_pays_the_network_latency_on_the_hops_that_cross_it(
     # of a ring's n hops, 2 cross the network between 2 hosts (NCCL's tuning.cc charges its
     # inter-node latency on those steps alone). The bytes take the same time whatever the
     # NIC's latency, so two latencies differ by 2(n-1)/n x 2 x the latency added per crossing.
-    from simulator.topology.fat_tree import fat_tree_topology
+    from tests.fat_trees import fat_tree as fat_tree_topology
 
     def ring_time(nic_latency: float) -> float:
         topo = fat_tree_topology(nodes=2, gpus_per_node=g, nic_latency=nic_latency)
@@ -169,7 +169,7 @@ def test_a_tree_across_hosts_pays_the_network_latency_on_its_levels_between_host
     # between hosts (one, for 2 hosts); up and down: raising the NIC latency by L adds 2 x L
     # (it had added 2 x 8 x L: every hop was charged the slowest), NVLink's by l (a
     # GPU-to-GPU hop's, split over its two links) adds 2 x (g - 1) x l
-    from simulator.topology.fat_tree import fat_tree_topology
+    from tests.fat_trees import fat_tree as fat_tree_topology
 
     g = 8
 
@@ -242,7 +242,7 @@ def test_torus_dimension_rings_exact():
 
 
 def test_hierarchical_exact():
-    from simulator.topology.fat_tree import fat_tree_topology
+    from tests.fat_trees import fat_tree as fat_tree_topology
 
     hosts, g, size = 4, 8, 1e9
     topo = fat_tree_topology(

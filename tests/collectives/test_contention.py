@@ -4,7 +4,7 @@ import pytest
 
 from simulator.collectives import bus_bandwidth, plan_collective
 from simulator.engine import NetworkModel, time_collective
-from simulator.topology.fat_tree import fat_tree_topology
+from tests.fat_trees import fat_tree as fat_tree_topology
 
 S = 4 * 2**30  # large enough that latency is small (0.14% of the time with NCCL's latencies)
 

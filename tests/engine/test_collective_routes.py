@@ -13,7 +13,7 @@ from simulator.collectives.plan import CollectivePlan, Phase, Transfer
 from simulator.engine import collective
 from simulator.engine.collective import CollectiveRunner
 from simulator.engine.network import FlowNetwork, LinkTable
-from simulator.topology.fat_tree import fat_tree_topology
+from tests.fat_trees import fat_tree as fat_tree_topology
 
 TOPOLOGY_FILES = [
     "dgx-h100.yaml",
@@ -124,7 +124,7 @@ def test_geometry_equal_for_random_plans(seed, shape, size, copies, transfers, m
                 rail_optimized=False,
             ),
             "rail pods": dict(
-                nodes=10, gpus_per_node=4, nodes_per_leaf=2, levels=3, leaves_per_pod=3
+                nodes=10, gpus_per_node=4, nodes_per_leaf=2, levels=3, nodes_per_pod=4
             ),
             # 2 hashed sub-flows per connection: routed one by one, classed all at once
             "rails, hashed ecmp": dict(nodes=9, gpus_per_node=4, nodes_per_leaf=3, ecmp_flows=2),

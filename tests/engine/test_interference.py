@@ -167,7 +167,7 @@ def test_a_collective_over_the_network_slows_compute_by_its_bandwidth_share():
     # Two hosts of 2 GPUs, NVLink 450 GB/s, NICs 50 GB/s: an all-gather between the hosts
     # crosses a 50 GB/s hop, so it slows compute by s x 50/450 (module doc); one inside a host
     # by the full s.
-    from simulator.topology.fat_tree import fat_tree_topology
+    from tests.fat_trees import fat_tree as fat_tree_topology
 
     topo = fat_tree_topology(2, gpus_per_node=2, nvlink_bandwidth=450e9, nic_bandwidth=50e9)
     model = NetworkModel(topo.graph, topo.router, topo.host_of)

@@ -8,7 +8,7 @@ from simulator import api
 from simulator.engine.network import LinkTable
 from simulator.engine.orbits import LinkOrbits, link_orbits
 from simulator.engine.placement import DeviceLabels
-from simulator.topology.fat_tree import fat_tree_topology
+from tests.fat_trees import fat_tree as fat_tree_topology
 
 
 def _orbits(labels: dict[int, int], capacity_scale: dict | None = None):

@@ -74,7 +74,7 @@ def test_ranks_are_placed_by_the_topologys_device_list():
 
 
 def test_numbered_devices_are_counted_once_per_device_list():
-    from simulator.topology.fat_tree import fat_tree_topology
+    from tests.fat_trees import fat_tree as fat_tree_topology
 
     assert [facts._numbered(d) for d in ([0, 1, 2, 5], [0, 1, 2], [], [1], [0, 1.0], ["a"])] == [
         3, 3, 0, 0, 2, 0,

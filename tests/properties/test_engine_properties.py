@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from simulator.collectives import plan_collective
 from simulator.engine import NetworkModel, run_taskgraph, time_collective
 from simulator.schedule import CommSpec, Task, TaskGraph
-from simulator.topology.fat_tree import fat_tree_topology
+from tests.fat_trees import fat_tree as fat_tree_topology
 
 TOPO = fat_tree_topology(
     nodes=2, gpus_per_node=4, nodes_per_leaf=1, rail_optimized=False, oversubscription=(2,)

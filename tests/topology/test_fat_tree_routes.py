@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from simulator import api
 from simulator.engine.network import LinkTable
-from simulator.topology.fat_tree import fat_tree_topology
 from simulator.topology.graph import ecmp_hash, ecmp_hash_array
+from tests.fat_trees import fat_tree as fat_tree_topology
 
 FILES = ["dgx-a100-superpod.yaml", "dgx-h100-superpod.yaml", "llama3-24k-cluster.yaml"]
 _BUILT: dict = {}
@@ -31,7 +31,8 @@ SMALL = {  # every shape the builder makes: one leaf, one pod of rails, ToR pods
         nodes=12, gpus_per_node=2, nodes_per_leaf=2, levels=3, leaves_per_pod=2,
         oversubscription=(1.0, 3.0), rail_optimized=False,
     ),
-    "rail pods": dict(nodes=10, gpus_per_node=4, nodes_per_leaf=2, levels=3, leaves_per_pod=3),
+    # pods of 2 rail groups (8 leaves); 10 hosts make 5 groups, so the last pod is half full
+    "rail pods": dict(nodes=10, gpus_per_node=4, nodes_per_leaf=2, levels=3, nodes_per_pod=4),
     "rails without pxn": dict(nodes=6, gpus_per_node=4, nodes_per_leaf=2, pxn=False),
 }  # fmt: skip
 
@@ -115,7 +116,7 @@ def test_spread_ids_decline_hashed_ecmp_and_non_devices():
 def test_path_ids_equal_path_with_hashed_ecmp(pxn, met):
     # the single hashed path does not depend on ecmp_flows: arrays with sub-flows too
     topo = fat_tree_topology(
-        nodes=8, gpus_per_node=2, nodes_per_leaf=2, levels=3, leaves_per_pod=2, ecmp_flows=4,
+        nodes=8, gpus_per_node=2, nodes_per_leaf=2, levels=3, nodes_per_pod=2, ecmp_flows=4,
         pxn=pxn,
     )  # fmt: skip
     links = LinkTable(topo.graph)

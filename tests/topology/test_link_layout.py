@@ -15,10 +15,10 @@ import pytest
 from simulator import api
 from simulator.engine.executor import hop_bandwidth
 from simulator.engine.network import LinkTable
-from simulator.topology.fat_tree import fat_tree_topology
 from simulator.topology.graph import LinkRecorder
 from simulator.topology.nvswitch import nvswitch_topology
 from simulator.topology.torus import torus_topology
+from tests.fat_trees import fat_tree as fat_tree_topology
 from tests.topology.test_fat_tree_routes import SMALL
 
 BUILT = {

@@ -3,10 +3,10 @@
 import pytest
 
 from simulator import api
-from simulator.topology.fat_tree import fat_tree_topology
 from simulator.topology.nvswitch import nvswitch_topology
 from simulator.topology.summary import bisection_bandwidth
 from simulator.topology.torus import torus_topology
+from tests.fat_trees import fat_tree as fat_tree_topology
 
 
 def _kinds(topo):
@@ -153,7 +153,7 @@ def test_ecmp_flows_of_a_topology_file_reach_the_router():
 
 def test_a_one_level_rail_optimized_fabric_says_which_setting_to_change():
     # QA: "raise nodes_per_leaf" for 2 nodes under a 16-node leaf; the rails are what split it
-    from simulator.topology.fat_tree import fat_tree_topology
+    from tests.fat_trees import fat_tree as fat_tree_topology
 
     with pytest.raises(ValueError, match="set rail_optimized: false"):
         fat_tree_topology(nodes=2, levels=1)

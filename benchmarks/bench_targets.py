@@ -1,4 +1,4 @@
-"""Issue 11's speed targets: wall time and peak RSS of whole training steps.
+"""The speed targets: wall time and peak RSS of whole training steps.
 
 Cases (each run in a fresh subprocess, so that its peak RSS is its own):
 

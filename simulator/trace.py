@@ -1,6 +1,6 @@
 """The flat record of what ran where and when, and its recorder.
 
-Every stage may import this module (DESIGN.md): the engine writes records, metrics and reports
+Every stage may import this module (docs/design.md): the engine writes records, metrics and reports
 read them. Records are buffered as tuples and become a pandas DataFrame in one call.
 
 The engine records less: per task that ended, ``(task index, start s, end s)`` in ``runs``

@@ -72,7 +72,7 @@ def test_overlapping_steps_take_the_longest_span():
 
 
 def test_the_step_is_accounted_for_in_full():
-    # Issue 10: compute + exposed communication + bubble + waiting at the end = the step.
+    # compute + exposed communication + bubble + waiting at the end = the step.
     m = step_metrics(TRACE, [], _facts())
     total = m.compute_fraction + m.exposed_comm_fraction + m.bubble_fraction
     assert total + m.sync_wait_fraction == pytest.approx(1.0)

@@ -1,6 +1,6 @@
 """Collective algorithms as phases of point-to-point transfers.
 
-``S`` is the full buffer (DESIGN.md): the input of all-reduce and reduce-scatter, the output of
+``S`` is the full buffer (docs/design.md): the input of all-reduce and reduce-scatter, the output of
 all-gather, the total a rank sends in all-to-all. With ``n`` ranks, per-link bandwidth ``B``
 and per-step latency ``a`` on a non-blocking switch, the phases below take:
 

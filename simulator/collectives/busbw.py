@@ -1,6 +1,6 @@
 """Bus bandwidth as nccl-tests reports it (doc/PERFORMANCE.md): busbw = algbw x factor(n).
 
-algbw = S / t with S the buffer of DESIGN.md's convention; the factor makes busbw comparable
+algbw = S / t with S the buffer of docs/design.md's convention; the factor makes busbw comparable
 to the hardware's link bandwidth whatever the rank count.
 """
 

@@ -4,7 +4,7 @@ A collective issued by one representative group may stand for ``copies``: other 
 the same collective at the same time (the 2,048 TP groups of a large job). Their transfers are
 routed too, and each representative transfer becomes a flow class whose per-link counts say
 how many copies cross each link (fractions where load balancing spreads a connection over
-several paths; DESIGN.md, Scale), so contention between the copies stays real while the
+several paths; docs/design.md, Scale), so contention between the copies stays real while the
 simulation follows one group. Routing and counting are done once per (plan shape, copies)
 in a run and reused for its other sizes; runs on one network model share them, a run's copies
 keyed also by the size the run first met the shape with (a class's bytes are a fraction of the

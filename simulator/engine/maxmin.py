@@ -1,6 +1,6 @@
 """Max-min fair rates of flow classes sharing links (progressive filling / water-filling).
 
-A flow class stands for ``n(e)`` identical copies on link ``e`` (DESIGN.md, Scale): its
+A flow class stands for ``n(e)`` identical copies on link ``e`` (docs/design.md, Scale): its
 copies all get the class's rate ``r``, and a link's load is the sum over classes of
 ``n(e) r``. Rates rise together until a link saturates; the classes crossing it freeze at its
 fair share; the rest continue. The result is the unique max-min fair allocation.

@@ -1,6 +1,6 @@
 """Per-op FLOPs and HBM bytes of one micro-batch on one rank: forward, input- and weight-gradient.
 
-Conventions (DESIGN.md, Compute):
+Conventions (docs/design.md, Compute):
 
 - a GEMM ``(m x k) @ (k x n)`` costs ``2 m n k`` FLOPs forward; its input-gradient (B) and
   weight-gradient (W) each cost the same. Bytes are the operands read and the result written.

@@ -201,7 +201,7 @@ MAX_TASK_UNITS = 262_144
 """Largest step simulated: micro-batches x layers x simulated replicas <= 2^18. Each unit is
 about 8 tasks (forward, input and weight gradients, sends, collectives) and a task costs about
 1.3 kB and 80 us to build and run: 4,096 micro-batches x 32 layers (131,072 units, 1.06M tasks)
-took 85 s and 1.36 GB (issue 14, F08), so the cap keeps a run within about 3 GB and 3 minutes.
+took 85 s and 1.36 GB, so the cap keeps a run within about 3 GB and 3 minutes.
 The steady state repeats one pattern; fewer, larger micro-batches give the same bubble trend."""
 
 

@@ -15,14 +15,14 @@ PosInt = Annotated[int, Field(ge=1, le=10**9)]
 
 MAX_DEVICES = 131_072
 """Largest cluster accepted (2^17 accelerators). The topology graph is built in full: 16,384
-nodes x 8 = 131,072 GPUs take 1.2 GB and a 165 s run (issue 14, F06), while 8M GPUs exhausted
+nodes x 8 = 131,072 GPUs take 1.2 GB and a 165 s run, while 8M GPUs exhausted
 10 GB. It covers today's largest published training clusters (Llama 3: 24,576 GPUs; 100K-GPU
 clusters)."""
 
 MIN_BUCKET_BYTES = 1e6
 """Smallest gradient bucket accepted (1 MB). PyTorch DDP's smallest bucket is its first, 1 MiB
 (``dist._DEFAULT_FIRST_BUCKET_BYTES``), its default 25 MB (``bucket_cap_mb``); a bucket of a
-few bytes makes an all-reduce per few parameters, millions of tasks (issue 14, F01)."""
+few bytes makes an all-reduce per few parameters, millions of tasks."""
 
 
 def _real(value: Any) -> Any:
@@ -41,9 +41,9 @@ Real = Annotated[float, BeforeValidator(_real)]
 
 Efficiency = Annotated[Real, Field(ge=0.1, le=1)]
 """A link's payload fraction. Real protocols carry 0.8 (NVLink) to 0.99 (InfiniBand); below 0.1
-is no protocol, and tiny fractions push simulated time past the largest float (issue 14, F07)."""
+is no protocol, and tiny fractions push simulated time past the largest float."""
 
 
 class Frozen(BaseModel):
-    # strict: a count must be an int, a flag a bool; YAML's `true` is no count (issue 14, F12)
+    # strict: a count must be an int, a flag a bool; YAML's `true` is no count
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)

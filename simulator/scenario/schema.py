@@ -257,7 +257,7 @@ CollectiveAlgorithm = Annotated[str, AfterValidator(_known_algorithm)]
 
 
 def _zero_stage(value: Any) -> Any:
-    if isinstance(value, bool):  # `zero: true` is not "ZeRO-1" (issue 14, F12)
+    if isinstance(value, bool):  # `zero: true` is not "ZeRO-1"
         raise ValueError("zero takes a stage 0, 1, 2, 3 or fsdp, not a boolean")
     return 3 if isinstance(value, str) and value.strip().lower() == "fsdp" else value
 

@@ -27,7 +27,7 @@ MAX_INCLUDE_DEPTH = 8
 MAX_DEPTH = 64
 """Deepest nesting of mappings and lists accepted. A scenario nests about 4 deep
 (``cluster.topology.node.gpus``); printing 260+ levels overflows pydantic's serialiser and
-PyYAML's composer recurses once per level (issue 14, F09)."""
+PyYAML's composer recurses once per level."""
 MAX_FILE_BYTES = 2**20
 """Largest file read (1 MiB). Scenarios are a few kB; a 50 MB file took minutes to refuse."""
 

@@ -26,7 +26,7 @@ from simulator.trace import COLUMNS, TEXT_COLUMNS
 class CommSpec(NamedTuple):
     """One rank's part of a collective.
 
-    ``group``: member ranks in collective order; ``size_bytes``: the buffer S (DESIGN.md);
+    ``group``: member ranks in collective order; ``size_bytes``: the buffer S (docs/design.md);
     ``instance``: tasks with equal instance form one call; ``copies``: index into
     ``TaskGraph.copy_sets`` of the groups of ranks that run the same collective at the same
     time without being simulated (symmetry), -1 for none. An immutable named tuple, as

@@ -4,9 +4,9 @@ plus this estimate's communication terms that the bound leaves out (:func:`expos
 it only orders the search's walk and never drops a candidate (the bound and the simulations
 do that).
 
-Terms, each from the lecture 8 / DESIGN.md ledger:
+Terms, each from the lecture 8 ledger (docs/design.md):
 
-- compute: training FLOPs per token ``6 P_active + 6 L s h`` (causal attention, DESIGN.md)
+- compute: training FLOPs per token ``6 P_active + 6 L s h`` (causal attention, docs/design.md)
   over the GPUs at ``GEMM_EFFICIENCY`` of peak; full recompute adds a forward (x 4/3),
   selective recompute re-runs the attention core (``2 L s h`` per token);
 - pipeline bubble: ``(p-1)/(m+p-1)`` for 1F1B, ``(p-1)/(v m+p-1)`` interleaved, a third of
@@ -65,7 +65,7 @@ class ModelShape:
 
 
 def bubble_fraction(c: Choice, micro_batches: int) -> float:
-    """Idle fraction of the pipeline schedule (DESIGN.md formulas)."""
+    """Idle fraction of the pipeline schedule (docs/design.md formulas)."""
     if c.pp == 1:
         return 0.0
     p, m = c.pp, micro_batches

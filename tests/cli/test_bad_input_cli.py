@@ -1,4 +1,4 @@
-"""The command line under bad input (issue 14): exit 2 with one line naming the option, checked
+"""The command line under bad input: exit 2 with one line naming the option, checked
 before any simulation; OOM made visible; the new options (--version, --fail-on-oom, --window)."""
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def test_non_finite_duration_is_an_error(duration):
 
 
 def test_collective_on_vanishing_bandwidth_is_an_error():
-    # A 1e-300 B/s switch: the all-reduce's finish time overflows to inf (issue 14); the run
+    # A 1e-300 B/s switch: the all-reduce's finish time overflows to inf; the run
     # stops with a ValueError instead of spinning on inf/nan times.
     topo = nvswitch_topology(8, 1e-300, latency=1e-6)
     g = TaskGraph()

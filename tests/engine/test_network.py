@@ -145,7 +145,7 @@ def test_component_rerating_matches_global_rerating(spec):
 
 
 def test_vanishing_bandwidth_is_an_error_not_a_hang():
-    # 1e-300 B/s: 1e6 B would take 1e306 s... and 1e9 B overflows to inf (issue 14).
+    # 1e-300 B/s: 1e6 B would take 1e306 s... and 1e9 B overflows to inf.
     topo = nvswitch_topology(2, 1e-300, latency=0.0)
     links = LinkTable(topo.graph)
     env = simpy.Environment()

@@ -39,7 +39,7 @@ def test_six_params_tokens_plus_causal_attention(name):
 
 
 def test_korthikanti_eq7_gpt():
-    # Eq. 7 counts the full attention square; causal attention counts half (DESIGN.md).
+    # Eq. 7 counts the full attention square; causal attention counts half (docs/design.md).
     m = ModelConfig(name="gpt3-175b")
     s, h, L, V = 2048, m.hidden, m.layers, m.vocab
     eq7 = 72 * L * s * h * h * (1 + s / (6 * h) + V / (12 * h * L))

@@ -133,7 +133,7 @@ training: {global_batch: 2048, micro_batch: 1, seq_len: 2048}
 
 
 def test_ddp_at_scale_uses_trees_and_the_scenario_can_force_rings():
-    # Issue 14's F19: flat rings over thousands of ranks pay 2(n-1) hop latencies per bucket.
+    # flat rings over thousands of ranks pay 2(n-1) hop latencies per bucket.
     s = load_scenario_text(DDP_16K)
     topo = api.build_topology(s.cluster)
     auto = api.build_step(api.build_plan(s, topo))

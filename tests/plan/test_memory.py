@@ -172,7 +172,7 @@ training: {global_batch: 8, seq_len: 8192}
 @pytest.mark.parametrize("unit", [1, 4, 32])
 @pytest.mark.parametrize("prefetch", [0, 1, 2, 8])
 def test_zero3_ledger_bounds_the_timeline_closely(unit, prefetch):
-    # Issue 14 (F16): ledger and simulated timeline come from one plan and one formula for the
+    # ledger and simulated timeline come from one plan and one formula for the
     # ZeRO-3 buffers: the (1 + prefetch) largest units gathered, capped by the units there
     # are, and one unit's unsharded gradient, which the step allocates from the unit's first
     # weight gradient to its reduce-scatter. The ledger adds each kind's own peak; in the run

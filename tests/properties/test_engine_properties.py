@@ -1,4 +1,4 @@
-"""Engine invariants on random task graphs and collectives (DESIGN.md, Standards):
+"""Engine invariants on random task graphs and collectives (property tests):
 no overlap on a stream, causality, rendezvous, determinism, conservation, monotonicity."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 An accepted scenario must also print (``trainsim check`` dumps it as JSON) and cost its memory
 ledger; a refused one must name a line of the input. A few hundred examples run by default;
-the slow suite runs 10,000. The seeds include every input of issue 14 that once crashed, hung
+the slow suite runs 10,000. The seeds include every input that once crashed, hung
 or was silently accepted (the reproducers), as literal examples and as mutation seeds.
 """
 
@@ -43,7 +43,7 @@ cluster: {accelerator: H100, gpus: 8}
 parallelism: {tp: 2, pp: 2, zero: 1}
 training: {global_batch: 16, micro_batch: 1, seq_len: 2048}
 """
-# The reproducers of issue 14 (shared/reproducers, F01-F20), as scenario texts.
+# Inputs that once crashed, hung or were silently accepted (F01-F20), as scenario texts.
 REPRODUCERS = [
     _BASE.replace("zero: 1", "zero: 0, bucket_size: 25"),  # F01
     _BASE.replace("zero: 1", "zero: 0, bucket_size: 0"),  # F01b
@@ -156,7 +156,7 @@ def test_mutated_scenarios(text):
     _load(text)
 
 
-# Issue 14's 10,000 examples, as two tests of 5,000 that the two test workers run side by
+# 10,000 examples, as two tests of 5,000 that the two test workers run side by
 # side (one test of 10,000 took a minute on one core). Hypothesis's pytest plugin folds each
 # test's id into its seed (derandomised too), so the halves draw different documents.
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""What the pictures choose to show (issue 14): links per level by utilisation with the
+"""What the pictures choose to show: links per level by utilisation with the
 bottleneck named, thin bars kept visible, comparison bars with values, topology legends."""
 
 from __future__ import annotations

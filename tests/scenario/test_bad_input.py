@@ -1,4 +1,4 @@
-"""Bad and extreme input (issue 14): each reproducer of /work/shared/reproducers is a test here.
+"""Bad and extreme input: each reproducer of the bad-input reports (F01-F20) is a test here.
 
 Every case must end in a ScenarioError naming the field and a position, never a traceback,
 a hang or a silently different scenario.
@@ -39,7 +39,7 @@ def _fields(err: ScenarioError) -> list[str]:
 
 
 def test_ep_must_divide_dp_x_cp():
-    # F (issue 14): 48 GPUs, tp 4 x pp 4 -> dp 3; ep 4 passed the old check (dp x cp x tp =
+    # F: 48 GPUs, tp 4 x pp 4 -> dp 3; ep 4 passed the old check (dp x cp x tp =
     # 12 is a multiple of ep x expert_tp = 4) and the rank grid died with a KeyError.
     with pytest.raises(ScenarioError) as info:
         load_scenario(

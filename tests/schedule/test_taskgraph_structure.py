@@ -141,7 +141,7 @@ def test_fsdp_backward_prefetch_hides_the_gathers():
         p: api.run(load_scenario(f, [f"parallelism.fsdp_backward_prefetch={p}"])).summary
         for p in ("pre", "none")
     }
-    # issue 10 measured 13-14% of an FSDP step lost without it; here 12%
+    # measured 13-14% of an FSDP step lost without it; here 12%
     assert t["pre"]["step_time_s"] < 0.92 * t["none"]["step_time_s"]
     assert t["pre"]["exposed_comm_fraction"] < t["none"]["exposed_comm_fraction"] / 2
 

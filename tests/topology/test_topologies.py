@@ -140,7 +140,7 @@ def test_topology_drawing_has_a_legend_of_nodes_and_links(tmp_path, monkeypatch)
 
 
 def test_ecmp_flows_of_a_topology_file_reach_the_router():
-    # Issue 10: the Llama 3 cluster's 16-flow static ECMP was validated, then dropped.
+    # the Llama 3 cluster's 16-flow static ECMP was validated, then dropped.
     from simulator import api
 
     topo = api.topology_from_file("topologies/llama3-24k-cluster.yaml", "H100-SXM", ["nodes=64"])

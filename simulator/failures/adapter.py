@@ -112,7 +112,9 @@ class ElasticSteps:
             global _FORKED_TOPOLOGY
             _FORKED_TOPOLOGY = self.topo  # the children inherit it (a graph is not pickled)
             try:
-                with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+                ctx = mp.get_context("fork")
+                init = api.quiet_pool_worker  # no bars of its own; dies with this process
+                with ProcessPoolExecutor(workers, mp_context=ctx, initializer=init) as pool:
                     times = list(pool.map(_step_time, scenarios))
             finally:
                 _FORKED_TOPOLOGY = None

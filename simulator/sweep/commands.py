@@ -55,6 +55,15 @@ ProgressOpt = Annotated[
 ]
 
 
+def _stdout_for_results_only():
+    """While points run, anything printed (Ray's driver relays its raylet's messages with
+    ``print``) goes to stderr: stdout holds the results alone, so ``--format json`` parses."""
+    import contextlib
+    import sys
+
+    return contextlib.redirect_stdout(sys.stderr)
+
+
 def _progress(flag: bool | None) -> bool:
     """The progress flag, or when it is not given: whether stderr is a terminal."""
     import sys
@@ -136,7 +145,8 @@ def sweep(
     from simulator.sweep.backends import BackendError
 
     try:
-        frame = run_sweep(loaded, out_dir, run_backend, retry_errors, _progress(progress))
+        with _stdout_for_results_only():
+            frame = run_sweep(loaded, out_dir, run_backend, retry_errors, _progress(progress))
     except BackendError as exc:
         _bad_input(str(exc))
     keys = loaded.keys
@@ -303,7 +313,7 @@ def plan(
     # a search calls the backend once a round: one Ray for all of them
     session = ray_session(address, workers) if backend is BackendName.ray else nullcontext()
     try:
-        with session:
+        with session, _stdout_for_results_only():
             result = search_plans(scenario, options, run_backend, out, _progress(progress))
     except BackendError as exc:
         _bad_input(str(exc))

@@ -219,3 +219,30 @@ training: {{global_batch: 8, micro_batch: 1, seq_len: 1024}}
     burst = machine_of(load_scenario_text(text.format(acc="{name: H100, sustained_compute: 1}")))
     assert held.peak_flops == pytest.approx(989.4e12 * 755 / 850, rel=1e-12)
     assert burst.peak_flops == pytest.approx(989.4e12, rel=1e-12)
+
+
+def test_messages_printed_while_points_run_stay_off_stdout(write_spec, tmp_path, monkeypatch):
+    """Ray's driver prints its raylet's messages ("(raylet) Task simulate_task failed...");
+    printed while the sweep runs, they must not break --format json (G14)."""
+    import json as json_module
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+    from simulator.sweep import runner as sweep_runner
+
+    real = sweep_runner.run_sweep
+
+    def noisy(*args, **kwargs):
+        print("(raylet) Task simulate_task failed. There are 3 retries remaining")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_runner, "run_sweep", noisy)
+    spec = write_spec("grid:\n  parallelism.zero: [0, 1]\n")
+    result = CliRunner().invoke(
+        app, ["sweep", str(spec), "--out", str(tmp_path / "o"), "--format", "json",
+              "--workers", "1", "--no-progress"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json_module.loads(result.stdout)["rows"]
+    assert "(raylet)" in result.stderr

@@ -131,6 +131,7 @@ def sweep(
 ) -> None:
     """Run a what-if study: every point of a spec (grid, zip, samples), resumable."""
     from simulator.sweep import plots
+    from simulator.sweep.backends import BackendError
     from simulator.sweep.runner import run_sweep
     from simulator.sweep.spec import load_spec
     from simulator.sweep.tables import deltas_table, format_table, json_records, points_table
@@ -142,8 +143,6 @@ def sweep(
     out_dir = out or Path("reports") / "sweeps" / safe_name(loaded.name)
     _check_out(out_dir)
     run_backend = _backend(backend, workers, address)
-    from simulator.sweep.backends import BackendError
-
     try:
         with _stdout_for_results_only():
             frame = run_sweep(loaded, out_dir, run_backend, retry_errors, _progress(progress))

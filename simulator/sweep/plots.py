@@ -135,8 +135,20 @@ def labelled(frame: pd.DataFrame, key: str) -> tuple[pd.Series, list[str]]:
     return pd.Series(labels, index=frame.index), order
 
 
-def varying(frame: pd.DataFrame, keys: list[str]) -> list[str]:
-    """The keys that take more than one value over the points."""
+def swept_keys(frame: pd.DataFrame) -> list[str]:
+    """The swept keys of a results frame: the columns that have a ``KEY_text`` twin."""
+    suffix = text_column("")
+    return [
+        c[: -len(suffix)]
+        for c in frame.columns
+        if c.endswith(suffix) and c[: -len(suffix)] in frame
+    ]
+
+
+def varying(frame: pd.DataFrame, keys: list[str] | None) -> list[str]:
+    """The keys (default: every swept key of ``frame``) that take more than one value over
+    the points."""
+    keys = swept_keys(frame) if keys is None else keys
     pts = frame[frame["point"] >= 0]
     return [k for k in keys if k in pts and labelled(pts, k)[0].nunique() > 1]
 
@@ -196,7 +208,7 @@ def line_plot(
     key. OOM points are red crosses at their simulated value, infeasible and failed points grey
     ticks on the x axis. Points that still share an x within a line are drawn unjoined."""
     pts = frame[frame["point"] >= 0]
-    others = [k for k in varying(frame, keys or []) if k not in (x, group)]
+    others = [k for k in varying(frame, keys) if k not in (x, group)]
     line_keys = [group] if group else others
     facet_keys = others if group else []
     xlab, xs = labelled(pts, x)
@@ -291,7 +303,7 @@ def heatmap(
     the other varying keys on one colour scale; cells name OOM, infeasible and failed points,
     and the best point has a black frame."""
     pts = frame[frame["point"] >= 0]
-    facet_keys = [k for k in varying(frame, keys or []) if k not in (x, y)]
+    facet_keys = [k for k in varying(frame, keys) if k not in (x, y)]
     xlab, xs = labelled(pts, x)
     ylab, ys = labelled(pts, y)
     xi = {v: i for i, v in enumerate(xs)}
@@ -383,8 +395,9 @@ def draw(
     keys: list[str] | None = None,
 ) -> Path:
     """Draw one plot described like a spec's ``plots:`` entry into ``out_dir``; ``keys`` are
-    every swept key (those beyond the plot's axes become panels or lines). PlotError when
-    they would need more than :data:`MAX_PANELS` panels."""
+    every swept key (default: the frame's, from its ``KEY_text`` columns); those beyond the
+    plot's axes become panels or lines. PlotError when they would need more than
+    :data:`MAX_PANELS` panels."""
     kind, metric, x = plot["kind"], plot.get("metric", "step_time_s"), plot["x"]
     simulated = frame[frame["status"].isin(["ok", "oom"])] if "status" in frame else frame
     if metric not in frame or not simulated[metric].notna().any():

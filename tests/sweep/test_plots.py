@@ -195,3 +195,19 @@ def test_default_plots_show_every_key():
         ("line", "c", "a"),
         ("heatmap", "a", "b"),
     ]
+
+
+def test_without_keys_the_frame_says_which_are_swept(tmp_path, monkeypatch):
+    """An API user who calls draw() without keys still sees every swept key: the results
+    frame names them by its KEY_text columns."""
+    frame = _three_keys()
+    frame["oversubscription_text"] = frame["oversubscription"].map(str)
+    frame["rails_text"] = frame["rails"].map(str)
+    assert plots.swept_keys(frame) == ["nic", "oversubscription", "rails"]
+    seen = []
+    original = plots._panels
+    monkeypatch.setattr(
+        plots, "_panels", lambda pts, keys: seen.append(keys) or original(pts, keys)
+    )
+    plots.draw(frame, {"kind": "heatmap", "x": "nic", "y": "oversubscription"}, tmp_path)
+    assert seen == [["rails"]]

@@ -76,15 +76,29 @@ def _bad_input(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _check_out(out: Path | None) -> None:
+RetryOpt = Annotated[bool, typer.Option("--retry-errors", help="Simulate stored error rows again.")]
+FreshOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fresh",
+        help="Simulate every point again: the folder's results.parquet is moved to "
+        "results.previous.parquet first (by default a run resumes: stored points are kept).",
+    ),
+]
+
+
+def _check_out(out: Path | None, fresh: bool = False) -> None:
     """An output folder that cannot be written, or whose results file is not one a sweep
-    wrote, fails now, not after every point ran (and the file is left untouched)."""
-    from simulator.sweep.store import StoreError, check_store
+    wrote, fails now, not after every point ran (and the file is left untouched). With
+    ``fresh``, a results file of ours is moved aside, so every point is simulated again."""
+    from simulator.sweep.store import StoreError, check_store, set_aside
 
     try:
         check_out_dir(out)
         if out is not None:
             check_store(out)
+            if fresh:
+                set_aside(out)
     except (OptionError, StoreError) as exc:
         _bad_input(str(exc))
 
@@ -124,9 +138,8 @@ def sweep(
         ),
     ] = None,
     format: FormatOpt = Format.table,
-    retry_errors: Annotated[
-        bool, typer.Option("--retry-errors", help="Simulate stored error rows again.")
-    ] = False,
+    retry_errors: RetryOpt = False,
+    fresh: FreshOpt = False,
     progress: ProgressOpt = None,
 ) -> None:
     """Run a what-if study: every point of a spec (grid, zip, samples), resumable."""
@@ -141,7 +154,7 @@ def sweep(
     except ScenarioError as exc:
         _bad_input(str(exc))
     out_dir = out or Path("reports") / "sweeps" / safe_name(loaded.name)
-    _check_out(out_dir)
+    _check_out(out_dir, fresh)
     run_backend = _backend(backend, workers, address)
     try:
         with _stdout_for_results_only():

@@ -85,6 +85,17 @@ def check_store(out_dir: Path) -> None:
         read_results(out_dir)
 
 
+def set_aside(out_dir: Path) -> Path | None:
+    """Move ``out_dir``'s results file to ``results.previous.parquet`` (replacing an older
+    one there) so that a run starts afresh; its path, or None if there was none."""
+    path = out_dir / RESULTS
+    if not path.is_file():
+        return None
+    previous = out_dir / "results.previous.parquet"
+    os.replace(path, previous)
+    return previous
+
+
 def read_results(out_dir: Path) -> tuple[pd.DataFrame, list[str]]:
     """The stored rows and their swept keys; an empty frame if there is no results file.
     StoreError when the file is not a results table (it is left untouched)."""

@@ -316,3 +316,25 @@ def test_a_sampled_range_reports_its_own_error(tmp_path):
     )
     text = _refused(["sweep", spec, "--out", tmp_path / "o", "--no-progress"], "below low")
     assert "valid list" not in text
+
+
+def test_a_sweep_resumes_by_default_and_fresh_simulates_again(tmp_path, monkeypatch):
+    from simulator.sweep import adapter
+
+    calls = []
+    real = adapter.simulate
+    monkeypatch.setattr(adapter, "simulate", lambda s: calls.append(s) or real(s))
+    _write(tmp_path, "base.yaml", BASE)
+    spec = _write(tmp_path, "f.sweep.yaml", "base: base.yaml\ngrid:\n  parallelism.zero: [0, 1]\n")
+    out = tmp_path / "o"
+    args = ["sweep", str(spec), "--out", str(out), "--no-progress", "--workers", "1"]
+    assert runner.invoke(app, args).exit_code == 0
+    first, simulated = (out / "results.parquet").read_bytes(), len(calls)
+    assert simulated == 2  # zero 0 and zero 1 (the base is zero 1)
+    assert runner.invoke(app, args).exit_code == 0
+    assert len(calls) == simulated  # resumed: nothing simulated again
+    fresh = runner.invoke(app, [*args, "--fresh"])
+    assert fresh.exit_code == 0, fresh.output
+    assert len(calls) == 2 * simulated  # every point again
+    assert (out / "results.previous.parquet").read_bytes() == first  # kept aside
+    assert (out / "results.parquet").read_bytes() == first  # the same results, byte for byte

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from contextlib import nullcontext
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -58,10 +59,10 @@ ProgressOpt = Annotated[
 def _stdout_for_results_only():
     """While points run, anything printed (Ray's driver relays its raylet's messages with
     ``print``) goes to stderr: stdout holds the results alone, so ``--format json`` parses."""
-    import contextlib
     import sys
+    from contextlib import redirect_stdout
 
-    return contextlib.redirect_stdout(sys.stderr)
+    return redirect_stdout(sys.stderr)
 
 
 def _progress(flag: bool | None) -> bool:
@@ -282,6 +283,7 @@ def plan(
         ),
     ] = None,
     format: FormatOpt = Format.table,
+    fresh: FreshOpt = False,
     progress: ProgressOpt = None,
 ) -> None:
     """Search parallel plans: bound every DP/TP/PP/CP/EP/ZeRO/schedule/micro-batch/recompute
@@ -307,7 +309,7 @@ def plan(
         )
     if out is None:  # the scenario's name as one folder name
         out = Path("reports") / "plans" / safe_name(base.name or scenario.stem)
-    _check_out(out)
+    _check_out(out, fresh)
     run_backend = _backend(backend, workers, address)
     options = SearchOptions(
         gpus=_gpu_counts(gpus),
@@ -318,8 +320,6 @@ def plan(
         headroom=_headroom(memory_headroom),
         objective=factories[objective](),
     )
-    from contextlib import nullcontext
-
     from simulator.sweep.backends import BackendError, ray_session
 
     # a search calls the backend once a round: one Ray for all of them

@@ -92,11 +92,6 @@ class ElasticSteps:
             self.compute([dp])
         return self.known[dp]
 
-    def micro_batches(self, dp: int) -> int:
-        """Micro-batches each replica runs with ``dp`` replicas."""
-        t = self.scenario.training
-        return math.ceil(t.global_batch / dp / t.micro_batch)
-
     def compute(self, sizes) -> None:
         """Simulate the step at each of ``sizes`` not yet known, in parallel."""
         todo = sorted({int(d) for d in sizes} - set(self.known))

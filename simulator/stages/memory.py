@@ -48,15 +48,21 @@ class MemoryReport:
         }
 
 
+def _ledger_input(scenario: Scenario, topo: Topology | None) -> Scenario | Plan:
+    """What the ledger reads: the scenario, or for a schedule ordered by its passes'
+    durations (ZB-1p, ZB-2p) its plan on the cluster's network, as ``run`` plans it."""
+    if get_schedule(scenario.parallelism.pipeline.schedule).needs_times:
+        return make_plan(scenario, network_facts(topo or build_topology(scenario.cluster)))
+    return scenario
+
+
 def memory_report(scenario: Scenario, topo: Topology | None = None) -> MemoryReport:
     """Per-rank memory breakdown of ``scenario`` (see :mod:`simulator.plan.memory`). A
     pipeline schedule searched for its passes' durations (ZB-1p, ZB-2p) is searched with the
     cluster's network, as ``run`` does, so that both hold the same order (``topo``: the
     scenario's topology if already built)."""
     counts = count_params(scenario.model)
-    plan: Scenario | Plan = scenario
-    if get_schedule(scenario.parallelism.pipeline.schedule).needs_times:
-        plan = make_plan(scenario, network_facts(topo or build_topology(scenario.cluster)))
+    plan = _ledger_input(scenario, topo)
     return MemoryReport(
         parameter_count=counts.total,
         active_parameter_count=counts.active,
@@ -96,9 +102,7 @@ def ledger_peak(scenario: Scenario, topo: Topology | None = None) -> tuple[float
     """(the largest rank's memory-ledger total, its HBM, which ranks) in bytes: the ledger
     alone, without the report's caveats and parameter counts. A schedule ordered by its
     passes' durations is planned on ``topo`` (built if not given), as ``run`` plans it."""
-    plan: Scenario | Plan = scenario
-    if get_schedule(scenario.parallelism.pipeline.schedule).needs_times:
-        plan = make_plan(scenario, network_facts(topo or build_topology(scenario.cluster)))
+    plan = _ledger_input(scenario, topo)
     ranks = distinct_rank_kinds(memory_ledger(plan))
     worst = max(ranks, key=lambda r: r.total)
     return worst.total, worst.capacity, worst.rank_kind

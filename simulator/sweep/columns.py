@@ -92,21 +92,28 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def as_quantity(value: str) -> float | None:
-    """``"400 Gb/s"`` -> 5e10 (bytes/s), ``"16K"`` -> 16384, ``"2"`` -> 2.0; None if the text
-    is not a number with a unit."""
+def quantity_and_kind(value: str) -> tuple[float, str | None] | None:
+    """``"400 Gb/s"`` -> (5e10, "bandwidth"), ``"2"`` -> (2.0, None): a number with or without
+    a unit in SI units and the kind of unit; None if the text is neither."""
     from simulator.units import UnitError, parse_quantity
 
     try:
-        return float(value)
+        return float(value), None
     except ValueError:
         pass
     for dimension in _DIMENSIONS:
         try:
-            return parse_quantity(value, dimension)
+            return parse_quantity(value, dimension), dimension
         except UnitError:
             continue
     return None
+
+
+def as_quantity(value: str) -> float | None:
+    """``"400 Gb/s"`` -> 5e10 (bytes/s), ``"16K"`` -> 16000, ``"2"`` -> 2.0; None if the text
+    is not a number with a unit."""
+    found = quantity_and_kind(value)
+    return None if found is None else found[0]
 
 
 def text(value: Any) -> str | None:

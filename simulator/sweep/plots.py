@@ -153,19 +153,26 @@ def varying(frame: pd.DataFrame, keys: list[str] | None) -> list[str]:
     return [k for k in keys if k in pts and labelled(pts, k)[0].nunique() > 1]
 
 
-def _panels(pts: pd.DataFrame, facet_keys: list[str]) -> list[tuple[str, pd.DataFrame]]:
-    """(title, rows) per combination of ``facet_keys`` present in ``pts``, in value order."""
-    if not facet_keys:
+def _combinations(pts: pd.DataFrame, keys: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """(``"k = v, ..."``, rows) per combination of ``keys`` present in ``pts``, in value
+    order; one unnamed group of every row without keys."""
+    if not keys:
         return [("", pts)]
-    labels = {k: labelled(pts, k) for k in facet_keys}
+    labels = {k: labelled(pts, k) for k in keys}
     out = []
-    for combo in itertools.product(*(labels[k][1] for k in facet_keys)):
+    for combo in itertools.product(*(labels[k][1] for k in keys)):
         mask = np.ones(len(pts), dtype=bool)
-        for k, value in zip(facet_keys, combo, strict=True):
+        for k, value in zip(keys, combo, strict=True):
             mask &= (labels[k][0] == value).to_numpy()
         if mask.any():
-            title = ", ".join(f"{_short(k)} = {v}" for k, v in zip(facet_keys, combo, strict=True))
-            out.append((title, pts[mask]))
+            name = ", ".join(f"{_short(k)} = {v}" for k, v in zip(keys, combo, strict=True))
+            out.append((name, pts[mask]))
+    return out
+
+
+def _panels(pts: pd.DataFrame, facet_keys: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """(title, rows) per combination of ``facet_keys``; refused past :data:`MAX_PANELS`."""
+    out = _combinations(pts, facet_keys)
     if len(out) > MAX_PANELS:
         raise PlotError(
             f"{len(out)} panels (one per value of {', '.join(facet_keys)}): more than "
@@ -219,7 +226,7 @@ def line_plot(
     best = best_point(frame)  # as the points table marks it
     for ax, (panel_title, sub_pts) in zip(axes, panels, strict=True):
         labelled_once: set[str] = set()
-        for name, sub in _lines(sub_pts, line_keys):
+        for name, sub in _combinations(sub_pts, line_keys):
             sub = sub.assign(_x=xlab[sub.index].map(pos)).sort_values("_x")
             joined = not sub["_x"].duplicated().any()
             _draw_group(ax, sub, metric, scale, name or None, labelled_once, joined)
@@ -240,23 +247,6 @@ def line_plot(
     fig.suptitle(title or f"{_label(metric)} by {x}")
     fig.tight_layout()
     return _save(fig, path)
-
-
-def _lines(pts: pd.DataFrame, line_keys: list[str]):
-    """(legend label, rows) per combination of ``line_keys`` (one unnamed line without)."""
-    if not line_keys:
-        yield "", pts
-        return
-    labels = {k: labelled(pts, k) for k in line_keys}
-    for combo in itertools.product(*(labels[k][1] for k in line_keys)):
-        mask = np.ones(len(pts), dtype=bool)
-        for k, value in zip(line_keys, combo, strict=True):
-            mask &= (labels[k][0] == value).to_numpy()
-        if mask.any():
-            yield (
-                ", ".join(f"{_short(k)} = {v}" for k, v in zip(line_keys, combo, strict=True)),
-                (pts[mask]),
-            )
 
 
 def _draw_group(

@@ -65,10 +65,9 @@ from simulator.scenario.yaml_source import (
     expand_includes,
     read_yaml_file,
 )
-from simulator.sweep.columns import written_value
+from simulator.sweep.columns import quantity_and_kind, written_value
 from simulator.sweep.spec_keys import check_key_paths, check_point_count
 from simulator.sweep.tables import NUMERIC
-from simulator.units import UnitError, parse_quantity
 
 Values = Annotated[list[Any], Field(min_length=1)]
 
@@ -116,24 +115,15 @@ class Range(_Strict):
         return self
 
 
-_DIMENSIONS = ("bandwidth", "bytes", "time", "flops_rate", "flops", "count")
-
-
 def _si(text: str) -> tuple[float, str | None]:
     """A quantity with a unit in SI units, and the kind of unit it has (None for a bare
-    number, which YAML may hand over as text: ``1e9``)."""
-    try:
-        return float(text), None
-    except ValueError:
-        pass
-    for dimension in _DIMENSIONS:
-        try:
-            return parse_quantity(text, dimension), dimension
-        except UnitError:
-            continue
-    raise ValueError(
-        f"cannot read {text!r} as a number with a unit (e.g. 400 Gb/s, 80 GB, 5 ms, 16K)"
-    )
+    number, which YAML may hand over as text)."""
+    found = quantity_and_kind(text)
+    if found is None:
+        raise ValueError(
+            f"cannot read {text!r} as a number with a unit (e.g. 400 Gb/s, 80 GB, 5 ms, 16K)"
+        )
+    return found
 
 
 def _distribution_kind(value: Any) -> str:

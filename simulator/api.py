@@ -69,7 +69,6 @@ from simulator.stages.reports import (  # noqa: F401 - the api's names, re-expor
 from simulator.stages.steady import (  # noqa: F401 - the api's names, re-exported
     NotRepeating,
     _steady_state_retries,
-    _with_micro_batches,
 )
 from simulator.stages.stragglers import (  # noqa: F401 - the api's names, re-exported
     _placed,
@@ -134,8 +133,8 @@ def topology_from_file(
 
 def step_lower_bound(scenario: Scenario, ingress_Bps: float | None = None):
     """A lower bound on the simulated step of ``scenario``
-    (:func:`simulator.schedule.bounds.step_lower_bound`), for the plan search's screen."""
-    from simulator.schedule.bounds import step_lower_bound as bound
+    (:func:`simulator.stages.bounds.step_lower_bound`), for the plan search's screen."""
+    from simulator.stages.bounds import step_lower_bound as bound
 
     return bound(scenario, ingress_Bps)
 
@@ -184,7 +183,7 @@ def build_step(
     with paused_gc():  # millions of small immutable tasks: the collector only costs time
         if steady is None:
             return make_step(plan, cm)
-        reduced = make_step(_with_micro_batches(plan, steady.reduced), cm)
+        reduced = make_step(plan.with_micro_batches(steady.reduced), cm)
     return dataclasses.replace(reduced, plan=plan, steady=steady)
 
 

@@ -32,7 +32,7 @@ LONG_FUNCTIONS = {
     "simulator/report/gantt.py:draw_rows": 61,
     "simulator/report/perfetto.py:_flows": 61,
     "simulator/scenario/checks.py:_model_split": 66,
-    "simulator/schedule/bounds.py:step_lower_bound": 80,
+    "simulator/stages/bounds.py:step_lower_bound": 80,
     "simulator/stages/collective_table.py:collective_table": 64,
     "simulator/sweep/commands.py:plan": 141,
     "simulator/sweep/commands.py:sweep": 68,

@@ -15,7 +15,7 @@ bytes (parameters, gradients, optimizer state after ZeRO) and the pipeline send 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from simulator.model.activations import MicroBatch
@@ -30,7 +30,8 @@ from simulator.plan.buckets import Bucket, Key, fsdp_units, gradient_buckets
 from simulator.plan.collective_choice import NetworkFacts
 from simulator.plan.grid import RankGrid
 from simulator.plan.pass_times import pass_times
-from simulator.scenario.schema import Scenario
+from simulator.plan.policy import StepPolicy, policy_of
+from simulator.scenario.schema import ModelConfig, Scenario
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,14 @@ class StagePlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """How ``scenario`` runs: see the module docstring. Byte sizes in B, parameters per rank."""
+    """How ``scenario`` runs: see the module docstring. Byte sizes in B, parameters per rank.
+
+    The step builder reads ``model``, ``policy`` and the layout, never ``scenario`` (kept for
+    the stages above it: metrics, reports)."""
 
     scenario: Scenario
+    model: ModelConfig
+    policy: StepPolicy
     grid: RankGrid
     sharding: Sharding
     micro_batch: MicroBatch
@@ -125,6 +131,23 @@ class Plan:
         if self.scenario.parallelism.zero >= 2:
             return dense / self.dense_shard_ranks + expert / self.expert_shard_ranks
         return dense + expert
+
+    def with_micro_batches(self, count: int) -> Plan:
+        """This plan for ``count`` micro-batches per pipeline (a smaller global batch at the
+        same micro-batch): each stage's pass order and in-flight peak again, the rest kept
+        (the steady-state shortcut simulates a reduced step this way). ``scenario`` stays the
+        one planned from; ``model_flops_per_step`` scales with the batch."""
+        p, v = self.grid.pp, self.scenario.parallelism.pipeline.virtual_stages
+        stages = []
+        for st in self.stages:
+            order, in_flight = _stage_order(self.schedule, p, st.stage, count, v, _weights(st))
+            stages.append(replace(st, order=order, in_flight=in_flight))
+        return replace(
+            self,
+            micro_batches=count,
+            stages=tuple(stages),
+            model_flops_per_step=self.model_flops_per_step * count / self.micro_batches,
+        )
 
 
 def params_of_key(s: Scenario, key) -> tuple[float, float]:
@@ -214,6 +237,8 @@ def build_plan(s: Scenario, network: NetworkFacts | None = None) -> Plan:
     )
     return Plan(
         scenario=s,
+        model=s.model,
+        policy=policy_of(s),
         grid=grid,
         sharding=sharding,
         micro_batch=mb,
@@ -245,6 +270,13 @@ def _stage_order(schedule: PipelineSchedule, p: int, r: int, m: int, v: int, wei
     return order, peak_held(order, weights.__getitem__)
 
 
+def _weights(chunks) -> tuple[float, ...]:
+    """Each chunk's share of its stage's layers (a stage's or its chunks')."""
+    chunks = getattr(chunks, "chunks", chunks)
+    stage_layers = sum(len(c.layers) for c in chunks) or 1
+    return tuple(len(c.layers) / stage_layers for c in chunks)
+
+
 def _stage_plan(s, schedule, layers, r, m, per_param, dense_n, expert_n) -> StagePlan:
     par = s.parallelism
     p, v = par.pp, par.pipeline.virtual_stages
@@ -272,9 +304,7 @@ def _stage_plan(s, schedule, layers, r, m, per_param, dense_n, expert_n) -> Stag
                 next_hop=schedule.next_hop(p, v, r, c),
             )
         )
-    stage_layers = sum(len(c.layers) for c in chunks) or 1
-    weights = tuple(len(c.layers) / stage_layers for c in chunks)
-    order, in_flight = _stage_order(schedule, p, r, m, v, weights)
+    order, in_flight = _stage_order(schedule, p, r, m, v, _weights(chunks))
     dense_b = zero_sharded(per_param, par.zero, dense_n)
     expert_b = zero_sharded(per_param, par.zero, expert_n)
     return StagePlan(

@@ -59,7 +59,7 @@ class GraphBuilder:
     kernel_tasks: bool = field(init=False)  # simulation.kernel_tasks, read once per task
 
     def __post_init__(self) -> None:
-        self.kernel_tasks = self.plan.scenario.simulation.kernel_tasks
+        self.kernel_tasks = self.plan.policy.kernel_tasks
 
     def task(
         self,

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from simulator.model.activations import MicroBatch, layer_activation_bytes
 from simulator.model.compute import ComputeModel
 from simulator.model.ops import Op, Sharding, embedding_ops, head_ops, layer_ops
 from simulator.model.params import layer_params_per_rank
-from simulator.scenario.schema import ModelConfig
+
+if TYPE_CHECKING:  # annotations only: the schedule package does not import the scenario's
+    from simulator.scenario.schema import ModelConfig
 
 
 @dataclass(frozen=True)

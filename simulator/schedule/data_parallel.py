@@ -6,13 +6,12 @@ reduce-scatters. What is gathered or synchronised, and how much, comes from the 
 from __future__ import annotations
 
 from simulator.plan.buckets import Bucket
-from simulator.scenario.schema import OPTIMIZER_MOMENTS
 from simulator.schedule.builder import Dep, GraphBuilder
 from simulator.schedule.costs import grad_norm_seconds, optimizer_seconds
 
 
 def zero_stage(b: GraphBuilder) -> int:
-    return b.plan.scenario.parallelism.zero
+    return b.plan.policy.zero
 
 
 def grad_sync(
@@ -110,7 +109,7 @@ def prefetch_gate(b: GraphBuilder, unit_ends: list[Dep]) -> list[Dep]:
     """ZeRO-3 prefetch: a unit's all-gather waits until the unit ``fsdp_prefetch + 1``
     places back has released its parameters, so at most ``1 + fsdp_prefetch`` units are
     gathered at once."""
-    k = b.plan.scenario.parallelism.fsdp_prefetch + 1
+    k = b.plan.policy.fsdp_prefetch + 1
     return [unit_ends[-k]] if len(unit_ends) >= k else []
 
 
@@ -122,19 +121,18 @@ def optimizer(b: GraphBuilder, rank: int, stage: int, dp_tasks: list[int]) -> in
     shard = st.dense_params / (plan.dense_shard_ranks if sharded else 1) + st.expert_params / (
         plan.expert_shard_ranks if sharded else 1
     )
-    kind = plan.scenario.training.optimizer
-    moments = OPTIMIZER_MOMENTS[kind] * 4.0  # fp32 moments; more state is a master copy
+    moments = plan.policy.optimizer_moments * 4.0  # fp32 moments; more state is a master copy
     seconds = optimizer_seconds(
         shard,
         plan.grad_bytes_per_param,
         plan.param_bytes_per_param,
         plan.optimizer_bytes_per_param,
         b.cm,
-        plan.scenario.framework.optimizer if kind == "adam" else "plain",
+        plan.policy.optimizer_kernel,
         master=plan.optimizer_bytes_per_param > moments,
     )
     deps = dp_tasks
-    if plan.scenario.training.grad_clip:
+    if plan.policy.grad_clip:
         norm = grad_norm_seconds(shard, plan.grad_bytes_per_param, b.cm)
         deps = [b.task(rank, "compute", "grad_norm", norm, dp_tasks, phase="optimizer")]
     return b.task(rank, "compute", "optimizer", seconds, deps, phase="optimizer")

@@ -94,9 +94,9 @@ def cost_of(b: GraphBuilder, layer: int) -> LayerCost:
     for the shared cache on every task costs more than the lookup)."""
     cost = b.layer_costs.get(layer)
     if cost is None:
-        s = b.plan.scenario
+        plan = b.plan
         cost = b.layer_costs[layer] = layer_cost(
-            s.model, layer, b.plan.micro_batch, b.plan.sharding, s.parallelism.recompute, b.cm
+            plan.model, layer, plan.micro_batch, plan.sharding, plan.policy.recompute, b.cm
         )
     return cost
 
@@ -131,7 +131,7 @@ def tp_comm(
 
 def local_kv_bytes(b: GraphBuilder) -> float:
     """K and V of this rank's tokens and heads (B), what context parallelism passes."""
-    m, mb, par = b.plan.scenario.model, b.plan.micro_batch, b.plan.scenario.parallelism
+    m, mb, par = b.plan.model, b.plan.micro_batch, b.plan.grid
     if m.attention == "mha":
         d, heads = m.d_head, m.n_kv_heads
     else:
@@ -208,10 +208,10 @@ def _local_dispatch(b: GraphBuilder, cost: LayerCost) -> bool:
     With an expert TP degree other than tp (MoE parallel folding, :mod:`simulator.plan.grid`)
     the dispatch is always of the rank's own tokens (the checks ask for sequence parallelism
     with tp > 1), the gather and scatter over the expert-TP group."""
-    par = b.plan.scenario.parallelism
+    par = b.plan.grid
     if cost.experts is None:
         return False
-    return (b.plan.sharding.sp and par.tp > 1 and par.ep > 1) or par.etp != par.tp
+    return (b.plan.sharding.sp and par.tp > 1 and par.ep > 1) or par.expert_tp != par.tp
 
 
 def _mlp_gathers(b: GraphBuilder, cost: LayerCost) -> bool:
@@ -220,7 +220,7 @@ def _mlp_gathers(b: GraphBuilder, cost: LayerCost) -> bool:
     shared experts to feed the gathered states."""
     if not _local_dispatch(b, cost):
         return True
-    return b.plan.scenario.model.moe.shared_experts > 0
+    return b.plan.model.moe.shared_experts > 0
 
 
 def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, kw):
@@ -230,7 +230,7 @@ def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, 
     outputs before the combine (the TP group when expert TP = TP; none when expert TP is 1;
     the backward runs the same shapes: the combine's all-to-all, the reduce-scatter's
     all-gather twin, ..., so one sequence serves both passes)."""
-    m, mb, grid = b.plan.scenario.model, b.plan.micro_batch, b.plan.grid
+    m, mb, grid = b.plan.model, b.plan.micro_batch, b.plan.grid
     moe = m.moe
     tokens = mb.b * mb.s / grid.cp
     size = mb.act_bytes * tokens * moe.top_k * (moe.capacity_factor or 1.0) * m.hidden
@@ -272,7 +272,7 @@ def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, 
 
 
 def _recompute(b, rank, layer, j, cost: LayerCost, deps, tag) -> Emitter:
-    rc = b.plan.scenario.parallelism.recompute
+    rc = b.plan.policy.recompute
     if rc == "full":
         return (
             yield from layer_forward(b, rank, layer, j, deps, tag + ("rc",), "recompute", False)
@@ -295,9 +295,9 @@ def async_tp(b: GraphBuilder, layer: int) -> bool:
     schedule that keeps W with B."""
     plan = b.plan
     return (
-        plan.scenario.framework.tp_async_allreduce
+        plan.policy.tp_async_allreduce
         and plan.grid.tp > 1
-        and plan.scenario.parallelism.zero < 3
+        and plan.policy.zero < 3
         and not plan.sharding.sp
         and plan.grid.cp == 1
         and not plan.schedule.split_backward
@@ -314,7 +314,7 @@ def layer_backward_async(b, rank, layer, j, deps, tag, weight_grad) -> Emitter:
     the second all-reduce (what the layer below needs)."""
     cost = cost_of(b, layer)
     phase = "input_grad"
-    rc = b.plan.scenario.parallelism.recompute
+    rc = b.plan.policy.recompute
     transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
     last = yield from _recompute(b, rank, layer, j, cost, list(deps), tag)
     mlp = compute(
@@ -345,7 +345,7 @@ def layer_backward(b, rank, layer, j, deps, tag) -> Emitter:
     cost = cost_of(b, layer)
     phase = "input_grad"
     kw = {"phase": phase, "layer": layer, "microbatch": j}
-    rc = b.plan.scenario.parallelism.recompute
+    rc = b.plan.policy.recompute
     transient = cost.act_full - cost.act_kept if rc != "none" else 0.0
     sp = b.plan.sharding.sp
     last = yield from _recompute(b, rank, layer, j, cost, list(deps), tag)
@@ -383,7 +383,7 @@ def accumulation(b: GraphBuilder, rank: int, layer: int | str) -> Block | None:
     framework runs one and a gradient from an earlier micro-batch is already there (None
     otherwise), over the gradient the rank keeps (:meth:`Plan.accumulated_params`)."""
     plan = b.plan
-    if plan.scenario.framework.grad_accumulation != "add":
+    if plan.policy.grad_accumulation != "add":
         return None
     if (rank, layer) not in b.accumulating:
         b.accumulating.add((rank, layer))

@@ -54,20 +54,20 @@ def _blocks(b: GraphBuilder):
     and every embedding and loss task asks."""
     blocks = b.end_blocks
     if blocks is None:
-        s, plan = b.plan.scenario, b.plan
+        plan = b.plan
         blocks = b.end_blocks = (
-            embedding_block(s.model, plan.micro_batch, plan.sharding, b.cm),
-            head_block(s.model, plan.micro_batch, plan.sharding, b.cm),
+            embedding_block(plan.model, plan.micro_batch, plan.sharding, b.cm),
+            head_block(plan.model, plan.micro_batch, plan.sharding, b.cm),
         )
     return blocks
 
 
 def _emb_bytes(b: GraphBuilder) -> float:
-    return embedding_activation_bytes(b.plan.scenario.model, b.plan.micro_batch, b.plan.sharding)
+    return embedding_activation_bytes(b.plan.model, b.plan.micro_batch, b.plan.sharding)
 
 
 def _head_bytes(b: GraphBuilder) -> float:
-    return head_activation_bytes(b.plan.scenario.model, b.plan.micro_batch, b.plan.sharding)
+    return head_activation_bytes(b.plan.model, b.plan.micro_batch, b.plan.sharding)
 
 
 def forward_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> Emitter:
@@ -161,8 +161,8 @@ class _BackwardGathers:
 
     def __init__(self, b: GraphBuilder, st: RankState, chunk: ChunkPlan, j: int):
         self.b, self.st, self.j = b, st, j
-        par = b.plan.scenario.parallelism
-        self.depth, self.policy = par.fsdp_prefetch, par.fsdp_backward_prefetch
+        policy = b.plan.policy
+        self.depth, self.policy = policy.fsdp_prefetch, policy.fsdp_backward_prefetch
         self.units = list(dict.fromkeys(st.unit_of[x] for x in reversed(chunk.layers)))
         self.index = {u: i for i, u in enumerate(self.units)}
         self.tasks: list[int | None] = []
@@ -199,7 +199,7 @@ def weight_pass(b: GraphBuilder, st: RankState, c: int, j: int) -> None:
             last = [weight_grad(b, st, layer, j, last)]
         if chunk.has_embedding:
             embedding_grad(b, st, j, last)
-    overlap = b.plan.scenario.framework.overlap_grad_reduce
+    overlap = b.plan.policy.overlap_grad_reduce
     if dp.zero_stage(b) == 2:
         after = None
         if not overlap:  # after the chunk's whole backward of micro-batch j
@@ -325,7 +325,7 @@ def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
     unless the schedule splits W off (:func:`output_weight_grad`)."""
     _, hb = _blocks(b)
     gather = _end_gather(b, st.rank, "head", j)
-    grads = loss_transient_bytes(b.plan.scenario.model, b.plan.micro_batch, b.plan.sharding)
+    grads = loss_transient_bytes(b.plan.model, b.plan.micro_batch, b.plan.sharding)
     if b.plan.schedule.split_backward:  # W keeps its input and the logits' gradient, and
         # needs no parameters: ZeRO-3 releases the gathered head here, as it does a layer's
         t = b.task(
@@ -369,7 +369,7 @@ def output_weight_grad(b: GraphBuilder, st: RankState, j: int) -> int:
 def _held_for_w(b: GraphBuilder) -> float:
     """Bytes a postponed output-layer weight gradient keeps from B to W."""
     plan = b.plan
-    return output_weight_grad_bytes(plan.scenario.model, plan.micro_batch, plan.sharding)
+    return output_weight_grad_bytes(plan.model, plan.micro_batch, plan.sharding)
 
 
 def weight_grad(

@@ -69,7 +69,7 @@ def build_step(plan: Plan, cm: ComputeModel) -> StepGraph:
     b = GraphBuilder(plan, cm)
     for rank in plan.ranks:
         st = _rank_state(plan, rank)
-        if plan.scenario.parallelism.zero in (1, 2):
+        if plan.policy.zero in (1, 2):
             gather_updated_params(b, st)
         for item in st.stage.order:
             run_item(b, st, item)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from simulator.engine.steady_state import SHIFT_DIFFERS
 from simulator.pipelines import SteadyState
 from simulator.plan.plan import Plan
-from simulator.plan.plan import build_plan as make_plan
 
 
 class NotRepeating(Exception):
@@ -38,11 +37,3 @@ def _steady_state_retries(plan: Plan, tried: SteadyState | None, why: str = "") 
     if why.startswith(SHIFT_DIFFERS):
         candidates.append(tried.doubled_period(m))
     return [s for s in candidates if fits(s)]
-
-
-def _with_micro_batches(plan: Plan, count: int) -> Plan:
-    """``plan`` remade for ``count`` micro-batches per pipeline (a smaller global batch)."""
-    s = plan.scenario
-    batch = count * s.dp * s.training.micro_batch
-    training = s.training.model_copy(update={"global_batch": batch})
-    return make_plan(s.model_copy(update={"training": training}), plan.network)

@@ -1,5 +1,5 @@
 """A quick analytic step-time estimate. The plan search orders its candidates by the step
-bound (:mod:`simulator.schedule.bounds`: compute, TP collectives, pipeline fill and drain)
+bound (:mod:`simulator.stages.bounds`: compute, TP collectives, pipeline fill and drain)
 plus this estimate's communication terms that the bound leaves out (:func:`exposed_comm_s`);
 it only orders the search's walk and never drops a candidate (the bound and the simulations
 do that).
@@ -102,7 +102,7 @@ def exposed_comm_s(c: Choice, m: ModelShape, hw: Machine) -> float:
     """The estimate's communication that the step bound leaves out (s): context- and
     expert-parallel traffic stretched by the bubble, the data-parallel synchronisation not
     hidden under a micro-batch's backward, and the pipeline sends
-    (:func:`simulator.schedule.bounds.step_lower_bound` counts compute and TP)."""
+    (:func:`simulator.stages.bounds.step_lower_bound` counts compute and TP)."""
     return _estimate(c, m, hw)[1]
 
 

@@ -3,7 +3,7 @@ by the simulator.
 
 1. **Enumerate** the space (:mod:`simulator.sweep.space`) on each GPU count asked for.
 2. **Bound** every candidate: a lower bound on its simulated step from the kernel costs
-   (:func:`simulator.schedule.bounds.step_lower_bound`: each stage's compute with its
+   (:func:`simulator.stages.bounds.step_lower_bound`: each stage's compute with its
    recompute and TP collectives, the pipeline's fill and drain). Order the candidates by the
    bound plus the analytic estimate's exposed communication (:mod:`simulator.sweep.estimate`).
 3. **Screen** in that order, in rounds: a candidate whose bound cannot beat the best plan

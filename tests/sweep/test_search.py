@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from simulator import api
 from simulator.cli import app
 from simulator.scenario import load_scenario_text
-from simulator.schedule.bounds import step_lower_bound
 from simulator.schedule.costs import layer_cost
+from simulator.stages.bounds import step_lower_bound
 from simulator.sweep import adapter
 from simulator.sweep.search import _with_batch, extrapolate, reduced_counts
 from simulator.sweep.space import Choice, Knobs, SpaceError, applied, enumerate_space

@@ -1,0 +1,60 @@
+"""The step's policy: what the step builder does beyond the layout, read off the scenario once.
+
+The schedule package builds a step from a :class:`~simulator.plan.plan.Plan` alone and never
+imports the scenario package (an import-linter contract): the layout is in the Plan's grid,
+stages and shapes, and every other setting the builder obeys (which ZeRO stage, how far FSDP
+prefetches, what is recomputed, which optimizer kernel, which framework habits) is here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.scenario.schema import OPTIMIZER_MOMENTS, Scenario
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    """Settings the builder obeys, each named as in the scenario.
+
+    ``zero``: ZeRO stage (0-3); ``fsdp_prefetch``: units gathered ahead under ZeRO-3;
+    ``fsdp_backward_prefetch``: when the backward's gathers are issued ("pre", "post",
+    "none"); ``recompute``: "none", "selective" or "full"; ``optimizer``: the update rule
+    ("adam", "sgd", "sgd_momentum") and ``optimizer_moments`` its fp32 moments per
+    parameter; ``optimizer_kernel``: the framework's Adam kernel ("fused", "foreach", or
+    "plain" for the SGD rules); ``grad_clip``: a gradient-norm pass before the update;
+    ``overlap_grad_reduce``, ``tp_async_allreduce``, ``grad_accumulation``: the framework's
+    habits (:class:`simulator.scenario.framework.FrameworkConfig`); ``kernel_tasks``: compute
+    blocks split into their kernels."""
+
+    zero: int
+    fsdp_prefetch: int
+    fsdp_backward_prefetch: str
+    recompute: str
+    optimizer: str
+    optimizer_moments: int
+    optimizer_kernel: str
+    grad_clip: bool
+    overlap_grad_reduce: bool
+    tp_async_allreduce: bool
+    grad_accumulation: str
+    kernel_tasks: bool
+
+
+def policy_of(s: Scenario) -> StepPolicy:
+    """The :class:`StepPolicy` of scenario ``s``."""
+    par, tr, fw = s.parallelism, s.training, s.framework
+    return StepPolicy(
+        zero=par.zero,
+        fsdp_prefetch=par.fsdp_prefetch,
+        fsdp_backward_prefetch=par.fsdp_backward_prefetch,
+        recompute=par.recompute,
+        optimizer=tr.optimizer,
+        optimizer_moments=OPTIMIZER_MOMENTS[tr.optimizer],
+        optimizer_kernel=fw.optimizer if tr.optimizer == "adam" else "plain",
+        grad_clip=tr.grad_clip,
+        overlap_grad_reduce=fw.overlap_grad_reduce,
+        tp_async_allreduce=fw.tp_async_allreduce,
+        grad_accumulation=fw.grad_accumulation,
+        kernel_tasks=s.simulation.kernel_tasks,
+    )

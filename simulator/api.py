@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -174,7 +174,7 @@ def build_step(
         cm = compute_model_of(s)
     else:  # the caller's kernel model, with the scenario framework's CPU cost per launch
         fw = s.framework
-        cm = replace(compute_model, cpu_launch_s=fw.cpu_launch_s, flash_kernel=fw.flash_kernel)
+        cm = compute_model.with_framework(fw)
     pp = s.parallelism.pp
     if repeat and steady is None:
         steady = steady_state(plan.schedule, pp, plan.micro_batches, plan.chunks_per_stage)
@@ -236,7 +236,7 @@ def simulate(
     # the repetition found and repeated on numbers (task indices, text as codes); the rows
     # made whole once, at the full step's length
     coded = run.trace.coded_frame()
-    rep = find_repeat(coded, step.steady, step.plan.micro_batches)
+    rep = find_repeat(_gpu_rows(coded, step), step.steady, step.plan.micro_batches)
     if isinstance(rep, str):
         raise NotRepeating(rep)
     memory = expand_memory(
@@ -250,6 +250,17 @@ def simulate(
         full["microbatch"].to_numpy(),
     )
     return Simulation(frame, memory, run.stats, model)
+
+
+def _gpu_rows(coded: pd.DataFrame, step: StepGraph) -> pd.DataFrame:
+    """``coded``'s GPU tasks: the repetition is the GPU's. A host stream (the CPU's launches)
+    runs up to a launch queue ahead of its GPU, into later periods and the step's end, so
+    its tasks are left out of the check; where the host sets the pace the GPU's tasks repeat
+    only if it does. Its launches are still expanded by their micro-batch."""
+    if not step.plan.policy.host:
+        return coded
+    host = np.fromiter((t.kind == "host" for t in step.graph.tasks), bool, len(step.graph.tasks))
+    return coded[~host[coded["task"].to_numpy()]]
 
 
 def step_metrics(

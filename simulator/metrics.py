@@ -4,7 +4,8 @@ DataFrame (Holistic Trace Analysis' habit).
 Definitions (per simulated rank, then averaged over ranks; T = step time):
 
 - step_time_s: the end of the last task, or for ZB-H2 (which drops the optimizer's
-  synchronisation, so steps overlap by the pipeline ramp) the longest stage span;
+  synchronisation, so steps overlap by the pipeline ramp) the longest stage span (of its
+  GPU's tasks, not its host's launches);
 - compute_fraction: time the rank computes, / T;
 - bubble_fraction: time the rank neither computes nor communicates before its last task
   (waiting for the pipeline), / T;
@@ -284,7 +285,9 @@ def step_time(frame: pd.DataFrame, overlapping_steps: bool):
     steps each stage's own span, the longest being the period."""
     if not overlapping_steps:
         return float(frame["end_s"].max()), None
-    spans = {r: (f["start_s"].min(), f["end_s"].max()) for r, f in frame.groupby("rank")}
+    # a stage's span is its GPU's: its host issues ahead while earlier stages fill the pipe
+    gpu = frame[frame["kind"] != "host"]
+    spans = {r: (f["start_s"].min(), f["end_s"].max()) for r, f in gpu.groupby("rank")}
     period = max(e - s for s, e in spans.values())
     return float(period), {r: (s, s + period) for r, (s, _) in spans.items()}
 

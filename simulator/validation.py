@@ -357,7 +357,7 @@ def layer_times(frame: pd.DataFrame, layer: int) -> tuple[float, float]:
     task's start (input or weight gradient, recompute) to the previous layer's - everything
     the rank does for the layer, its exposed tensor-parallel communication included, as a
     timer around the layer's forward and backward would see it."""
-    f = frame[frame["rank"] == frame["rank"].min()]
+    f = frame[(frame["rank"] == frame["rank"].min()) & (frame["kind"] != "host")]  # the GPU's
     fwd = f[f["phase"] == "forward"].groupby("layer")["start_s"].min()
     bwd = f[f["phase"].isin(["input_grad", "weight_grad", "recompute"])]
     bwd = bwd.groupby("layer")["start_s"].min()

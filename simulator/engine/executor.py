@@ -199,9 +199,9 @@ class Executor:
         if task.mem_alloc:
             self.memory.append((task.rank, now, task.mem_alloc))
             self.memory_task.append(i)
-        if task.kind == "compute":  # its duration checked finite and >= 0 (compiled())
+        if task.kind != "comm":  # its duration checked finite and >= 0 (compiled())
             duration = task.duration_s
-            if not self.interference:
+            if not self.interference or task.kind == "host":  # the CPU: no HBM or SMs shared
                 self._call_in(duration, self._finish, i, now)
                 return
             rank = task.rank

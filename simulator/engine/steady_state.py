@@ -21,6 +21,13 @@ state that repeats once repeats every time; the tests compare the result with th
 simulation record by record. When the check fails the caller tries a longer warm-up or a
 longer period (``api._steady_state_retries``), and simulates the full step when those fail too.
 
+A host stream (the CPU's launches, tasks of kind "host") runs up to a launch queue ahead of
+its GPU, across periods and into the step's end: the check is the GPU's tasks' (the caller
+leaves the host's out), and the launches are expanded by their micro-batch like the rest.
+Where the host sets the pace the GPU repeats only if it does; where the GPU does, the
+launches' places in the expanded trace are the reduced step's pattern (their count and
+durations are exact, their utilisation within a percent).
+
 What is not repeated: ``NetworkStats`` (the engine's own counters, ``network_rerates``, count
 the work actually done) and per-link loads, which is why a run that tracks links is
 simulated in full.

@@ -82,6 +82,7 @@ class ComputeModel:
     mem: MemFit
     launch_s: float = LAUNCH_S
     cpu_launch_s: float = 0.0  # CPU time to issue one kernel (framework.cpu_launch_s)
+    graph_launch_s: float = 0.0  # CPU time to replay one CUDA graph (0: no graphs)
     architecture: str = ""  # the GPU generation (Accelerator.architecture)
     flash_kernel: str = "native"  # framework.flash_kernel: "native" or "fa2"
     sustained: float = 1.0  # compute-bound rate in a long run / in a burst (Accelerator)
@@ -108,8 +109,18 @@ class ComputeModel:
         """Kernel durations on the scenario's accelerator (calibrated), with its framework's
         CPU cost per kernel launch and its attention kernel."""
         cm = cls.for_accelerator(scenario.cluster.accelerator, scenario.precision.compute_dtype)
-        fw = scenario.framework
-        return replace(cm, cpu_launch_s=fw.cpu_launch_s, flash_kernel=fw.flash_kernel)
+        return cm.with_framework(scenario.framework)
+
+    def with_framework(self, fw) -> ComputeModel:
+        """This model with framework ``fw``'s host costs and attention kernel
+        (:class:`simulator.scenario.framework.FrameworkConfig`)."""
+        graph = fw.graph_launch_s if fw.cuda_graphs else 0.0
+        return replace(
+            self,
+            cpu_launch_s=fw.cpu_launch_s,
+            graph_launch_s=graph,
+            flash_kernel=fw.flash_kernel,
+        )
 
     def op_seconds(self, op: Op, phase: str) -> float:
         """Seconds of ``op`` in ``phase`` ("f", "b" or "w"); 0 when it has no work there."""
@@ -141,13 +152,18 @@ class ComputeModel:
         return max(t_flops, t_mem) + self.launch_s, bound
 
     def seconds(self, ops: list[Op], phase: str, scale: float = 1.0) -> float:
-        """Seconds of ``ops`` run back to back in ``phase``, their GPU work scaled by
-        ``scale`` (a share of the attention core, a load imbalance): the GPU's time, or the
-        CPU's to issue the kernels when that is longer (``cpu_launch_s`` per kernel, whatever
-        their size; the CPU queues kernels ahead during long ones, so the bound is on the
-        sequence, not on each kernel)."""
-        gpu = [self.op_seconds(op, phase) for op in ops]
-        busy = scale * sum(gpu)
-        if self.cpu_launch_s > 0 and scale > 0:
-            return max(busy, self.cpu_launch_s * sum(1 for t in gpu if t > 0))
-        return busy
+        """GPU seconds of ``ops`` run back to back in ``phase``, their work scaled by
+        ``scale`` (a share of the attention core, a load imbalance). The CPU's time to issue
+        them is :meth:`host_seconds`, a task of its own on the rank's host stream."""
+        return scale * sum(self.op_seconds(op, phase) for op in ops)
+
+    def host_seconds(self, ops: list[Op], phase: str) -> float:
+        """CPU seconds to issue ``ops``' kernels in ``phase``: ``cpu_launch_s`` for each op
+        with work there (one kernel per op), or one ``graph_launch_s`` for them all when the
+        framework replays CUDA graphs (the kernels' launches are in the graph)."""
+        if self.cpu_launch_s <= 0 and self.graph_launch_s <= 0:
+            return 0.0
+        kernels = sum(1 for op in ops if self.op_seconds(op, phase) > 0)
+        if self.graph_launch_s > 0:
+            return self.graph_launch_s if kernels else 0.0
+        return self.cpu_launch_s * kernels

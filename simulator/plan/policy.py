@@ -25,7 +25,11 @@ class StepPolicy:
     "plain" for the SGD rules); ``grad_clip``: a gradient-norm pass before the update;
     ``overlap_grad_reduce``, ``tp_async_allreduce``, ``grad_accumulation``: the framework's
     habits (:class:`simulator.scenario.framework.FrameworkConfig`); ``kernel_tasks``: compute
-    blocks split into their kernels."""
+    blocks split into their kernels; ``launch_s``: CPU seconds to issue one collective (or a
+    GPU task given no count of its own; 0: no host stream is modelled); ``host``: whether
+    each rank's host stream is modelled (any CPU cost per launch or per graph);
+    ``launch_queue``: kernels the host may issue ahead of the GPU; ``cpu_launch_s``: CPU
+    seconds per kernel launch; ``cuda_graphs``: blocks replayed as CUDA graphs."""
 
     zero: int
     fsdp_prefetch: int
@@ -39,6 +43,11 @@ class StepPolicy:
     tp_async_allreduce: bool
     grad_accumulation: str
     kernel_tasks: bool
+    launch_s: float = 0.0
+    host: bool = False
+    launch_queue: int = 1024
+    cpu_launch_s: float = 0.0
+    cuda_graphs: bool = False
 
 
 def policy_of(s: Scenario) -> StepPolicy:
@@ -57,4 +66,10 @@ def policy_of(s: Scenario) -> StepPolicy:
         tp_async_allreduce=fw.tp_async_allreduce,
         grad_accumulation=fw.grad_accumulation,
         kernel_tasks=s.simulation.kernel_tasks,
+        # a graphed step's collectives are replayed in its graphs: no launch of their own
+        launch_s=0.0 if fw.cuda_graphs else fw.cpu_launch_s,
+        host=fw.cpu_launch_s > 0 or (fw.cuda_graphs and fw.graph_launch_s > 0),
+        launch_queue=fw.launch_queue,
+        cpu_launch_s=fw.cpu_launch_s,
+        cuda_graphs=fw.cuda_graphs,
     )

@@ -8,7 +8,8 @@ viewer's nesting would break otherwise).
 
 Per-rank files follow what Holistic Trace Analysis reads: ``distributedInfo.rank``, events
 with ``cat: "kernel"``, communication kernels named ``ncclDevKernel_...`` (HTA matches
-``^nccl.*Kernel``), ``args.stream``; written with
+``^nccl.*Kernel``), ``args.stream``; the host stream's launches as ``cuda_runtime`` events on a CPU thread;
+written with
 the default JSON separators because HTA finds the rank with the pattern ``"rank":\\s+(\\d+)``.
 """
 
@@ -177,6 +178,20 @@ def write_rank_traces(frame: pd.DataFrame, folder: str | Path, world_size: int) 
         stream_id = {s: 7 + i for i, s in enumerate(streams)}  # CUDA stream ids, 7 = default
         events = []
         for row in f.sort_values("start_s").itertuples(index=False):
+            if row.kind == "host":  # the CPU's launch: a runtime call on the host thread
+                events.append(
+                    {
+                        "ph": "X",
+                        "cat": "cuda_runtime",
+                        "name": "cudaLaunchKernel",
+                        "pid": 0,
+                        "tid": 1,
+                        "ts": row.start_s * US,
+                        "dur": (row.end_s - row.start_s) * US,
+                        "args": {"correlation": len(events), "op": row.name},
+                    }
+                )
+                continue
             # HTA counts a kernel as communication when its name matches ^nccl.*Kernel
             name = row.name if row.kind == "compute" else f"ncclDevKernel_{row.name}"
             events.append(

@@ -10,6 +10,7 @@ PHASE_COLOURS = {
     "optimizer": "#937860",
 }
 STREAM_COLOURS = {
+    "host": "#b0b0b0",
     "tp": "#55a868",
     "dp": "#da8bc3",
     "pp_fwd": "#8c8c8c",
@@ -31,8 +32,9 @@ STREAM_LABELS = {
     "pp_bwd": "PP send: gradients",
     "ep": "EP all-to-all",
     "cp": "CP K/V ring",
+    "host": "CPU: kernel launches",
 }
-STREAM_ORDER = ["compute", "tp", "cp", "ep", "pp_fwd", "pp_bwd", "dp"]
+STREAM_ORDER = ["host", "compute", "tp", "cp", "ep", "pp_fwd", "pp_bwd", "dp"]
 
 
 def colour_of(kind: str, stream: str, phase: str) -> str:

@@ -8,6 +8,25 @@ A name picks a preset; any field given beside it overrides the preset's value::
 Presets and the sources of their values (collected in the project's research notes; every
 number below is the source's, none is fitted to a validation row):
 
+Every preset issues its kernels from a host stream per rank (the CPU's launches in program
+order; a kernel starts no sooner than it is issued, and the CPU runs at most ``launch_queue``
+launches ahead):
+
+- ``cpu_launch_s`` 5 us per kernel or collective in eager PyTorch (Megatron-LM runs eager
+  PyTorch too, with fewer, fused kernels): the low end of "usually, the launch time on the CPU
+  side is between 5-20 microseconds" (Meta's HolisticTraceAnalysis documentation,
+  cuda_kernel_launch_stats), and the 4-5 us per launch measured back to back on one stream
+  (NVIDIA developer forums, "CUDA stream are blocked when launching lots of kernels (>1000)").
+  PyTorch's own dispatch adds about 2 us per op (pytorch/pytorch#41383) and Python a framework
+  step's own code: 5 us is a lower bound of the host's work, one launch counted per op modelled.
+  NVIDIA's "CUDA Graph Best Practice for PyTorch" (docs.nvidia.com/dl-cuda-graph) puts a
+  whole framework op at 20-200 us typically: 5 us is the floor of that range's parts.
+- ``graph_launch_s`` 10 us per CUDA graph replayed (the same NVIDIA guide: a graph launch
+  takes "~10 us (depending on graph size)"; the ``fused`` preset, one graph per block).
+- ``launch_queue`` 1024: the same forum thread measures a stream's launches blocking after
+  about 1,000 pending kernels (the depth is not documented; it matters only when the GPU runs
+  far behind).
+
 ``megatron`` (the default) - Megatron-LM with its fused kernels:
     fused SwiGLU saves the fc1 output (2 ffn) and fc2 its input (1 ffn): 3 ffn-sized tensors
     (megatron/core/fusions/fused_bias_swiglu.py, ``SwiGLUFunction``); fused norms save their
@@ -31,11 +50,9 @@ number below is the source's, none is fitted to a validation row):
     torchtitan#1042); rotary embedding (``apply_rotary_emb``: a cast to fp32, a complex
     multiply, a cast back, for queries and keys), SwiGLU (silu, then the product) and the loss
     (a cast of the logits to fp32, log-softmax, NLL) run as the separate kernels of that code,
-    forward and through autograd (:mod:`simulator.model.ops`); 5 us of CPU per kernel launch,
-    the low end of "usually, the launch time on the CPU side is between 5-20 microseconds"
-    (Meta's HolisticTraceAnalysis documentation, cuda_kernel_launch_stats; one launch counted
-    per kernel modelled, where eager code launches more - views, tiny reductions - so the bound
-    is a lower one). Norms are taken as fused (torchtitan's ``nn.RMSNorm`` and LLM Foundry's
+    forward and through autograd (:mod:`simulator.model.ops`), each a launch of its own (where
+    eager code launches more - views, tiny reductions - so its host work is a lower bound).
+    Norms are taken as fused (torchtitan's ``nn.RMSNorm`` and LLM Foundry's
     low-precision LayerNorm keep no fp32 copy that we could confirm), and no allocator reserve
     is assumed: the one public figure (GMLake, below) is from fine-tuning, and with it the
     published torchtitan and MPT runs would not fit in 80 GB.
@@ -54,9 +71,8 @@ number below is the source's, none is fitted to a validation row):
     across eight LLMs on A100-80GB against PyTorch's allocator, in fine-tuning with recompute,
     offload and LoRA - the only public figure, and a lower bound of what was there.
 ``fused`` - a compiled or fully fused stack (torch.compile with CUDA graphs, TE everywhere):
-    Megatron's saved tensors and loss, no CPU launch cost (graphs replay without the CPU); in
-    what is modelled it coincides with ``megatron``, whose launches are taken as hidden behind
-    its large fused kernels.
+    Megatron's saved tensors and loss, each block replayed as a CUDA graph (one
+    ``graph_launch_s`` of CPU whatever its kernels, collectives captured with it).
 
 ``runtime_bytes`` (every preset): the CUDA context (about 300 MB with lazy module loading
 since CUDA 11.7; ptrblck on pytorch/pytorch#107667) and PyTorch's cuBLAS workspace (32 MiB on
@@ -73,8 +89,12 @@ from pydantic import Field, model_validator
 from simulator.scenario.fields import Frozen, Real
 from simulator.units import Seconds
 
+CPU_LAUNCH_S = 5e-6  # CPU time to issue one eager kernel (module docstring)
+GRAPH_LAUNCH_S = 10e-6  # CPU time of one cudaGraphLaunch (module docstring)
+LAUNCH_QUEUE = 1024  # kernels pending on a device before a launch blocks (module docstring)
+RUNTIME_BYTES = 300e6 + 32 * 2**20  # CUDA context + cuBLAS workspace (module docstring)
 _MEGATRON = {
-    "cpu_launch_s": 0.0,
+    "cpu_launch_s": CPU_LAUNCH_S,
     "swiglu_saved": 3,
     "eager_kernels": False,
     "eager_norms": False,
@@ -89,7 +109,6 @@ _MEGATRON = {
 }
 _FSDP_EAGER = {
     **_MEGATRON,
-    "cpu_launch_s": 5e-6,
     "swiglu_saved": 4,
     "eager_kernels": True,
     "flash_kernel": "fa2",
@@ -106,11 +125,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         "weight_casts": True,
         "allocator_reserve": 0.15,
     },
-    # What sets a compiled stack apart from Megatron's fused kernels - fewer, fused
-    # elementwise kernels - is not modelled, so in what is modelled the two coincide.
-    "fused": _MEGATRON,
+    # What sets a compiled stack apart from Megatron's fused kernels in the kernels - fewer,
+    # fused elementwise ones - is not modelled; its blocks replay as CUDA graphs.
+    "fused": {**_MEGATRON, "cuda_graphs": True},
 }
-RUNTIME_BYTES = 300e6 + 32 * 2**20  # CUDA context + cuBLAS workspace (module docstring)
 
 
 def _resolve_framework(data: Any) -> Any:
@@ -127,8 +145,14 @@ def _resolve_framework(data: Any) -> Any:
 class FrameworkConfig(Frozen):
     """The training framework's costs beyond the kernels (see the module docstring).
 
-    - ``cpu_launch_s``: CPU time to issue one kernel (s); a block of kernels takes at least
-      its kernels' count times this when the GPU outruns the CPU;
+    - ``cpu_launch_s``: CPU time to issue one kernel or collective (s), the framework's
+      dispatch and the CUDA launch together: each rank's host stream issues the step's
+      kernels in program order, and a kernel starts no sooner than it is issued, so a GPU
+      that outruns its CPU waits (gaps on the compute stream);
+    - ``cuda_graphs``: the step's blocks are replayed as CUDA graphs, ``graph_launch_s`` of
+      CPU each whatever their kernels (the collectives captured with them);
+    - ``launch_queue``: kernels the CPU may issue ahead of the GPU before a launch blocks
+      (CUDA's pending-launch queue);
     - ``swiglu_saved``: ffn-sized tensors a SwiGLU MLP keeps for backward (3 fused, 4 eager);
     - ``eager_kernels``: rotary embedding, SwiGLU and the loss run as eager PyTorch's
       separate kernels (3 per rotated tensor, 2 for SwiGLU, a cast and a log-softmax for the
@@ -171,6 +195,9 @@ class FrameworkConfig(Frozen):
 
     name: Literal["megatron", "fsdp-eager", "pytorch-eager", "fused"] = "megatron"
     cpu_launch_s: Annotated[Seconds, Field(ge=0, le=1e-3)] = 0.0
+    cuda_graphs: bool = False
+    graph_launch_s: Annotated[Seconds, Field(ge=0, le=1e-2)] = GRAPH_LAUNCH_S
+    launch_queue: Annotated[int, Field(ge=1, le=1_000_000)] = LAUNCH_QUEUE
     swiglu_saved: Annotated[int, Field(ge=2, le=4)] = 3
     eager_kernels: bool = False
     eager_norms: bool = False

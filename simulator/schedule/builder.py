@@ -9,6 +9,7 @@ copies of that group (other data-parallel replicas in symmetric mode) and an alg
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -57,9 +58,54 @@ class GraphBuilder:
     end_blocks: tuple | None = None  # (embedding, head) Blocks, once computed
     accumulating: set = field(default_factory=set)  # (rank, layer) with a gradient already
     kernel_tasks: bool = field(init=False)  # simulation.kernel_tasks, read once per task
+    host: bool = field(init=False)  # each rank's host stream is modelled
+    issued: dict = field(default_factory=dict)  # (rank, stream) -> deque of (task, launches)
+    queued: dict = field(default_factory=dict)  # (rank, stream) -> launches in its deque
 
     def __post_init__(self) -> None:
         self.kernel_tasks = self.plan.policy.kernel_tasks
+        self.host = self.plan.policy.host
+
+    def _issue(
+        self, rank: int, stream: str, name: str, seconds: float, launches: int, phase, layer,
+        microbatch,
+    ) -> int:  # fmt: skip
+        """The host task ("launch <name>") that issues ``rank``'s next GPU task ``name``
+        (``launches`` kernels or graphs, ``seconds`` of CPU): on the rank's ``host`` stream,
+        in program order (the order the builder emits GPU tasks). CUDA holds at most
+        ``launch_queue`` launches pending per CUDA stream: when ``stream``'s queue is full, the
+        launch waits for the oldest pending GPU tasks of that stream to end (a GPU far behind
+        its CPU blocks the CPU, so the host stays within a bounded lead and the step's steady
+        state repeats)."""
+        key = (rank, stream)
+        pending = self.issued.setdefault(key, deque())
+        queued = self.queued.get(key, 0) + launches
+        deps = []
+        gate = None
+        while pending and queued > self.plan.policy.launch_queue:
+            gate, n = pending.popleft()
+            queued -= n
+        if gate is not None:
+            deps.append(gate)
+        self.queued[key] = queued
+        tasks = self.graph.tasks
+        tasks.append(
+            _new_tuple(
+                Task,
+                (
+                    rank, "host", "host", "launch " + name, seconds, tuple(deps), None,
+                    phase, layer, microbatch, _FLOPS, _ALLOC, _FREE,
+                ),
+            )
+        )  # fmt: skip
+        return len(tasks) - 1
+
+    def _launches(self, host_s: float) -> int:
+        """Launches a host task of ``host_s`` CPU seconds stands for (kernels, or one graph)."""
+        policy = self.plan.policy
+        if policy.cuda_graphs or policy.cpu_launch_s <= 0:
+            return 1
+        return max(1, round(host_s / policy.cpu_launch_s))
 
     def task(
         self,
@@ -76,12 +122,23 @@ class GraphBuilder:
         flops: float = _FLOPS,
         mem_alloc: float = _ALLOC,
         mem_free: float = _FREE,
+        host: float | None = None,
     ) -> int:
-        """Add a task; the keyword arguments are :class:`Task`'s optional fields.
+        """Add a task; the keyword arguments are :class:`Task`'s optional fields, and
+        ``host`` the CPU seconds to issue it (default: one launch, for a collective or a GPU
+        task with work; with the host stream modelled, the task waits for its issue).
 
         Keyword parameters rather than ``**fields``, and the Task built from its fields in
         order without its ``__new__``: this runs once per task (160K in a GPT-3 step)."""
         resolved = []
+        launches = 0
+        if self.host and (seconds > 0 or comm is not None):
+            host_s = self.plan.policy.launch_s if host is None else host
+            if host_s > 0:
+                launches = self._launches(host_s)
+                resolved.append(
+                    self._issue(rank, stream, name, host_s, launches, phase, layer, microbatch)
+                )
         for d in deps:
             if d.__class__ is int:  # the common case first
                 resolved.append(d)
@@ -104,7 +161,10 @@ class GraphBuilder:
                 ),
             )
         )  # fmt: skip
-        return len(tasks) - 1
+        index = len(tasks) - 1
+        if launches:  # pending on the GPU until it ends
+            self.issued[(rank, stream)].append((index, launches))
+        return index
 
     def comm(
         self,

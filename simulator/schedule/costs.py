@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # annotations only: the schedule package does not import the 
 
 @dataclass(frozen=True)
 class Block:
-    """One compute task's worth of ops: seconds and FLOPs per phase."""
+    """One compute task's worth of ops: GPU seconds and FLOPs per phase, and the CPU seconds
+    to issue its kernels per phase (``host_*``, the task's host-stream launch)."""
 
     f: float = 0.0
     b: float = 0.0
@@ -33,6 +34,9 @@ class Block:
     flops_f: float = 0.0
     flops_b: float = 0.0
     flops_w: float = 0.0
+    host_f: float = 0.0
+    host_b: float = 0.0
+    host_w: float = 0.0
 
     @staticmethod
     def of(ops: list[Op], cm: ComputeModel, scale: float = 1.0) -> Block:
@@ -43,6 +47,9 @@ class Block:
             scale * sum(o.f_flops for o in ops),
             scale * sum(o.b_flops for o in ops),
             scale * sum(o.w_flops for o in ops),
+            cm.host_seconds(ops, "f"),
+            cm.host_seconds(ops, "b"),
+            cm.host_seconds(ops, "w"),
         )
 
     def times(self) -> tuple[float, float, float]:
@@ -56,8 +63,13 @@ class Block:
             return self.b, self.flops_b
         return self.w, self.flops_w
 
+    def host_in(self, pass_: str) -> float:
+        """CPU seconds to issue the block's kernels in pass "f", "b" or "w"."""
+        return self.host_f if pass_ == "f" else self.host_b if pass_ == "b" else self.host_w
+
     def stretched(self, kf: float, kb: float, kw: float) -> Block:
-        """The same work taking ``k`` times as long per pass (FLOPs unchanged)."""
+        """The same work taking ``k`` times as long per pass on the GPU (FLOPs and issue
+        unchanged)."""
         return replace(self, f=self.f * kf, b=self.b * kb, w=self.w * kw)
 
     def __add__(self, other: Block) -> Block:
@@ -68,6 +80,9 @@ class Block:
             self.flops_f + other.flops_f,
             self.flops_b + other.flops_b,
             self.flops_w + other.flops_w,
+            self.host_f + other.host_f,
+            self.host_b + other.host_b,
+            self.host_w + other.host_w,
         )
 
 
@@ -159,13 +174,8 @@ def _layer_blocks(pre, core, post, ffn, experts, cm: ComputeModel, cp: int, imba
     local = 1.0 / cp
 
     def each(ops, scale: float = 1.0) -> tuple[tuple[str, Block], ...]:
-        """Per-kernel Blocks of ``ops``, stretched to add up to their block when the CPU
-        bounds it (see :meth:`ComputeModel.seconds`)."""
-        gpu = replace(cm, cpu_launch_s=0.0)
-        parts = [Block.of([o], gpu, scale) for o in ops]
-        whole, busy = Block.of(ops, cm, scale), sum(parts, Block())
-        k = [w / g if g > 0 else 1.0 for w, g in zip(whole.times(), busy.times(), strict=True)]
-        return tuple((o.name, p.stretched(*k)) for o, p in zip(ops, parts, strict=True))
+        """Per-kernel Blocks of ``ops`` (each issued by its own launch)."""
+        return tuple((o.name, Block.of([o], cm, scale)) for o in ops)
 
     remote = each(core, 1.0 - local) if cp > 1 else ()
     return (

@@ -67,6 +67,7 @@ def compute(
         t = b.task(
             rank, "compute", name, seconds, deps, flops=flops, mem_alloc=mem_alloc,
             mem_free=mem_free, phase=phase, layer=layer, microbatch=microbatch,
+            host=block.host_in(pass_),
         )  # fmt: skip
         return t
     kw = {"phase": phase, "layer": layer, "microbatch": microbatch}
@@ -83,7 +84,7 @@ def compute(
         t = b.task(
             rank, "compute", op, seconds, last, flops=flops,
             mem_alloc=mem_alloc if i == 0 else 0.0,
-            mem_free=mem_free if i == len(kernels) - 1 else 0.0, **kw,
+            mem_free=mem_free if i == len(kernels) - 1 else 0.0, host=part.host_in(pass_), **kw,
         )  # fmt: skip
         last = [t]
     return t

@@ -306,7 +306,7 @@ def embedding_forward(b: GraphBuilder, rank: int, j: int) -> int:
     gather = dp.fsdp_gather(b, rank, "emb", j, "F", ())
     return b.task(
         rank, "compute", "embedding", eb.f, [gather], phase="forward", microbatch=j,
-        flops=eb.flops_f, mem_alloc=_emb_bytes(b), mem_free=_end_released(b, "emb"),
+        flops=eb.flops_f, host=eb.host_f, mem_alloc=_emb_bytes(b), mem_free=_end_released(b, "emb"),
     )  # fmt: skip
 
 
@@ -316,7 +316,8 @@ def loss_forward(b: GraphBuilder, rank: int, j: int, deps: list[Dep]) -> int:
     gather = dp.fsdp_gather(b, rank, "head", j, "F", ())
     return b.task(
         rank, "compute", "loss", hb.f, deps + [gather], phase="forward", microbatch=j,
-        flops=hb.flops_f, mem_alloc=_head_bytes(b), mem_free=_end_released(b, "head"),
+        flops=hb.flops_f, host=hb.host_f, mem_alloc=_head_bytes(b),
+        mem_free=_end_released(b, "head"),
     )  # fmt: skip
 
 
@@ -330,7 +331,7 @@ def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
         # needs no parameters: ZeRO-3 releases the gathered head here, as it does a layer's
         t = b.task(
             st.rank, "compute", "loss", hb.b, [gather], phase="input_grad", microbatch=j,
-            flops=hb.flops_b, mem_alloc=grads,
+            flops=hb.flops_b, host=hb.host_b, mem_alloc=grads,
             mem_free=_head_bytes(b) + grads - _held_for_w(b) + dp.gathered_bytes(b, "head"),
         )  # fmt: skip
         b.bind(("lossB", st.rank, j), t)
@@ -338,7 +339,7 @@ def loss_backward(b: GraphBuilder, st: RankState, j: int) -> int:
     add = accumulation(b, st.rank, "head")  # eager frameworks: grad += new after the first
     t = b.task(
         st.rank, "compute", "loss", hb.b + hb.w + (add.w if add else 0.0), [gather],
-        phase="input_grad", microbatch=j,
+        phase="input_grad", microbatch=j, host=hb.host_b + hb.host_w + (add.host_w if add else 0.0),
         flops=hb.flops_b + hb.flops_w, mem_alloc=dp.unsharded_grad_bytes(b, "head") + grads,
         mem_free=_head_bytes(b) + grads,
     )  # fmt: skip
@@ -359,6 +360,7 @@ def output_weight_grad(b: GraphBuilder, st: RankState, j: int) -> int:
     t = b.task(
         st.rank, "compute", "output_weight_grad", hb.w + (add.w if add else 0.0),
         [("lossB", st.rank, j)], phase="weight_grad", microbatch=j, flops=hb.flops_w,
+        host=hb.host_w + (add.host_w if add else 0.0),
         mem_alloc=dp.unsharded_grad_bytes(b, "head"), mem_free=_held_for_w(b),
     )  # fmt: skip
     b.w_task[(st.rank, "head", j)] = t
@@ -399,7 +401,7 @@ def embedding_grad(b: GraphBuilder, st: RankState, j: int, deps) -> int:
     add = accumulation(b, st.rank, "emb")  # eager frameworks: grad += new after the first
     t = b.task(
         st.rank, "compute", "embedding", eb.w + (add.w if add else 0.0), list(deps) + [gather],
-        phase="weight_grad",
+        phase="weight_grad", host=eb.host_w + (add.host_w if add else 0.0),
         microbatch=j, flops=eb.flops_w, mem_alloc=dp.unsharded_grad_bytes(b, "emb"),
         mem_free=_emb_bytes(b),
     )  # fmt: skip

@@ -53,7 +53,7 @@ class Task(NamedTuple):
 
     rank: int
     stream: str
-    kind: Literal["compute", "comm"]
+    kind: Literal["compute", "comm", "host"]  # host: a CPU launch on the "host" stream
     name: str
     duration_s: float = 0.0
     deps: tuple[int, ...] = ()
@@ -183,7 +183,7 @@ class TaskGraph:
         a compute task whose duration is not finite and non-negative."""
         n = len(self.tasks)
         for i, t in enumerate(self.tasks):
-            if t.kind == "compute" and not 0.0 <= t.duration_s < math.inf:
+            if t.kind != "comm" and not 0.0 <= t.duration_s < math.inf:
                 raise ValueError(
                     f"task {t.name!r} on rank {t.rank} has duration {t.duration_s!r} s; "
                     "a duration must be finite and non-negative"

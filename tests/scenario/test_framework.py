@@ -86,22 +86,34 @@ def test_allocator_reserve_and_runtime_in_the_peak():
     assert run.memory["bytes"].max() == pytest.approx(run.metrics.peak_memory_bytes, rel=1e-12)
 
 
-def _forward_attention(s, layer=0):
+def _forward_attention(s, layer=0, kind="compute"):
+    """The forward attention block's GPU task (``kind`` "compute") or its launch ("host")."""
     step = build_step(build_plan(s), api.compute_model_of(s))
     return next(
         t
         for t in step.graph.tasks
-        if t.name == "attention" and t.phase == "forward" and t.layer == layer
+        if t.name == ("launch attention" if kind == "host" else "attention")
+        and t.phase == "forward"
+        and t.layer == layer
     )
 
 
-def test_cpu_launch_bounds_a_block_of_short_kernels():
+def test_cpu_launch_issues_each_block_on_the_host_stream():
     # a 1 ms launch dwarfs every kernel of this small layer: the attention block (norm, QKV,
-    # rotary, attention core) takes its kernel count in launches
+    # rotary, attention core) is issued by a host task of its kernel count in launches, and
+    # the GPU task waits for it; its own duration is the GPU's alone
     slow = _scenario("{name: megatron, cpu_launch_s: 1 ms}")
-    assert _forward_attention(slow).duration_s == pytest.approx(4 * 1e-3, rel=1e-12)
-    fast = _forward_attention(_scenario())
-    assert fast.duration_s < 1e-3
+    launch = _forward_attention(slow, kind="host")
+    assert launch.stream == "host" and launch.duration_s == pytest.approx(4 * 1e-3, rel=1e-12)
+    gpu = _forward_attention(slow)
+    assert gpu.duration_s == pytest.approx(_forward_attention(_scenario()).duration_s, rel=1e-12)
+    assert gpu.duration_s < 1e-3
+    step = build_step(build_plan(slow), api.compute_model_of(slow))
+    assert step.graph.tasks.index(launch) in gpu.deps
+    # without a CPU cost no host stream is modelled
+    free = _scenario("{name: megatron, cpu_launch_s: 0}")
+    plain = build_step(build_plan(free), api.compute_model_of(free))
+    assert not any(t.kind == "host" for t in plain.graph.tasks)
 
 
 def test_autocast_casts_fp32_weights_each_micro_batch():

@@ -35,6 +35,7 @@ cluster:
   topology: {{kind: nvswitch, node: {{gpus: {p}, nvlink_bandwidth: 1e30, nvlink_latency: 0}}}}
 parallelism: {{pp: {p}, pipeline: {{schedule: {schedule}, virtual_stages: {v}{uneven}}}}}
 training: {{global_batch: {m}, micro_batch: 1, seq_len: 1024}}
+framework: {{name: megatron, cpu_launch_s: 0}}  # the closed forms have no host launches
 """)
 
 

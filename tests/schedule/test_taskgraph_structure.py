@@ -21,7 +21,9 @@ cluster:
   topology: {{kind: nvswitch, node: {{gpus: {gpus}}}}}
 parallelism: {par}
 training: {{global_batch: {global_batch}, micro_batch: 1, seq_len: 1024}}
-{extra}""")
+{extra}
+{"" if "framework" in extra else "framework: {name: megatron, cpu_launch_s: 0}"}
+""")  # the GPU's task graph: the host's launches are tested in tests/schedule/test_host.py
     return s, build_step(build_plan(s), ComputeModel.for_accelerator(s.cluster.accelerator))
 
 

@@ -82,6 +82,8 @@ class ComputeModel:
     mem: MemFit
     launch_s: float = LAUNCH_S
     cpu_launch_s: float = 0.0  # CPU time to issue one kernel (framework.cpu_launch_s)
+    cpu_op_forward_s: float = 0.0  # the framework's CPU time per op in forward (s)
+    cpu_op_backward_s: float = 0.0  # ... per op in backward (the autograd engine's, s)
     graph_launch_s: float = 0.0  # CPU time to replay one CUDA graph (0: no graphs)
     architecture: str = ""  # the GPU generation (Accelerator.architecture)
     flash_kernel: str = "native"  # framework.flash_kernel: "native" or "fa2"
@@ -118,6 +120,8 @@ class ComputeModel:
         return replace(
             self,
             cpu_launch_s=fw.cpu_launch_s,
+            cpu_op_forward_s=fw.cpu_op_forward_s,
+            cpu_op_backward_s=fw.cpu_op_backward_s,
             graph_launch_s=graph,
             flash_kernel=fw.flash_kernel,
         )
@@ -158,12 +162,17 @@ class ComputeModel:
         return scale * sum(self.op_seconds(op, phase) for op in ops)
 
     def host_seconds(self, ops: list[Op], phase: str) -> float:
-        """CPU seconds to issue ``ops``' kernels in ``phase``: ``cpu_launch_s`` for each op
-        with work there (one kernel per op), or one ``graph_launch_s`` for them all when the
-        framework replays CUDA graphs (the kernels' launches are in the graph)."""
-        if self.cpu_launch_s <= 0 and self.graph_launch_s <= 0:
+        """CPU seconds to issue ``ops``' kernels in ``phase``: for each op with work there (one
+        kernel per op) the framework's time per op (``cpu_op_forward_s`` in forward,
+        ``cpu_op_backward_s`` in the backward passes) and ``cpu_launch_s``; or one
+        ``graph_launch_s`` for them all when the framework replays CUDA graphs (ops and
+        launches recorded in the graph)."""
+        per_op = self.cpu_launch_s + (
+            self.cpu_op_forward_s if phase == "f" else self.cpu_op_backward_s
+        )
+        if per_op <= 0 and self.graph_launch_s <= 0:
             return 0.0
         kernels = sum(1 for op in ops if self.op_seconds(op, phase) > 0)
         if self.graph_launch_s > 0:
             return self.graph_launch_s if kernels else 0.0
-        return self.cpu_launch_s * kernels
+        return per_op * kernels

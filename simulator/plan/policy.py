@@ -28,8 +28,9 @@ class StepPolicy:
     blocks split into their kernels; ``launch_s``: CPU seconds to issue one collective (or a
     GPU task given no count of its own; 0: no host stream is modelled); ``host``: whether
     each rank's host stream is modelled (any CPU cost per launch or per graph);
-    ``launch_queue``: kernels the host may issue ahead of the GPU; ``cpu_launch_s``: CPU
-    seconds per kernel launch; ``cuda_graphs``: blocks replayed as CUDA graphs."""
+    ``launch_queue``: kernels the host may issue ahead of the GPU; ``kernel_forward_s``,
+    ``kernel_backward_s``: CPU seconds per kernel in forward and backward (the op's and its
+    launch); ``cuda_graphs``: blocks replayed as CUDA graphs."""
 
     zero: int
     fsdp_prefetch: int
@@ -46,7 +47,8 @@ class StepPolicy:
     launch_s: float = 0.0
     host: bool = False
     launch_queue: int = 1024
-    cpu_launch_s: float = 0.0
+    kernel_forward_s: float = 0.0
+    kernel_backward_s: float = 0.0
     cuda_graphs: bool = False
 
 
@@ -68,8 +70,12 @@ def policy_of(s: Scenario) -> StepPolicy:
         kernel_tasks=s.simulation.kernel_tasks,
         # a graphed step's collectives are replayed in its graphs: no launch of their own
         launch_s=0.0 if fw.cuda_graphs else fw.cpu_launch_s,
-        host=fw.cpu_launch_s > 0 or (fw.cuda_graphs and fw.graph_launch_s > 0),
+        host=(
+            fw.cpu_launch_s + fw.cpu_op_forward_s + fw.cpu_op_backward_s > 0
+            or (fw.cuda_graphs and fw.graph_launch_s > 0)
+        ),
         launch_queue=fw.launch_queue,
-        cpu_launch_s=fw.cpu_launch_s,
+        kernel_forward_s=fw.cpu_launch_s + fw.cpu_op_forward_s,
+        kernel_backward_s=fw.cpu_launch_s + fw.cpu_op_backward_s,
         cuda_graphs=fw.cuda_graphs,
     )

@@ -8,9 +8,9 @@ viewer's nesting would break otherwise).
 
 Per-rank files follow what Holistic Trace Analysis reads: ``distributedInfo.rank``, events
 with ``cat: "kernel"``, communication kernels named ``ncclDevKernel_...`` (HTA matches
-``^nccl.*Kernel``), ``args.stream``; the host stream's launches as ``cuda_runtime`` events on a CPU thread;
-written with
-the default JSON separators because HTA finds the rank with the pattern ``"rank":\\s+(\\d+)``.
+``^nccl.*Kernel``), ``args.stream``; the host stream's launches as ``cuda_runtime`` events
+on a CPU thread; written with the default JSON separators because HTA finds the rank with
+the pattern ``"rank":\\s+(\\d+)``.
 """
 
 from __future__ import annotations

@@ -17,8 +17,13 @@ launches ahead):
   side is between 5-20 microseconds" (Meta's HolisticTraceAnalysis documentation,
   cuda_kernel_launch_stats), and the 4-5 us per launch measured back to back on one stream
   (NVIDIA developer forums, "CUDA stream are blocked when launching lots of kernels (>1000)").
-  PyTorch's own dispatch adds about 2 us per op (pytorch/pytorch#41383) and Python a framework
-  step's own code: 5 us is a lower bound of the host's work, one launch counted per op modelled.
+  5 us is a lower bound of the launch, one counted per op modelled.
+- ``cpu_op_forward_s`` 7 us and ``cpu_op_backward_s`` 1 us: PyTorch's own work per op before
+  the launch. A forward op is called from Python with autograd recording: about 7 us per op
+  with ``requires_grad=True`` (measured in pytorch/pytorch#41383, where a maintainer gives
+  about 2 us without autograd, half of it Python); a backward op is called by the autograd
+  engine from C++, "about a microsecond" (the same thread). A module's own Python (Megatron's
+  or torchtitan's layer code between the ops) is not counted.
   NVIDIA's "CUDA Graph Best Practice for PyTorch" (docs.nvidia.com/dl-cuda-graph) puts a
   whole framework op at 20-200 us typically: 5 us is the floor of that range's parts.
 - ``graph_launch_s`` 10 us per CUDA graph replayed (the same NVIDIA guide: a graph launch
@@ -90,6 +95,8 @@ from simulator.scenario.fields import Frozen, Real
 from simulator.units import Seconds
 
 CPU_LAUNCH_S = 5e-6  # CPU time to issue one eager kernel (module docstring)
+CPU_OP_FORWARD_S = 7e-6  # PyTorch's CPU time per op called from Python, autograd on
+CPU_OP_BACKWARD_S = 1e-6  # ... per op the autograd engine calls from C++ (module docstring)
 GRAPH_LAUNCH_S = 10e-6  # CPU time of one cudaGraphLaunch (module docstring)
 LAUNCH_QUEUE = 1024  # kernels pending on a device before a launch blocks (module docstring)
 RUNTIME_BYTES = 300e6 + 32 * 2**20  # CUDA context + cuBLAS workspace (module docstring)
@@ -145,8 +152,10 @@ def _resolve_framework(data: Any) -> Any:
 class FrameworkConfig(Frozen):
     """The training framework's costs beyond the kernels (see the module docstring).
 
-    - ``cpu_launch_s``: CPU time to issue one kernel or collective (s), the framework's
-      dispatch and the CUDA launch together: each rank's host stream issues the step's
+    - ``cpu_op_forward_s``, ``cpu_op_backward_s``: the framework's CPU time per op before
+      its launch, in forward and in the backward passes (s);
+    - ``cpu_launch_s``: CPU time of the CUDA launch of one kernel or collective (s): each
+      rank's host stream issues the step's
       kernels in program order, and a kernel starts no sooner than it is issued, so a GPU
       that outruns its CPU waits (gaps on the compute stream);
     - ``cuda_graphs``: the step's blocks are replayed as CUDA graphs, ``graph_launch_s`` of
@@ -195,6 +204,8 @@ class FrameworkConfig(Frozen):
 
     name: Literal["megatron", "fsdp-eager", "pytorch-eager", "fused"] = "megatron"
     cpu_launch_s: Annotated[Seconds, Field(ge=0, le=1e-3)] = 0.0
+    cpu_op_forward_s: Annotated[Seconds, Field(ge=0, le=1e-3)] = CPU_OP_FORWARD_S
+    cpu_op_backward_s: Annotated[Seconds, Field(ge=0, le=1e-3)] = CPU_OP_BACKWARD_S
     cuda_graphs: bool = False
     graph_launch_s: Annotated[Seconds, Field(ge=0, le=1e-2)] = GRAPH_LAUNCH_S
     launch_queue: Annotated[int, Field(ge=1, le=1_000_000)] = LAUNCH_QUEUE

@@ -26,6 +26,7 @@ _STAGE_DIMS = ("tp", "cp", "dp")  # the dimensions within a pipeline stage
 _GRID_DIMS = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp", "cp")}  # a grid kind's dimensions
 STREAM_KIND = {"pp_fwd": "pp", "pp_bwd": "pp"}  # scenario's collectives key of a stream
 _PHASE, _LAYER, _MB, _FLOPS, _ALLOC, _FREE = (Task._field_defaults[f] for f in Task._fields[7:])
+_FORWARD = frozenset({"forward", "recompute"})  # phases whose ops are called from Python
 _UNSET = object()  # a cache miss (None is a cached algorithm: the default)
 _new_tuple = tuple.__new__  # a named tuple from its fields in order, without its __new__
 # GraphBuilder.task and .comm build Task and CommSpec from their fields in this order: a field
@@ -100,12 +101,14 @@ class GraphBuilder:
         )  # fmt: skip
         return len(tasks) - 1
 
-    def _launches(self, host_s: float) -> int:
-        """Launches a host task of ``host_s`` CPU seconds stands for (kernels, or one graph)."""
+    def _launches(self, host_s: float, phase: str) -> int:
+        """Launches a host task of ``host_s`` CPU seconds in ``phase`` stands for (its kernels,
+        or one graph or collective), for the launch queue."""
         policy = self.plan.policy
-        if policy.cuda_graphs or policy.cpu_launch_s <= 0:
+        per = policy.kernel_forward_s if phase in _FORWARD else policy.kernel_backward_s
+        if policy.cuda_graphs or per <= 0:
             return 1
-        return max(1, round(host_s / policy.cpu_launch_s))
+        return max(1, round(host_s / per))
 
     def task(
         self,
@@ -135,7 +138,7 @@ class GraphBuilder:
         if self.host and (seconds > 0 or comm is not None):
             host_s = self.plan.policy.launch_s if host is None else host
             if host_s > 0:
-                launches = self._launches(host_s)
+                launches = self._launches(host_s, phase)
                 resolved.append(
                     self._issue(rank, stream, name, host_s, launches, phase, layer, microbatch)
                 )

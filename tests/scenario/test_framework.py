@@ -104,14 +104,15 @@ def test_cpu_launch_issues_each_block_on_the_host_stream():
     # the GPU task waits for it; its own duration is the GPU's alone
     slow = _scenario("{name: megatron, cpu_launch_s: 1 ms}")
     launch = _forward_attention(slow, kind="host")
-    assert launch.stream == "host" and launch.duration_s == pytest.approx(4 * 1e-3, rel=1e-12)
+    per_kernel = 1e-3 + slow.framework.cpu_op_forward_s  # the launch and PyTorch's op
+    assert launch.stream == "host" and launch.duration_s == pytest.approx(4 * per_kernel)
     gpu = _forward_attention(slow)
     assert gpu.duration_s == pytest.approx(_forward_attention(_scenario()).duration_s, rel=1e-12)
     assert gpu.duration_s < 1e-3
     step = build_step(build_plan(slow), api.compute_model_of(slow))
     assert step.graph.tasks.index(launch) in gpu.deps
     # without a CPU cost no host stream is modelled
-    free = _scenario("{name: megatron, cpu_launch_s: 0}")
+    free = _scenario("{name: megatron, cpu_launch_s: 0, cpu_op_forward_s: 0, cpu_op_backward_s: 0}")
     plain = build_step(build_plan(free), api.compute_model_of(free))
     assert not any(t.kind == "host" for t in plain.graph.tasks)
 

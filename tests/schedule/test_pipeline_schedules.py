@@ -19,6 +19,8 @@ from simulator.scenario import load_scenario_text
 
 TOL = 0.02
 
+NO_HOST = "cpu_launch_s: 0, cpu_op_forward_s: 0, cpu_op_backward_s: 0"  # no CPU cost
+
 
 def _scenario(schedule, p, m, v=1, layers_per_stage=16, layers=None, ends=None, vocab=8):
     """``layers`` (default ``layers_per_stage`` x p x v) with ``ends`` = (first, last) stage
@@ -35,7 +37,7 @@ cluster:
   topology: {{kind: nvswitch, node: {{gpus: {p}, nvlink_bandwidth: 1e30, nvlink_latency: 0}}}}
 parallelism: {{pp: {p}, pipeline: {{schedule: {schedule}, virtual_stages: {v}{uneven}}}}}
 training: {{global_batch: {m}, micro_batch: 1, seq_len: 1024}}
-framework: {{name: megatron, cpu_launch_s: 0}}  # the closed forms have no host launches
+framework: {{name: megatron, {NO_HOST}}}  # the closed forms have no host launches
 """)
 
 

@@ -11,6 +11,8 @@ from simulator.plan.plan import build_plan
 from simulator.scenario import load_scenario_text
 from simulator.schedule.step import build_step
 
+NO_HOST = "cpu_launch_s: 0, cpu_op_forward_s: 0, cpu_op_backward_s: 0"  # no CPU cost
+
 
 def _step(par: str, layers=4, gpus=8, global_batch=8, extra=""):
     s = load_scenario_text(f"""
@@ -22,7 +24,7 @@ cluster:
 parallelism: {par}
 training: {{global_batch: {global_batch}, micro_batch: 1, seq_len: 1024}}
 {extra}
-{"" if "framework" in extra else "framework: {name: megatron, cpu_launch_s: 0}"}
+{"" if "framework" in extra else f"framework: {{name: megatron, {NO_HOST}}}"}
 """)  # the GPU's task graph: the host's launches are tested in tests/schedule/test_host.py
     return s, build_step(build_plan(s), ComputeModel.for_accelerator(s.cluster.accelerator))
 

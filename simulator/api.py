@@ -41,8 +41,10 @@ from simulator.stages.collective_table import (  # noqa: F401 - the api's names,
 )
 from simulator.stages.costs import (  # noqa: F401 - the api's names, re-exported
     compute_model_of,
+    costs_notes,
     layer_costs,
 )
+from simulator.stages.energy import StepEnergy, step_energy
 from simulator.stages.facts import (  # noqa: F401 - the api's names, re-exported
     SYMMETRIC_ORBITS,
     _degraded,
@@ -300,11 +302,15 @@ class RunResult:
     memory: pd.DataFrame
     links: pd.DataFrame | None = None  # utilisation over time of the busiest links
     healthy_step_time_s: float | None = None
+    energy: StepEnergy | None = None  # power and energy (None: no power model for the device)
+    power: pd.DataFrame | None = None  # per simulated rank its draw over time (W)
 
     @property
     def summary(self) -> dict:
         """The metrics as a plain dict (summary.json)."""
         out = self.metrics.as_dict()
+        if self.energy is not None:
+            out.update(self.energy.as_dict())
         if self.healthy_step_time_s is not None:
             out["healthy_step_time_s"] = self.healthy_step_time_s
             out["straggler_slowdown"] = self.metrics.step_time_s / self.healthy_step_time_s
@@ -440,16 +446,32 @@ def _result(scenario, step, sim, track_links) -> RunResult:
     if track_links:
         links, busiest = _link_report(sim, m.step_time_s)
         m = dataclasses.replace(m, busiest_links=busiest)
-    return RunResult(m, sim.frame, _on_device(memory, scenario.framework), links)
+    energy = step_energy(sim.frame, scenario, step.compute_model, m.step_time_s)
+    return RunResult(
+        m,
+        sim.frame,
+        _on_device(memory, scenario.framework),
+        links,
+        energy=energy[0] if energy else None,
+        power=energy[1] if energy else None,
+    )
 
 
 def write_run(result: RunResult, out: str | Path, title: str = "", on_file=None) -> list[Path]:
     """Write the run report into ``out``: summary.json, summary.md, the trace table
     (trace.parquet, or trace.csv without pyarrow), trace.json (Perfetto), hta/rank-N.json,
-    memory.csv and memory.png, gantt.png (and gantt.svg up to 20,000 records), and with link
-    tracking links.parquet and links.png. ``on_file(path)`` is called as each is written."""
+    memory.csv and memory.png, power.csv and power.png (where the device has a power model),
+    gantt.png (and gantt.svg up to 20,000 records), and with link tracking links.parquet and
+    links.png. ``on_file(path)`` is called as each is written."""
     from simulator.report.run_report import write_report
 
     return write_report(
-        result.summary, result.trace, result.memory, result.links, out, title, on_file
+        result.summary,
+        result.trace,
+        result.memory,
+        result.links,
+        out,
+        title,
+        on_file,
+        power=result.power,
     )

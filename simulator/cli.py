@@ -665,20 +665,8 @@ def costs(
     typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     totals = frame.groupby("pass", sort=False)["seconds"].sum() * 1e6
     typer.echo("per pass (us): " + ", ".join(f"{k} {v:,.1f}" for k, v in totals.items()))
-    held = s.cluster.accelerator.sustained_compute
-    if held < 1.0:  # a profiler trace of a short run catches the boost clock
-        typer.echo(
-            f"compute-bound kernels at {held:.3f} of their burst rate, as a long run holds them "
-            "(a short benchmark's: --set cluster.accelerator.sustained_compute=1)"
-        )
-    launch = s.framework.cpu_launch_s
-    if launch > 0:  # the simulated blocks take at least their kernels' launches
-        floor = frame.groupby("pass", sort=False).size() * launch * 1e6
-        typer.echo(
-            f"CPU launch floor ({s.framework.name}, {launch * 1e6:g} us a kernel; each block "
-            "takes at least its kernels' launches): "
-            + ", ".join(f"{k} {v:,.1f}" for k, v in floor.items())
-        )
+    for note in api.costs_notes(s, frame):
+        typer.echo(note)
 
 
 @app.command()

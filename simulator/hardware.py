@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from simulator.units import Bandwidth, Bytes, FlopsRate
+from simulator.units import Bandwidth, Bytes, FlopsRate, Watts
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4", "int8"]
 
@@ -47,11 +47,20 @@ class Accelerator(BaseModel):
         calibrate``); None uses the H200 curves scaled by this device's peaks.
     architecture : the GPU generation ("ampere", "hopper", "blackwell"), where a kernel's
         published speed depends on it (FlashAttention-2 on Hopper); "" when unknown.
-    sustained_compute : the rate a compute-bound kernel holds in a long run, as a fraction
-        of its rate in a short burst (the calibration's regime: a few back-to-back runs at
-        the boost clock). A dense GEMM that fills the SMs draws the card's whole power limit,
-        and the clock settles below boost within seconds; a training step is one long such
-        run. 1.0 where unmeasured. See :data:`SUSTAINED_COMPUTE`.
+    sustained_compute : the rate a large GEMM held over a long run at the power limit, as a
+        fraction of its rate in a short burst (the calibration's regime: a few back-to-back
+        runs at the boost clock), measured. 1.0 where unmeasured. See
+        :data:`SUSTAINED_COMPUTE`. It calibrates the power model
+        (:mod:`simulator.model.power`), which sets each step's clock from its own kernels.
+    rated_power : the board's rated power (W, its TDP): the limit ``sustained_compute``
+        was measured at.
+    power_limit : the power limit the GPU runs under (W); None: ``rated_power`` (a cap is a
+        what-if: ``--set cluster.accelerator.power_limit="500 W"``).
+    static_power : the draw with clocks up and nothing running (W).
+    memory_power : a memory-bound kernel's draw at the boost clock (W).
+    The power figures: see :data:`POWER`; None where unknown (no power model: the clock is
+    ``sustained_compute``). A large GEMM's draw at the boost clock follows from them
+    (:attr:`compute_power`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -66,6 +75,26 @@ class Accelerator(BaseModel):
     calibration: str | None = None
     architecture: Literal["", "ampere", "hopper", "blackwell", "tpu"] = ""
     sustained_compute: Annotated[float, Field(gt=0, le=1)] = 1.0
+    rated_power: Watts | None = None
+    power_limit: Watts | None = None
+    static_power: Watts | None = None
+    memory_power: Watts | None = None
+
+    @property
+    def compute_power(self) -> float | None:
+        """A large GEMM's draw (W) at the boost clock with no limit: the one that, at the
+        rated power, holds ``sustained_compute`` of its burst rate
+        (:func:`compute_power_from_sustained`); None without power figures."""
+        if self.rated_power is None or self.static_power is None:
+            return None
+        return compute_power_from_sustained(
+            self.rated_power, self.static_power, self.sustained_compute
+        )
+
+    @property
+    def limit(self) -> float | None:
+        """The power limit in force (W): ``power_limit``, else ``rated_power``."""
+        return self.power_limit if self.power_limit is not None else self.rated_power
 
     @field_validator("peak_flops_per_s")
     @classmethod
@@ -79,6 +108,19 @@ class Accelerator(BaseModel):
                 f"whole table)"
             )
         return table
+
+    @model_validator(mode="after")
+    def limit_above_static(self) -> Accelerator:
+        if (
+            self.limit is not None
+            and self.static_power is not None
+            and (self.limit <= self.static_power)
+        ):
+            raise ValueError(
+                f"power_limit {self.limit:g} W is not above the static draw "
+                f"{self.static_power:g} W (clocks up, nothing running): nothing could run"
+            )
+        return self
 
     def supports(self, dtype: str) -> bool:
         """Whether :meth:`peak` has a figure for ``dtype`` (fp8/fp4 fall back to bf16)."""
@@ -115,6 +157,29 @@ _CSV = "shared/validation/hardware_specs.csv"
 # the table's pair, measured together in one run with the node's other GPUs busy.
 SUSTAINED_COMPUTE = {"H100": 755 / 850, "H200": 755 / 850, "B200": 1439 / 1737}
 
+# (power limit, static, memory-bound) W per family; a large GEMM's draw follows from the
+# sustained rate above (simulator.model.power).
+# - Limits: H100 SXM and H200 SXM 700 W (datasheets; nvidia-smi's default and maximum limit),
+#   B200 1000 W (HGX B200; MLCommons submissions' hw_notes), A100 SXM4 400 W (nvidia-smi's
+#   default, NVIDIA/DCGM#152).
+# - Static, H100/H200: 121.7 W with a CUDA context holding the clock at 1980 MHz (arXiv
+#   2605.23918; nvidia-smi idles at 71-79 W once the clock falls to 345 MHz, which a training
+#   step's gaps are too short for). A100: 20% of TDP at an iteration boundary, the lowest of
+#   POLCA's (ASPLOS 2024) training traces: 80 W. B200: not published; H100's share of its
+#   limit (17.4%), 174 W.
+# - Memory-bound, H200: decode draws 137-300 W of 700 W (Ma et al., "The Illusion of Power
+#   Capping in LLM Decode", arXiv 2605.11999): 300 W, the top of the range (large batches,
+#   HBM streaming); H100 the same die and HBM power class. A100 and B200: not published; the
+#   H200's share of the limit (43%), 171 W and 429 W.
+# A100 at 400 W: no long-run GEMM rate is measured (SUSTAINED_COMPUTE 1.0), so its GEMM draw
+# is taken as the limit (it does not throttle).
+POWER = {
+    "H100": (700.0, 121.7, 300.0),
+    "H200": (700.0, 121.7, 300.0),
+    "B200": (1000.0, 1000.0 * 121.7 / 700.0, 1000.0 * 300.0 / 700.0),
+    "A100": (400.0, 80.0, 400.0 * 300.0 / 700.0),
+}
+
 
 def _entry(name, kind, flops_tflops, hbm_bytes, hbm_GBps, scale_up_GBps_per_dir, source):
     arch = "tpu" if kind == "tpu" else _ARCHITECTURE[name.split("-")[0]]
@@ -128,7 +193,25 @@ def _entry(name, kind, flops_tflops, hbm_bytes, hbm_GBps, scale_up_GBps_per_dir,
         source=source,
         architecture=arch,
         sustained_compute=SUSTAINED_COMPUTE.get(name.split("-")[0], 1.0),
+        **_power(name.split("-")[0]),
     )
+
+
+DVFS_EXPONENT = 3.0  # dynamic power ~ C V^2 f, V rising with f (simulator.model.power)
+
+
+def compute_power_from_sustained(limit_w: float, static_w: float, sustained: float) -> float:
+    """A large GEMM's draw (W) at the boost clock, from the fraction ``sustained`` of its burst
+    rate it held over a long run at the power limit ``limit_w``: the clock the power model
+    gives such a run is ``((limit - static) / (compute - static))^(1/3)``, inverted."""
+    return static_w + (limit_w - static_w) / sustained**DVFS_EXPONENT
+
+
+def _power(family: str) -> dict:
+    if family not in POWER:
+        return {}
+    rated, static, memory = POWER[family]
+    return {"rated_power": rated, "static_power": static, "memory_power": memory}
 
 
 _ARCHITECTURE = {"A100": "ampere", "H100": "hopper", "H200": "hopper", "B200": "blackwell"}

@@ -27,7 +27,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-Dimension = Literal["bytes", "bandwidth", "flops", "flops_rate", "time", "count"]
+Dimension = Literal["bytes", "bandwidth", "flops", "flops_rate", "time", "count", "power"]
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
@@ -65,6 +65,8 @@ def _unit_factor(unit: str, dimension: Dimension) -> float | None:
         return _TIME.get(u)
     if dimension == "count":
         return _prefix_factor(u)
+    if dimension == "power":  # watts: "700 W", "1.2 kW", "20 MW"
+        return _DECIMAL.get(u[:-1]) if u.endswith("W") else None
     if dimension in ("bytes", "bandwidth"):
         if dimension == "bandwidth":
             for suffix in ("/s", "ps"):
@@ -112,7 +114,8 @@ def parse_quantity(value: object, dimension: Dimension) -> float:
         A number (already SI), or a string: a number optionally followed by a unit.
     dimension
         What the quantity measures: ``bytes`` (B), ``bandwidth`` (B/s), ``flops`` (FLOP),
-        ``flops_rate`` (FLOP/s), ``time`` (s) or ``count`` (dimensionless, "16K" = 16000).
+        ``flops_rate`` (FLOP/s), ``time`` (s), ``power`` (W) or ``count`` (dimensionless,
+        "16K" = 16000).
 
     Raises
     ------
@@ -220,6 +223,9 @@ FlopsRate = Annotated[
 
 Seconds = Annotated[float, _parsed("time"), Field(ge=0)]
 """A non-negative duration (s)."""
+
+Watts = Annotated[float, _parsed("power"), Field(gt=0, le=1e6)]
+"""A power (W): one device's draw or limit, at most 1 MW."""
 
 LinkLatency = Annotated[
     float,

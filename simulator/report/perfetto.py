@@ -2,7 +2,8 @@
 
 Chrome JSON: a process per rank, a thread per stream (named and ordered), complete ("X")
 events in microseconds, and flow arrows ("s"/"f") from each pipeline send to the stage that
-receives it and from each communication to the compute that follows it on the same rank.
+receives it and from each communication to the compute that follows it on the same rank;
+each rank's power draw as a counter track where the run has a power timeline.
 A stream runs one task at a time, so complete events on one thread never overlap (the
 viewer's nesting would break otherwise).
 
@@ -32,8 +33,10 @@ def _stage(stage_of_rank: dict | None, rank: int):
     return stage_of_rank.get(str(rank), stage_of_rank.get(rank))
 
 
-def chrome_trace(frame: pd.DataFrame, stage_of_rank: dict | None = None) -> dict:
-    """The Chrome/Perfetto JSON object of a trace DataFrame."""
+def chrome_trace(
+    frame: pd.DataFrame, stage_of_rank: dict | None = None, power: pd.DataFrame | None = None
+) -> dict:
+    """The Chrome/Perfetto JSON of a trace DataFrame; ``power``: the ranks' draw (counters)."""
     events: list[dict] = []
     tids: dict[tuple[int, str], int] = {}
     for rank in sorted(frame["rank"].unique()):
@@ -88,7 +91,24 @@ def chrome_trace(frame: pd.DataFrame, stage_of_rank: dict | None = None) -> dict
             }
         )
     events += _flows(ordered, tids, stage_of_rank)
+    events += _power_counters(power)
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _power_counters(power: pd.DataFrame | None) -> list[dict]:
+    """Each rank's draw (W) as a counter track: a value at each change."""
+    if power is None:
+        return []
+    return [
+        {
+            "ph": "C",
+            "name": "power (W)",
+            "pid": int(row.rank),
+            "ts": row.start_s * US,
+            "args": {"W": round(float(row.watts), 1)},
+        }
+        for row in power.itertuples(index=False)
+    ]
 
 
 def _flows(frame: pd.DataFrame, tids, stage_of_rank) -> list[dict]:
@@ -155,10 +175,13 @@ def _flows(frame: pd.DataFrame, tids, stage_of_rank) -> list[dict]:
 
 
 def write_chrome_trace(
-    frame: pd.DataFrame, path: str | Path, stage_of_rank: dict | None = None
+    frame: pd.DataFrame,
+    path: str | Path,
+    stage_of_rank: dict | None = None,
+    power: pd.DataFrame | None = None,
 ) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(chrome_trace(frame, stage_of_rank)))
+    path.write_text(json.dumps(chrome_trace(frame, stage_of_rank, power)))
     return path
 
 

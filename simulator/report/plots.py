@@ -1,5 +1,5 @@
-"""Memory over the step (with the HBM line) and utilisation of the most utilised links of each
-level over time."""
+"""Memory and power over the step (with the HBM and power-limit lines) and utilisation of the
+most utilised links of each level over time."""
 
 from __future__ import annotations
 
@@ -11,6 +11,37 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+
+def draw_power(
+    power: pd.DataFrame,
+    limit_w: float,
+    path: str | Path,
+    ranks: list[int] | None = None,
+    title: str = "",
+) -> Path:
+    """Each shown rank's draw over the step (W), averaged over 1 ms bins (the power
+    controller's window is longer still), with the power limit line."""
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    ranks = ranks if ranks is not None else sorted(power["rank"].unique())[:16]
+    for r in ranks:
+        f = power[power["rank"] == r]
+        if f.empty:
+            continue
+        end = float(f["end_s"].max())
+        edges = np.linspace(0.0, end, max(2, min(2000, int(end / 1e-3) + 1)))
+        mean = binned(f.rename(columns={"watts": "utilisation"}), edges)  # mean draw per bin
+        ax.step(edges[:-1] * 1e3, mean, where="post", label=f"rank {r}")
+    ax.axhline(limit_w, color="red", linestyle="--", linewidth=1, label=f"limit {limit_w:.0f} W")
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("power per GPU (W)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title or "power over the step")
+    ax.legend(fontsize=7, ncol=2, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
 
 
 def draw_memory(

@@ -9,7 +9,7 @@ import pandas as pd
 
 from simulator.report.gantt import default_ranks, draw_gantt
 from simulator.report.perfetto import write_chrome_trace, write_rank_traces
-from simulator.report.plots import draw_links, draw_memory
+from simulator.report.plots import draw_links, draw_memory, draw_power
 
 # A Gantt chart of more records than this is written as PNG only: its SVG would hold tens of
 # thousands of rectangles (rasterized anyway, gantt.RASTERIZE_ABOVE); `trainsim gantt DIR
@@ -25,6 +25,7 @@ def write_report(
     out: str | Path,
     title: str = "",
     on_file=None,
+    power: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Write every file of the run report into ``out``; the paths, in a fixed order.
 
@@ -43,14 +44,16 @@ def write_report(
         paths = [out / "summary.json"]
         paths[0].write_text(json.dumps(summary, indent=2, default=float))
         note(paths[0])
-        for write in _tables(summary, trace, memory, links if has_links else None, out):
+        for write in _tables(summary, trace, memory, links if has_links else None, out, power):
             paths.append(write())
             note(paths[-1])
         paths.append(write_markdown(summary, out, title, has_links=has_links))
         note(paths[-1])
         # the small pictures here, while the child still draws the Gantt chart
         shown = default_ranks(trace, summary.get("stage_of_rank"))
-        small = _small_pictures(summary, memory, links if has_links else None, out, title, shown)
+        small = _small_pictures(
+            summary, memory, links if has_links else None, out, title, shown, power
+        )
         for draw in small:
             paths.append(draw())
             note(paths[-1])
@@ -59,7 +62,7 @@ def write_report(
     return paths[:1] + drawn.paths + paths[1:]
 
 
-def _tables(summary, trace, memory, links, out: Path) -> list:
+def _tables(summary, trace, memory, links, out: Path, power=None) -> list:
     """The data files, each as a function that writes it and returns its path (or paths)."""
     stages = summary.get("stage_of_rank")
 
@@ -86,12 +89,19 @@ def _tables(summary, trace, memory, links, out: Path) -> list:
     out_fns = [
         trace_table,
         memory_table,
-        lambda: write_chrome_trace(trace, out / "trace.json", stages),
+        lambda: write_chrome_trace(trace, out / "trace.json", stages, power),
         rank_traces,
     ]
     if links is not None:
         out_fns.append(links_table)
+    if power is not None:
+        out_fns.append(lambda: _csv(power, out / "power.csv"))
     return out_fns
+
+
+def _csv(frame: pd.DataFrame, path: Path) -> Path:
+    frame.to_csv(path, index=False)
+    return path
 
 
 def _pictures(summary, trace, memory, links, out: Path, title: str):
@@ -112,8 +122,9 @@ def _pictures(summary, trace, memory, links, out: Path, title: str):
     return draw
 
 
-def _small_pictures(summary, memory, links, out: Path, title: str, shown: list[int]) -> list:
-    """memory.png and links.png, each as a function that draws it and returns its path."""
+def _small_pictures(summary, memory, links, out: Path, title: str, shown, power=None) -> list:
+    """memory.png, links.png and power.png, each as a function that draws it and returns its
+    path."""
     stages = summary.get("stage_of_rank")
     capacity = summary["memory_capacity_bytes"]
     out_fns = [
@@ -123,6 +134,10 @@ def _small_pictures(summary, memory, links, out: Path, title: str, shown: list[i
     ]
     if links is not None:
         out_fns.append(lambda: draw_links(links, out / "links.png", f"{title}: busiest links"))
+    if power is not None:
+        limit = summary["power_limit_w"]
+        path = out / "power.png"
+        out_fns.append(lambda: draw_power(power, limit, path, shown, f"{title}: power"))
     return out_fns
 
 
@@ -197,6 +212,7 @@ def headline_rows(summary: dict) -> list[tuple[str, str]]:
             else []
         ),
         ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
+        *_energy_rows(summary),
         ("MFU / HFU", f"{summary['mfu']:.1%} / {summary['hfu']:.1%}"),
         ("model TFLOP/s per GPU", f"{summary['model_tflops_per_gpu']:.1f}"),
         ("pipeline bubble", f"{summary['bubble_fraction']:.1%} of the step"),
@@ -259,3 +275,23 @@ def load_run(folder: str | Path) -> tuple[dict, pd.DataFrame, pd.DataFrame | Non
         trace = pd.read_csv(folder / "trace.csv")
     memory = pd.read_csv(folder / "memory.csv") if (folder / "memory.csv").exists() else None
     return summary, trace, memory
+
+
+def _energy_rows(summary: dict) -> list[tuple[str, str]]:
+    """Power and energy lines, where the device has a power model."""
+    if "clock" not in summary:
+        return []
+    return [
+        (
+            "power per GPU",
+            f"{summary['power_per_gpu_w']:.0f} W mean, {summary['peak_power_per_gpu_w']:.0f} W "
+            f"peak; GEMM clock {summary['clock']:.3f} of boost at a "
+            f"{summary['power_limit_w']:.0f} W limit",
+        ),
+        (
+            "energy",
+            f"{summary['joules_per_token']:.3g} J/token; cluster "
+            f"{summary['cluster_power_w'] / 1e3:,.1f} kW, facility "
+            f"{summary['facility_power_w'] / 1e3:,.1f} kW",
+        ),
+    ]

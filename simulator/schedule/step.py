@@ -51,6 +51,7 @@ class StepGraph:
     static_memory: dict[int, float]
     stage_of: dict[int, int]
     steady: SteadyState | None = None
+    compute_model: ComputeModel | None = None  # the kernel durations' (its clock: energy)
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -77,4 +78,4 @@ def build_step(plan: Plan, cm: ComputeModel) -> StepGraph:
     graph = b.finish()
     stage_of = {rank: plan.stage_of(rank) for rank in plan.ranks}
     static = {rank: plan.stages[stage_of[rank]].static_bytes for rank in plan.ranks}
-    return StepGraph(graph, plan, static, stage_of)
+    return StepGraph(graph, plan, static, stage_of, compute_model=cm)

@@ -3,18 +3,59 @@ against a profiler trace (``trainsim costs``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from simulator.model.compute import ComputeModel
+from simulator.model.power import power_model_of, step_clock
 from simulator.plan.plan import build_plan as make_plan
+from simulator.plan.plan import micro_batch_of, sharding_of
 from simulator.scenario import Scenario
-from simulator.schedule.costs import grad_accumulate_op, layer_kernels
+from simulator.schedule.costs import (
+    embedding_block,
+    grad_accumulate_op,
+    head_block,
+    layer_cost,
+    layer_kernels,
+)
 
 
 def compute_model_of(scenario: Scenario) -> ComputeModel:
     """Kernel durations on the scenario's accelerator (calibrated), with its framework's CPU
-    cost per kernel launch (:meth:`ComputeModel.for_scenario`)."""
-    return ComputeModel.for_scenario(scenario)
+    cost per kernel launch (:meth:`ComputeModel.for_scenario`), at the clock the step's own
+    kernels hold under the power limit (:func:`compute_activity`,
+    :mod:`simulator.model.power`)."""
+    cm = ComputeModel.for_scenario(scenario)
+    acc = scenario.cluster.accelerator
+    if power_model_of(acc) is None:
+        return cm
+    activity = compute_activity(scenario, replace(cm, sustained=1.0))
+    return replace(cm, sustained=step_clock(acc, activity))
+
+
+def compute_activity(scenario: Scenario, burst: ComputeModel) -> float:
+    """The step's mean tensor activity: its compute's FLOPs over its compute time at the boost
+    clock (``burst``) and the device's best GEMM rate there (peak x ``e_max``). 1 for a step
+    of large GEMMs; lower the more its time goes to memory-bound kernels. One micro-batch of
+    every layer, forward, backward and recompute, and the embedding and output layer: every
+    micro-batch of a step has the same mix."""
+    s = scenario
+    per_param = s.precision.bytes_per_param(s.training.optimizer)
+    mb, sh = micro_batch_of(s, per_param[0]), sharding_of(s)
+    m, recompute = s.model, s.parallelism.recompute
+    flops = seconds = 0.0
+    for layer in range(m.layers):
+        cost = layer_cost(m, layer, mb, sh, recompute, burst)
+        for block in (cost.attn_local, cost.attn_remote, cost.ffn, cost.experts):
+            if block is not None:
+                flops += block.flops_f + block.flops_b + block.flops_w
+                seconds += block.f + block.b + block.w
+    for block in (embedding_block(m, mb, sh, burst), head_block(m, mb, sh, burst)):
+        flops += block.flops_f + block.flops_b + block.flops_w
+        seconds += block.f + block.b + block.w
+    best = s.cluster.accelerator.peak(s.precision.compute_dtype) * burst.gemm.e_max
+    return flops / (seconds * best) if seconds > 0 else 0.0
 
 
 PASSES = {"f": "forward", "b": "input_grad", "w": "weight_grad"}
@@ -62,3 +103,28 @@ def _cost_row(cm: ComputeModel, op, phase: str, name: str) -> dict:
         "seconds": seconds,
         "bound": bound,
     }
+
+
+def costs_notes(s: Scenario, frame: pd.DataFrame) -> list[str]:
+    """What ``trainsim costs`` says under its table: the clock the step's compute-bound
+    kernels hold under the power limit, and the CPU's issue time per pass."""
+    notes = []
+    held = compute_model_of(s).sustained
+    if held < 1.0:  # a profiler trace of a short run catches the boost clock
+        notes.append(
+            f"compute-bound kernels at {held:.3f} of their burst rate: the clock this step's "
+            f"kernels hold under the {s.cluster.accelerator.limit:g} W power limit (a short "
+            "benchmark's: --set cluster.accelerator.sustained_compute=1)"
+        )
+    fw = s.framework
+    if fw.cpu_launch_s + fw.cpu_op_forward_s + fw.cpu_op_backward_s > 0:
+        issue = {}
+        for name, n in frame.groupby("pass", sort=False).size().items():
+            forward = name in ("forward", "recompute")
+            per = fw.cpu_launch_s + (fw.cpu_op_forward_s if forward else fw.cpu_op_backward_s)
+            issue[name] = n * per * 1e6
+        notes.append(
+            f"CPU issue, us ({fw.name}; the host stream, which the GPU waits for when it runs "
+            "behind): " + ", ".join(f"{k} {v:,.1f}" for k, v in issue.items())
+        )
+    return notes

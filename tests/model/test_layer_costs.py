@@ -3,7 +3,6 @@
 import pytest
 
 from simulator import api
-from simulator.model.compute import ComputeModel
 from simulator.plan.plan import build_plan
 from simulator.scenario import load_scenario
 from simulator.schedule.costs import layer_cost
@@ -13,7 +12,7 @@ def test_passes_add_up_to_the_step_builders_blocks():
     s = load_scenario("scenarios/examples/tp-sp-llama3-70b.yaml")
     frame = api.layer_costs(s, 3)
     plan = build_plan(s)
-    cm = ComputeModel.for_accelerator(s.cluster.accelerator, s.precision.compute_dtype)
+    cm = api.compute_model_of(s)  # the step's clock under the power limit, as costs uses
     cost = layer_cost(s.model, 3, plan.micro_batch, plan.sharding, s.parallelism.recompute, cm)
     blocks = [cost.attn_local, cost.attn_remote, cost.ffn]
     by_pass = frame.groupby("pass")["seconds"].sum()

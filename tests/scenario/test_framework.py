@@ -86,9 +86,10 @@ def test_allocator_reserve_and_runtime_in_the_peak():
     assert run.memory["bytes"].max() == pytest.approx(run.metrics.peak_memory_bytes, rel=1e-12)
 
 
-def _forward_attention(s, layer=0, kind="compute"):
-    """The forward attention block's GPU task (``kind`` "compute") or its launch ("host")."""
-    step = build_step(build_plan(s), api.compute_model_of(s))
+def _forward_attention(s, layer=0, kind="compute", cm=None):
+    """The forward attention block's GPU task (``kind`` "compute") or its launch ("host"),
+    with the kernel durations of ``cm`` (default: the scenario's)."""
+    step = build_step(build_plan(s), cm or api.compute_model_of(s))
     return next(
         t
         for t in step.graph.tasks
@@ -120,10 +121,10 @@ def test_cpu_launch_issues_each_block_on_the_host_stream():
 def test_autocast_casts_fp32_weights_each_micro_batch():
     amp = _scenario("pytorch-eager", precision="torch-amp")
     bf16 = _scenario("pytorch-eager", precision="pure-bf16")  # bf16 weights: nothing to cast
-    cm = api.compute_model_of(amp)
+    cm = api.compute_model_of(amp)  # one clock for both (the casts change the step's mix)
     dense, _ = build_plan(amp).params_of(0)
     cast = 6.0 * dense / (cm.hbm_Bps * cm.mem.e_mem) + cm.launch_s  # read 4 B, write 2 B
-    diff = _forward_attention(amp).duration_s - _forward_attention(bf16).duration_s
+    diff = _forward_attention(amp, cm=cm).duration_s - _forward_attention(bf16, cm=cm).duration_s
     assert diff == pytest.approx(cast, rel=1e-9)
 
 

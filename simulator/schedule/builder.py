@@ -60,6 +60,7 @@ class GraphBuilder:
     accumulating: set = field(default_factory=set)  # (rank, layer) with a gradient already
     kernel_tasks: bool = field(init=False)  # simulation.kernel_tasks, read once per task
     host: bool = field(init=False)  # each rank's host stream is modelled
+    carry: dict = field(default_factory=dict)  # rank -> collectives' launches not yet issued
     issued: dict = field(default_factory=dict)  # (rank, stream) -> deque of (task, launches)
     queued: dict = field(default_factory=dict)  # (rank, stream) -> launches in its deque
 
@@ -73,7 +74,11 @@ class GraphBuilder:
     ) -> int:  # fmt: skip
         """The host task ("launch <name>") that issues ``rank``'s next GPU task ``name``
         (``launches`` kernels or graphs, ``seconds`` of CPU): on the rank's ``host`` stream,
-        in program order (the order the builder emits GPU tasks). CUDA holds at most
+        in program order (the order the builder emits GPU tasks). A collective's launch is
+        issued with the next compute launch (its CPU time added there, no task of its own):
+        it waits for its input's compute anyway, so its issue only matters where the CPU
+        runs behind, and there its time delays the next compute launch all the same; this
+        halves the host stream's tasks. CUDA holds at most
         ``launch_queue`` launches pending per CUDA stream: when ``stream``'s queue is full, the
         launch waits for the oldest pending GPU tasks of that stream to end (a GPU far behind
         its CPU blocks the CPU, so the host stays within a bounded lead and the step's steady
@@ -100,6 +105,22 @@ class GraphBuilder:
             )
         )  # fmt: skip
         return len(tasks) - 1
+
+    def _launch(self, resolved, rank, stream, name, comm, host, where) -> int:
+        """The launch of a GPU task about to be added: a collective's CPU time carried to the
+        next compute launch; a compute task's host task appended to ``resolved`` (its deps).
+        ``where``: the task's (phase, layer, micro-batch). The launches counted for the queue
+        (0 for a collective)."""
+        host_s = self.plan.policy.launch_s if host is None else host
+        if comm is not None:  # issued in the next launch's host task (see _issue)
+            self.carry[rank] = self.carry.get(rank, 0.0) + host_s
+            return 0
+        if host_s <= 0:
+            return 0
+        launches = self._launches(host_s, where[0])
+        host_s += self.carry.pop(rank, 0.0)
+        resolved.append(self._issue(rank, stream, name, host_s, launches, *where))
+        return launches
 
     def _launches(self, host_s: float, phase: str) -> int:
         """Launches a host task of ``host_s`` CPU seconds in ``phase`` stands for (its kernels,
@@ -136,12 +157,9 @@ class GraphBuilder:
         resolved = []
         launches = 0
         if self.host and (seconds > 0 or comm is not None):
-            host_s = self.plan.policy.launch_s if host is None else host
-            if host_s > 0:
-                launches = self._launches(host_s, phase)
-                resolved.append(
-                    self._issue(rank, stream, name, host_s, launches, phase, layer, microbatch)
-                )
+            launches = self._launch(
+                resolved, rank, stream, name, comm, host, (phase, layer, microbatch)
+            )
         for d in deps:
             if d.__class__ is int:  # the common case first
                 resolved.append(d)

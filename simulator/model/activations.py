@@ -37,13 +37,13 @@ combine's gate gradient needs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from simulator.model.layers import attention_dims
 from simulator.model.ops import FP32, Sharding
+from simulator.scenario.recompute import modules_of
 from simulator.scenario.schema import ModelConfig
 
-Recompute = Literal["none", "selective", "full"]
+Recompute = str  # "none", "selective", "full" or "modules:..." (simulator.scenario.recompute)
 MASK_BYTES = 1.0  # PyTorch stores dropout masks as bool/uint8
 
 
@@ -65,11 +65,15 @@ class MicroBatch:
     eager_kernels: bool = False  # rotary, SwiGLU and the loss as eager PyTorch's kernels
 
 
-def _attention_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding, recompute: Recompute) -> float:
+def _attention_bytes(
+    m: ModelConfig, mb: MicroBatch, sh: Sharding, recompute: str, up_proj: bool = False
+) -> float:
     e, t = mb.act_bytes, sh.tp
     tokens = mb.b * mb.s / sh.cp
     d_qk, d_v, kv = attention_dims(m)
     qkv = e * tokens * (m.heads * d_qk + kv * d_qk + kv * d_v) / t
+    if up_proj and m.attention == "mla":  # Q, K, V made again from the compressed latents
+        qkv = 0.0
     out_in = e * tokens * m.heads * d_v / t
     mla = 0.0
     if m.attention == "mla":  # compressed Q and KV: norm inputs and up-projection inputs
@@ -81,18 +85,24 @@ def _attention_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding, recompute: Re
     return qkv + out_in + mla + scores
 
 
-def _ffn_bytes(m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding) -> float:
+def _ffn_bytes(
+    m: ModelConfig, layer: int, mb: MicroBatch, sh: Sharding, modules: frozenset = frozenset()
+) -> float:
     e = mb.act_bytes
     tokens = mb.b * mb.s / sh.cp
     per_ffn = mb.swiglu_saved if m.activation == "swiglu" else 2  # fused: gate, up, product
     if not m.is_moe_layer(layer):
-        return per_ffn * e * tokens * m.ffn / sh.tp
+        return 0.0 if "mlp" in modules else per_ffn * e * tokens * m.ffn / sh.tp
+    if "moe" in modules:  # the block keeps its input (counted with the layer's inputs)
+        return 0.0
     moe = m.moe
     routed = tokens * sh.expert_share * moe.top_k * (moe.capacity_factor or 1.0)
     out = 4.0 * tokens * sh.router_share * moe.experts  # fp32 router probabilities
     out += 2 * e * routed * m.hidden  # dispatched tokens in, expert outputs back
-    out += per_ffn * e * routed * moe.expert_ffn / sh.etp
-    out += per_ffn * e * tokens * moe.expert_ffn * moe.shared_experts / sh.tp
+    kept = per_ffn - 1 if "moe_act" in modules else per_ffn  # the activation's output
+    out += kept * e * routed * moe.expert_ffn / sh.etp
+    if "shared_experts" not in modules:
+        out += per_ffn * e * tokens * moe.expert_ffn * moe.shared_experts / sh.tp
     return out
 
 
@@ -103,17 +113,24 @@ def layer_activation_bytes(
     sh: Sharding = Sharding(),
     recompute: Recompute = "none",
 ) -> float:
-    """Bytes layer ``layer`` keeps for backward for one micro-batch on one rank."""
+    """Bytes layer ``layer`` keeps for backward for one micro-batch on one rank; per-module
+    recompute (``"modules:..."``) drops what each named module keeps but its input
+    (:mod:`simulator.scenario.recompute`)."""
     tokens = mb.b * mb.s / sh.cp
     replicated = tokens / sh.tp if sh.sp else tokens  # what sequence parallelism splits
     if recompute == "full":
         return mb.act_bytes * replicated * m.hidden
+    modules = modules_of(recompute)
     e, h = mb.act_bytes, m.hidden
     masks = 2 * MASK_BYTES * replicated * h if m.dropout else 0.0
-    inputs = 4 * e * replicated * h  # two norm inputs, the QKV input and the MLP input
-    if mb.eager_norms:  # each of the two norms keeps an fp32 copy of its input
-        inputs += 2 * FP32 * replicated * h
-    return inputs + masks + _attention_bytes(m, mb, sh, recompute) + _ffn_bytes(m, layer, mb, sh)
+    inputs = 2 * e * replicated * h  # the two norm inputs
+    if "layernorm" not in modules:  # the norms' outputs: the QKV input and the MLP input
+        inputs += 2 * e * replicated * h
+        if mb.eager_norms:  # each of the two norms keeps an fp32 copy of its input
+            inputs += 2 * FP32 * replicated * h
+    policy = "selective" if "core_attn" in modules else recompute
+    attention = _attention_bytes(m, mb, sh, policy, "mla_up_proj" in modules)
+    return inputs + masks + attention + _ffn_bytes(m, layer, mb, sh, modules)
 
 
 def embedding_activation_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding = Sharding()) -> float:

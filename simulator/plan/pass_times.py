@@ -29,6 +29,7 @@ from simulator.model.ops import (
     head_ops,
     layer_ops,
 )
+from simulator.model.recompute import modules_of, recomputed_op
 from simulator.pipelines import PassTimes, PipelineSchedule
 from simulator.plan.collective_choice import NetworkFacts
 from simulator.scenario.schema import Scenario
@@ -54,6 +55,7 @@ def stage_ops(
         k = schedule.model_chunk(p, v, stage, c)
         if k == 0:
             ops += embedding_ops(m, mb.b, mb.s, sh, mb.act_bytes)
+        modules = modules_of(par.recompute)
         for layer in layers[(stage, c)]:
             ops_l = layer_ops(
                 m, layer, mb.b, mb.s, sh, mb.act_bytes, mb.flash, mb.eager_kernels, mb.eager_norms
@@ -63,6 +65,9 @@ def stage_ops(
                 again += ops_l
             elif par.recompute == "selective":
                 again += attention_core_op(m, mb.b, mb.s, sh, mb.act_bytes, mb.flash)
+            elif modules:  # per-module recompute: the modules' ops again
+                moe = m.is_moe_layer(layer)
+                again += [o for o in ops_l if recomputed_op(o.name, modules, moe)]
         if k == last:
             head = head_ops(m, mb.b, mb.s, sh, mb.act_bytes, mb.eager_kernels, mb.eager_norms)
     return ops, head, again

@@ -34,6 +34,7 @@ from simulator.scenario.fields import (
 )
 from simulator.scenario.framework import FrameworkConfig
 from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
+from simulator.scenario.recompute import recompute_policy
 from simulator.scenario.storage import StorageConfig
 from simulator.scenario.topology_config import (
     FatTreeTopology,
@@ -274,9 +275,9 @@ def _bucket_bytes(value: Any) -> float:
 
 
 class ParallelismConfig(Frozen):
-    """Degrees of each parallelism. ``dp`` None is derived from the GPU count.
-
-    EP is carved out of DP x CP for MoE layers (as Megatron does), so ep need not enter the
+    """Degrees of each parallelism (``dp`` None: from the GPU count). ``recompute``: none,
+    selective, full or ``{modules: [...]}`` (:mod:`simulator.scenario.recompute`). EP is
+    carved out of DP x CP for MoE layers (as Megatron does), so ep need not enter the
     product ``dp x tp x pp x cp = gpus``. ``expert_tp`` (default ``tp``) is the tensor-parallel
     degree inside experts; other than ``tp``, the MoE layers fold expert TP x EP x expert DP
     over each stage's ``tp x cp x dp`` ranks (Megatron-core's MoE parallel folding; it needs
@@ -286,8 +287,7 @@ class ParallelismConfig(Frozen):
     policy for the backward's gathers (``pre``, its default, issues the next gather before the
     current unit's gradient; ``post`` after it; ``none`` only when the unit is reached).
     ``order`` lays the rank grid out innermost first (Llama 3: tp, cp, pp, dp): consecutive
-    ranks, hence GPUs of one node, share the innermost groups.
-    """
+    ranks, hence GPUs of one node, share the innermost groups."""
 
     dp: PosInt | None = None
     tp: PosInt = 1
@@ -298,7 +298,7 @@ class ParallelismConfig(Frozen):
     zero: Annotated[Literal[0, 1, 2, 3], BeforeValidator(_zero_stage)] = 0
     sequence_parallel: bool = False
     pipeline: PipelineConfig = PipelineConfig()
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Annotated[str, BeforeValidator(recompute_policy)] = "none"
     bucket_size: Annotated[float, BeforeValidator(_bucket_bytes)] = 25e6
     fsdp_unit_layers: PosInt = 1
     fsdp_prefetch: Annotated[int, Field(ge=0, le=64)] = 1

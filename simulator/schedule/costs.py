@@ -18,6 +18,7 @@ from simulator.model.activations import MicroBatch, layer_activation_bytes
 from simulator.model.compute import ComputeModel
 from simulator.model.ops import Op, Sharding, embedding_ops, head_ops, layer_ops
 from simulator.model.params import layer_params_per_rank
+from simulator.model.recompute import modules_of, recomputed_op
 
 if TYPE_CHECKING:  # annotations only: the schedule package does not import the scenario's
     from simulator.scenario.schema import ModelConfig
@@ -98,6 +99,7 @@ class LayerCost:
     act_kept: float  # activations kept for backward under the recompute policy
     act_full: float  # activations without recompute (live while a layer is recomputed)
     parts: dict[str, tuple[tuple[str, Block], ...]] | None = None  # per block, its ops
+    modules: Block | None = None  # the forward a per-module recompute runs again
 
     def ops_of(self, block: str) -> tuple[tuple[str, Block], ...]:
         """(op name, Block) of each kernel in ``block`` ("attn_local", "attn_remote", "core",
@@ -158,11 +160,19 @@ def layer_cost(
     blocks = _layer_blocks(
         tuple(pre), tuple(core), tuple(post), tuple(ffn), tuple(experts), cm, sh.cp, imbalance
     )
+    modules = modules_of(recompute)
+    again = None
+    if modules:  # the recomputed modules' ops, the routed experts' at their load imbalance
+        moe = m.is_moe_layer(layer)
+        kept = [o for o in pre + core + post + ffn if recomputed_op(o.name, modules, moe)]
+        routed = [o for o in experts if recomputed_op(o.name, modules, moe)]
+        again = Block.of(kept, cm) + Block.of(routed, cm, imbalance)
     return LayerCost(
         *blocks[:5],
         act_kept=layer_activation_bytes(m, layer, mb, sh, recompute),
         act_full=layer_activation_bytes(m, layer, mb, sh, "none"),
         parts=blocks[5],
+        modules=again,
     )
 
 

@@ -278,11 +278,15 @@ def _recompute(b, rank, layer, j, cost: LayerCost, deps, tag) -> Emitter:
         return (
             yield from layer_forward(b, rank, layer, j, deps, tag + ("rc",), "recompute", False)
         )
-    if rc == "selective":
+    if rc == "selective" or cost.modules is not None:  # the attention core, or the modules
+        name, block, parts = (
+            ("attention_recompute", cost.core, cost.ops_of("core"))
+            if cost.modules is None
+            else ("modules_recompute", cost.modules, ())
+        )
         t = compute(
-            b, rank, "attention_recompute", cost.core, cost.ops_of("core"), "f", deps,
-            mem_alloc=cost.act_full - cost.act_kept, phase="recompute", layer=layer,
-            microbatch=j,
+            b, rank, name, block, parts, "f", deps, mem_alloc=cost.act_full - cost.act_kept,
+            phase="recompute", layer=layer, microbatch=j,
         )  # fmt: skip
         yield
         return [t]

@@ -79,6 +79,13 @@ def _tp_collectives(s: Scenario, moe_layer: bool, backward: bool) -> int:
     return per_block * (1 if moe_layer else 2)
 
 
+def _recomputed_s(cost, blk, recompute: str) -> float:
+    """Seconds of forward a layer's backward runs again under ``recompute``."""
+    if cost.modules is not None:
+        return cost.modules.f
+    return {"full": blk.f, "selective": cost.core.f}.get(recompute, 0.0)
+
+
 def step_lower_bound(s: Scenario, ingress_Bps: float | None = None) -> StepBound:
     """The lower bound (module doc) on ``s``'s simulated step time. ``ingress_Bps``: the most
     a GPU can receive per second (B/s) over all its links; None leaves the tensor-parallel
@@ -107,7 +114,7 @@ def step_lower_bound(s: Scenario, ingress_Bps: float | None = None) -> StepBound
             blk = cost.attn_local + cost.attn_remote + cost.ffn
             if cost.experts is not None:
                 blk = blk + cost.experts
-            again = {"full": blk.f, "selective": cost.core.f}.get(par.recompute, 0.0)
+            again = _recomputed_s(cost, blk, par.recompute)
             tp_f = 0.0 if overlapped else _tp_collectives(s, moe, False) * one_tp
             tp_b = 0.0 if overlapped else _tp_collectives(s, moe, True) * one_tp
             per_layer[moe] = (blk.f + tp_f, blk.b + again + tp_b, blk.w)

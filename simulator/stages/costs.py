@@ -9,6 +9,7 @@ import pandas as pd
 
 from simulator.model.compute import ComputeModel
 from simulator.model.power import power_model_of, step_clock
+from simulator.model.recompute import modules_of, recomputed_op
 from simulator.plan.plan import build_plan as make_plan
 from simulator.plan.plan import micro_batch_of, sharding_of
 from simulator.scenario import Scenario
@@ -83,8 +84,11 @@ def layer_costs(scenario: Scenario, layer: int = 0) -> pd.DataFrame:
     if scenario.framework.grad_accumulation == "add":  # every micro-batch after the first
         add = grad_accumulate_op(plan.accumulated_params(layer), plan.grad_bytes_per_param)
         rows.append(_cost_row(cm, add, "w", "weight_grad"))
+    modules, moe = modules_of(rc), scenario.model.is_moe_layer(layer)
     for op in ops:
         if rc == "full" or (rc == "selective" and op.kind == "attention"):
+            rows.append(_cost_row(cm, op, "f", "recompute"))
+        elif recomputed_op(op.name, modules, moe):
             rows.append(_cost_row(cm, op, "f", "recompute"))
     frame = pd.DataFrame(rows)
     return frame[frame["seconds"] > 0].reset_index(drop=True)

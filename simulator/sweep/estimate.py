@@ -111,7 +111,8 @@ def _estimate(c: Choice, m: ModelShape, hw: Machine) -> tuple[float, float]:
     tokens = m.global_batch * m.seq_len
     attn = 6 * m.layers * m.seq_len * m.attn_dim
     flops = tokens * (6 * m.active_params + attn)
-    extra = {"none": 0.0, "selective": tokens * attn / 3, "full": flops / 3}[c.recompute]
+    # per-module recompute (a scenario's own plan) is screened as none: the estimate's floor
+    extra = {"selective": tokens * attn / 3, "full": flops / 3}.get(c.recompute, 0.0)
     compute = (flops + extra) / (hw.gpus * hw.peak_flops * GEMM_EFFICIENCY)
     micro = m.global_batch // (c.dp * c.micro_batch)
     tokens_mb = c.micro_batch * m.seq_len / c.cp  # per rank of a TP group, per micro-batch

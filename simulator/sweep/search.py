@@ -356,7 +356,7 @@ def _fits(setting: Setting, c: Choice, headroom: float) -> tuple[str, str, Scena
     if status == "oom":
         return status, reason + " (even with full recompute, micro-batch 1, highest ZeRO)", None
     layout = (*combo, c.schedule, c.virtual_stages)
-    point = (c.zero, c.micro_batch, RECOMPUTE_SAVES[c.recompute])
+    point = (c.zero, c.micro_batch, RECOMPUTE_SAVES.get(c.recompute, 1))  # modules: as selective
     for z, mb, rc, why in setting.over.get(layout, ()):
         if c.zero <= z and c.micro_batch >= mb and point[2] >= rc:
             return "oom", why + " (a variant needing less memory did not fit)", None

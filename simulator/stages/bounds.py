@@ -35,11 +35,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.model.compute import ComputeModel
 from simulator.pipelines import get_schedule
 from simulator.plan.plan import micro_batch_of, micro_batches_per_step, sharding_of
 from simulator.scenario.schema import Scenario
 from simulator.schedule.costs import Block, embedding_block, head_block, layer_cost
+from simulator.stages.costs import compute_model_of
 
 # Schedules whose micro-batches all enter at stage 0 and whose steps end together.
 FILLED = frozenset({"gpipe", "1f1b", "interleaved", "flexible-interleaved", "zb-h1"})
@@ -97,7 +97,7 @@ def step_lower_bound(s: Scenario, ingress_Bps: float | None = None) -> StepBound
     mb_count = micro_batches_per_step(s)
     per_param = s.precision.bytes_per_param(s.training.optimizer)
     mb, sh = micro_batch_of(s, per_param[0]), sharding_of(s)
-    cm = ComputeModel.for_scenario(s)
+    cm = compute_model_of(s)  # the step's clock under its power limit, as the run's
     layers = schedule.chunk_layers(
         m.layers, p, v, par.pipeline.first_stage_layers, par.pipeline.last_stage_layers
     )

@@ -38,7 +38,7 @@ NVLINK_PAYLOAD = 0.8  # NodeSpec.nvlink_efficiency's default (nccl-tests issue 1
 class Machine:
     """What the estimate needs of the cluster: GPUs, NVLink domain, bandwidths (B/s), and
     ``peak_flops``: the dense peak (FLOP/s) a step's compute-bound kernels can hold, the
-    datasheet's times the accelerator's ``sustained_compute``."""
+    datasheet's times the clock large GEMMs hold under the power limit."""
 
     gpus: int
     domain: int

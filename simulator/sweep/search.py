@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from simulator.infeasible import InfeasibleError
 from simulator.model.params import layer_params_per_rank
+from simulator.model.power import step_clock
 from simulator.scenario import Scenario, ScenarioError
 from simulator.scenario.errors import Position, Problem
 from simulator.scenario.schema import FatTreeTopology, NVSwitchTopology, TorusTopology
@@ -134,8 +135,7 @@ def machine_of(s: Scenario) -> Machine:
         domain, nic = s.num_gpus, t.ici_link_bandwidth
     elif t is None:
         nic = 50e9  # build_topology's default fabric: one 400 Gb/s NIC per GPU
-    # the rate compute-bound kernels hold through a step (Accelerator.sustained_compute)
-    peak = acc.peak(s.precision.compute_dtype) * acc.sustained_compute
+    peak = acc.peak(s.precision.compute_dtype) * step_clock(acc, 1.0)  # large GEMMs' clock
     return Machine(s.num_gpus, domain, nvlink, nic, peak)
 
 

@@ -1,5 +1,5 @@
 """The closing-exercise studies (scenarios/studies/exercise-*.yaml) quote their own simulated
-step, MFU and peak memory in a ``# simulated:`` header line, and the README's plan table
+step, MFU and peak memory in a ``# simulated:`` header line, and the plan table of docs/what-if.md
 quotes them again: both are checked here against a run of each file, so neither goes stale."""
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ def quoted(path: Path) -> tuple[float, float, float]:
 
 
 def test_every_study_quotes_its_numbers_and_the_readme_agrees():
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "what-if.md").read_text()
     assert len(STUDIES) == 4
     for path in STUDIES:
         step, mfu, peak = quoted(path)
         row = next((r for r in readme.splitlines() if f"`{path.name}`" in r), None)
-        assert row is not None, f"the README's plan table has no row for {path.name}"
+        assert row is not None, f"docs/what-if.md's plan table has no row for {path.name}"
         cells = [c.strip() for c in row.strip("|").split("|")]
         # the table shows the header's figures as written there
         assert f"{step:g} s" in cells or f"{step} s" in cells, (row, step)
@@ -57,7 +57,7 @@ FABRIC = ROOT / "scenarios" / "studies" / "llama3-405b-fabric.sweep.yaml"
 @pytest.mark.slow  # 12 steps of the 16K-GPU job (about 15-30 s on two cores)
 def test_the_fabric_study_runs_as_the_readme_says(tmp_path):
     """Rails are never slower than top-of-rack leaves on the like-for-like fabric (the same
-    16-port leaf, the same 384-host pods), equal at 1:1 leaves, and the README's table is
+    16-port leaf, the same 384-host pods), equal at 1:1 leaves, and docs/what-if.md's table is
     this run's."""
     from simulator.sweep.runner import make_backend, run_sweep
     from simulator.sweep.spec import load_spec
@@ -66,7 +66,7 @@ def test_the_fabric_study_runs_as_the_readme_says(tmp_path):
     pts = frame[frame["point"] >= 0]
     nic = "cluster.topology.nic_bandwidth_text"
     leaf = pts["cluster.topology.oversubscription"].map(lambda r: float(r[0]))
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "what-if.md").read_text()
     for (bw, over), pair in pts.groupby([nic, leaf]):
         by_rails = pair.set_index("cluster.topology.rail_optimized")["step_time_s"]
         tor, rails = float(by_rails[False]), float(by_rails[True])

@@ -82,40 +82,23 @@ from simulator.trace import rows_array
 
 log = logging.getLogger(__name__)
 
+# The api's public names: what ``from simulator.api import *`` gives and ``dir()`` lists (the
+# module's other attributes are its imports and helpers; still importable by name).
 __all__ = [
-    "RunResult",
-    "Simulation",
-    "SlowCompute",
-    "SlowLink",
-    "build_plan",
-    "build_topology",
-    "build_step",
-    "perturb",
-    "run",
-    "simulate",
-    "step_metrics",
-    "write_run",
-    "InfeasibleError",
-    "MemoryReport",
-    "collective_table",
-    "load_scenario",
-    "memory_frame",
-    "memory_report",
-    "ledger_peak",
-    "step_lower_bound",
-    "network_model",
-    "topology_from_file",
-    "layer_costs",
-    "parse_sizes",
-    "topology_report",
-    "fabric_line",
-    "usable_cores",
-    "quiet_pool_worker",
-    "scenario_perturbations",
-    "straggler_link_findings",
-    "network_facts",
-    "NotRepeating",
-]
+    "InfeasibleError", "MemoryReport", "NotRepeating", "Perturbation", "RunResult", "Scenario",
+    "Simulation", "SlowCompute", "SlowLink", "StepCache", "StepEnergy", "build_plan",
+    "build_step", "build_topology", "collective_table", "compute_model_of", "costs_notes",
+    "fabric_line", "get_accelerator", "layer_costs", "ledger_peak", "load", "load_scenario",
+    "load_topology", "memory_frame", "memory_report", "network_facts", "network_model",
+    "parse_sizes", "perturb", "quiet_pool_worker", "run", "scenario_perturbations", "simulate",
+    "step_lower_bound", "step_metrics", "straggler_link_findings", "topology_from_file",
+    "topology_report", "topology_warnings", "usable_cores", "write_run",
+]  # fmt: skip
+
+
+def __dir__() -> list[str]:
+    """The public names only (PEP 562): ``dir(simulator.api)`` is the api, not its imports."""
+    return sorted(__all__)
 
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:

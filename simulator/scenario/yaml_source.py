@@ -7,9 +7,9 @@ written, so YAML 1.1's ``on:``/``off:`` keys stay strings; values follow YAML 1.
 scientific notation is a number as in YAML 1.2 (``1e-9``: :data:`YAML12_FLOAT`).
 
 A mapping with an ``include: PATH`` key is replaced by the mapping in that file, deep-merged
-with its sibling keys, which win. PATH is resolved against the including file's folder, then
-each folder of ``search_dirs`` (the project root, so ``include: topologies/nvl72.yaml`` works
-from anywhere).
+with its sibling keys, which win. PATH is resolved against the including file's folder and
+the folders above it, then each folder of ``search_dirs`` (the project root, so ``include:
+topologies/nvl72.yaml`` works from anywhere).
 """
 
 from __future__ import annotations
@@ -358,7 +358,10 @@ def _chained(problem: Problem, link: str) -> Problem:
 
 
 def _resolve(target: str, here: Path, search_dirs: list[Path]) -> Path | None:
-    for folder in [here, *search_dirs]:
+    """The file ``target`` names: beside the including file or in one of the folders above it
+    (a scenario in ``scenarios/examples/`` finds ``topologies/...`` at its project's root,
+    wherever it is run from and however the package is installed), else in ``search_dirs``."""
+    for folder in [here, *here.resolve().parents, *search_dirs]:
         candidate = (folder / target).expanduser()
         if candidate.is_file():
             return candidate

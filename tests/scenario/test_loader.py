@@ -268,3 +268,26 @@ def test_a_consistency_error_caused_by_an_override_names_the_override(root):
         load_scenario(path, ["parallelism.tp=two"])
     assert str(exc.value).startswith("--set parallelism.tp=two: parallelism.tp:")
     assert "(with" not in str(exc.value)
+
+
+def test_an_include_is_found_in_the_folders_above_the_scenario(tmp_path, monkeypatch):
+    # a project laid out as this repository is (topologies/ at its root, scenarios two levels
+    # down), run from elsewhere and with the package installed anywhere: the include resolves
+    # against the scenario's folder and the folders above it
+    project = tmp_path / "project"
+    (project / "topologies").mkdir(parents=True)
+    (project / "topologies" / "my-node.yaml").write_text(
+        "kind: nvswitch\nnode: {gpus: 8, nvlink_bandwidth: 450 GB/s}\n"
+    )
+    scenario = project / "scenarios" / "examples" / "mine.yaml"
+    scenario.parent.mkdir(parents=True)
+    scenario.write_text(
+        "model: llama3-8b\n"
+        "cluster: {accelerator: H100, topology: {include: topologies/my-node.yaml}}\n"
+        "training: {global_batch: 8, micro_batch: 1, seq_len: 1024}\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    s = load_scenario(scenario)
+    assert s.cluster.topology.node.gpus == 8 and s.num_gpus == 8

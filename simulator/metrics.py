@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.plan.memory import device_bytes
-from simulator.trace import rows_array
+from simulator.trace import gpu_rows, rows_array
 
 
 def union_length(intervals: np.ndarray) -> float:
@@ -286,7 +286,7 @@ def step_time(frame: pd.DataFrame, overlapping_steps: bool):
     if not overlapping_steps:
         return float(frame["end_s"].max()), None
     # a stage's span is its GPU's: its host issues ahead while earlier stages fill the pipe
-    gpu = frame[frame["kind"] != "host"]
+    gpu = gpu_rows(frame)
     spans = {r: (f["start_s"].min(), f["end_s"].max()) for r, f in gpu.groupby("rank")}
     period = max(e - s for s, e in spans.values())
     return float(period), {r: (s, s + period) for r, (s, _) in spans.items()}

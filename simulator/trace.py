@@ -41,6 +41,12 @@ COLUMNS = [
 TEXT_COLUMNS = ("stream", "kind", "phase", "name")
 
 
+def gpu_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s GPU tasks: without the host stream's launches (kind "host"), which run
+    ahead of the GPU and belong to no span, bubble or layer time of its."""
+    return frame[frame["kind"] != "host"]
+
+
 def rows_array(rows: list[tuple] | np.ndarray, width: int) -> np.ndarray:
     """Tuples of ``width`` numbers as an (n, width) float array, in one pass (integers exact
     below 2**53): the engine's memory events; an array is taken as it is."""

@@ -41,6 +41,7 @@ from simulator.model.ops import Sharding
 from simulator.plan.plan import zero_sharded
 from simulator.scenario.loader import PROJECT_ROOT
 from simulator.scenario.schema import ModelConfig
+from simulator.trace import gpu_rows
 
 VALIDATION = PROJECT_ROOT / "scenarios" / "validation"
 COLUMNS = [
@@ -353,11 +354,10 @@ def korthikanti_rows() -> list[dict]:
 
 def layer_times(frame: pd.DataFrame, layer: int) -> tuple[float, float]:
     """(forward s, backward s) of ``layer`` on the first simulated rank of a one-micro-batch
-    step: from its first forward task's start to the next layer's, and from its first backward
-    task's start (input or weight gradient, recompute) to the previous layer's - everything
-    the rank does for the layer, its exposed tensor-parallel communication included, as a
-    timer around the layer's forward and backward would see it."""
-    f = frame[(frame["rank"] == frame["rank"].min()) & (frame["kind"] != "host")]  # the GPU's
+    step: from its first forward GPU task's start to the next layer's, and from its first
+    backward one's (input or weight gradient, recompute) to the previous layer's: all the rank
+    does for the layer, exposed TP communication included, as a timer around it would see."""
+    f = gpu_rows(frame[frame["rank"] == frame["rank"].min()])
     fwd = f[f["phase"] == "forward"].groupby("layer")["start_s"].min()
     bwd = f[f["phase"].isin(["input_grad", "weight_grad", "recompute"])]
     bwd = bwd.groupby("layer")["start_s"].min()

@@ -72,6 +72,15 @@ def gemm_shape(op: Op, phase: str) -> tuple[float, float, float]:
     return (m, k, n) if phase == "b" else (k, n, m)
 
 
+def _has_work(op: Op, phase: str) -> bool:
+    """Whether ``op`` runs a kernel in ``phase``: FLOPs or bytes there (``op_timing``'s test)."""
+    if phase == "f":
+        return op.f_flops > 0 or op.f_bytes > 0
+    if phase == "b":
+        return op.b_flops > 0 or op.b_bytes > 0
+    return op.w_flops > 0 or op.w_bytes > 0
+
+
 @dataclass(frozen=True)
 class ComputeModel:
     """Op durations (s) on one accelerator."""
@@ -135,7 +144,7 @@ class ComputeModel:
         work), whichever of its FLOPs and its bytes takes longer."""
         flops = {"f": op.f_flops, "b": op.b_flops, "w": op.w_flops}[phase]
         moved = {"f": op.f_bytes, "b": op.b_bytes, "w": op.w_bytes}[phase]
-        if flops <= 0 and moved <= 0:
+        if not _has_work(op, phase):
             return 0.0, ""
         matmul = op.kind in ("gemm", "attention")
         # a matmul's operands stream as a copy; an elementwise kernel slower as its arithmetic
@@ -172,7 +181,7 @@ class ComputeModel:
         )
         if per_op <= 0 and self.graph_launch_s <= 0:
             return 0.0
-        kernels = sum(1 for op in ops if self.op_seconds(op, phase) > 0)
+        kernels = sum(1 for op in ops if _has_work(op, phase))
         if self.graph_launch_s > 0:
             return self.graph_launch_s if kernels else 0.0
         return per_op * kernels

@@ -45,6 +45,7 @@ from simulator.stages.costs import (  # noqa: F401 - the api's names, re-exporte
     layer_costs,
 )
 from simulator.stages.energy import StepEnergy, step_energy
+from simulator.stages.variability import StepSamples, step_samples
 from simulator.stages.facts import (  # noqa: F401 - the api's names, re-exported
     SYMMETRIC_ORBITS,
     _degraded,
@@ -86,7 +87,7 @@ log = logging.getLogger(__name__)
 # module's other attributes are its imports and helpers; still importable by name).
 __all__ = [
     "InfeasibleError", "MemoryReport", "NotRepeating", "Perturbation", "RunResult", "Scenario",
-    "Simulation", "SlowCompute", "SlowLink", "StepCache", "StepEnergy", "build_plan",
+    "Simulation", "SlowCompute", "SlowLink", "StepCache", "StepEnergy", "StepSamples", "build_plan",
     "build_step", "build_topology", "collective_table", "compute_model_of", "costs_notes",
     "fabric_line", "get_accelerator", "layer_costs", "ledger_peak", "load", "load_scenario",
     "load_topology", "memory_frame", "memory_report", "network_facts", "network_model",
@@ -182,6 +183,9 @@ class Simulation:
     memory_events: np.ndarray
     stats: object
     network: NetworkModel
+    # per task of the simulated graph its (start s, end s) as the engine ran it (the graph
+    # as built: before a steady state's periods are repeated), for re-timing
+    task_times: np.ndarray | None = None
 
 
 def simulate(
@@ -216,8 +220,10 @@ def simulate(
     )
     if degraded is not topo:  # a copy for this run alone (the link table stays with the model)
         degraded.release()
+    times = _task_times(run.trace, len(step.graph.tasks))
     if step.steady is None:
-        return Simulation(run.trace.to_frame(), rows_array(run.memory, 3), run.stats, model)
+        frame = run.trace.to_frame()
+        return Simulation(frame, rows_array(run.memory, 3), run.stats, model, times)
     # the repetition found and repeated on numbers (task indices, text as codes); the rows
     # made whole once, at the full step's length
     coded = run.trace.coded_frame()
@@ -234,7 +240,15 @@ def simulate(
         full["end_s"].to_numpy(),
         full["microbatch"].to_numpy(),
     )
-    return Simulation(frame, memory, run.stats, model)
+    return Simulation(frame, memory, run.stats, model, times)
+
+
+def _task_times(trace, n: int) -> np.ndarray:
+    """(n, 2) start and end (s) of each of the graph's ``n`` tasks from the engine's runs."""
+    task, start, end = trace.runs.arrays()
+    out = np.full((n, 2), np.nan)
+    out[task, 0], out[task, 1] = start, end
+    return out
 
 
 def _gpu_rows(coded: pd.DataFrame, step: StepGraph) -> pd.DataFrame:
@@ -287,6 +301,7 @@ class RunResult:
     healthy_step_time_s: float | None = None
     energy: StepEnergy | None = None  # power and energy (None: no power model for the device)
     power: pd.DataFrame | None = None  # per simulated rank its draw over time (W)
+    samples: StepSamples | None = None  # steps drawn under variability (run's ``samples``)
 
     @property
     def summary(self) -> dict:
@@ -297,6 +312,8 @@ class RunResult:
         if self.healthy_step_time_s is not None:
             out["healthy_step_time_s"] = self.healthy_step_time_s
             out["straggler_slowdown"] = self.metrics.step_time_s / self.healthy_step_time_s
+        if self.samples is not None:
+            out["variability"] = self.samples.summary()
         return out
 
 
@@ -307,6 +324,7 @@ def run(
     track_links: bool = False,
     perturbations: list[Perturbation] | tuple = (),
     steps: StepCache | None = None,
+    samples: int = 0,
 ) -> RunResult:
     """Simulate one steady-state training step of ``scenario``: all the stages in a row.
 
@@ -316,6 +334,8 @@ def run(
     scenario's own ``failures.stragglers``; then the healthy step is simulated too, for the
     slowdown. Slowing a rank simulates every rank up to 1,024 GPUs (see :func:`_placed`).
     ``steps`` keeps built steps for later runs (:class:`StepCache`; a sweep's worker).
+    ``samples`` > 0 draws that many steps under the scenario's ``variability`` from the one
+    simulated (:mod:`simulator.stages.variability`; ``RunResult.samples``).
     """
     perturbations = [*perturbations, *scenario_perturbations(scenario)]
     own = topo is None
@@ -326,14 +346,18 @@ def run(
             healthy = _run_once(scenario, topo, compute_model, False, [], steps)
             healthy = healthy.metrics.step_time_s
             scenario, perturbations = _placed(scenario, perturbations)
-        result = _run_once(scenario, topo, compute_model, track_links, perturbations, steps)
+        result = _run_once(
+            scenario, topo, compute_model, track_links, perturbations, steps, samples
+        )
     finally:
         if own:  # built here, used by nothing after: freed now (Topology.release)
             topo.release()
     return dataclasses.replace(result, healthy_step_time_s=healthy)
 
 
-def _run_once(scenario, topo, compute_model, track_links, perturbations, steps=None) -> RunResult:
+def _run_once(
+    scenario, topo, compute_model, track_links, perturbations, steps=None, samples=0
+) -> RunResult:
     plan = build_plan(scenario, topo)
     repeat = scenario.simulation.repeat_steady_state and not track_links
 
@@ -364,7 +388,14 @@ def _run_once(scenario, topo, compute_model, track_links, perturbations, steps=N
                 else "simulating all",
             )
             step = perturb(built(longer is not None, longer), perturbations)
-    return _result(scenario, step, sim, track_links)
+    result = _result(scenario, step, sim, track_links)
+    if samples:
+        drawn = step_samples(
+            step, sim.task_times, result.metrics.step_time_s, scenario.variability, samples,
+            scenario.seed,
+        )  # fmt: skip
+        result = dataclasses.replace(result, samples=drawn)
+    return result
 
 
 class StepCache:
@@ -386,7 +417,10 @@ class StepCache:
 
     # read by no part of the step build (the scenario's name reaches the metrics through the
     # new run's own plan)
-    UNREAD = {"cluster": {"topology"}, "name": True, "description": True, "failures": True}
+    UNREAD = {
+        "cluster": {"topology"}, "name": True, "description": True, "failures": True,
+        "variability": True,
+    }  # fmt: skip
 
     def __init__(self, size: int = 1):
         self.size = size
@@ -444,7 +478,7 @@ def write_run(result: RunResult, out: str | Path, title: str = "", on_file=None)
     """Write the run report into ``out``: summary.json, summary.md, the trace table
     (trace.parquet, or trace.csv without pyarrow), trace.json (Perfetto), hta/rank-N.json,
     memory.csv and memory.png, power.csv and power.png (where the device has a power model),
-    gantt.png (and gantt.svg up to 20,000 records), and with link tracking links.parquet and
+    steps.csv (the drawn steps, with ``samples``), gantt.png (and gantt.svg up to 20,000 records), and with link tracking links.parquet and
     links.png. ``on_file(path)`` is called as each is written."""
     from simulator.report.run_report import write_report
 
@@ -457,4 +491,5 @@ def write_run(result: RunResult, out: str | Path, title: str = "", on_file=None)
         title,
         on_file,
         power=result.power,
+        steps=result.samples.frame if result.samples is not None else None,
     )

@@ -86,14 +86,25 @@ ProgressOpt = Annotated[
 ]
 
 
-def _fail_bad_input(exc: ScenarioError) -> None:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(2)
+StepsOpt = Annotated[
+    int,
+    typer.Option(
+        "--steps",
+        min=0,
+        max=10_000,
+        help="Draw this many steps under the scenario's variability (GPU speed spread, "
+        "kernel and collective jitter) from the one simulated: p50/p90/p99 and the GPU the "
+        "others waited on; steps.csv with --out.",
+    ),
+]
 
 
-def _fail(message: str) -> None:
+def _fail(message: str | Exception) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
+
+
+_fail_bad_input = _fail  # a ScenarioError's message names the file, line and field
 
 
 def _checked(check, *args):
@@ -342,12 +353,14 @@ def run(
         ),
     ] = None,
     progress: ProgressOpt = None,
+    steps: StepsOpt = 0,
 ) -> None:
     """Simulate one steady-state training step: step time, MFU, bubble, overlap, memory.
 
     An out-of-memory step is still simulated and reported (exit 0), with a warning on stderr;
     ``--fail-on-oom`` makes it exit 3."""
     from simulator.cli_progress import Stages
+    from simulator.report.run_report import oom_message
 
     _checked(check_out_dir, out)
     s = _load(scenario, set_)
@@ -372,7 +385,7 @@ def run(
             for warning in api.topology_warnings(s, topo):
                 log.warning("%s", warning)
             with stages.stage(f"simulating the step on {s.num_gpus:,} GPUs"):
-                result = api.run(s, topo, track_links=track)
+                result = api.run(s, topo, track_links=track, samples=steps)
     except api.InfeasibleError as exc:  # anything else is a bug: exit 1, see main()
         typer.echo(f"error: {scenario}: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -382,12 +395,7 @@ def run(
         log.info("wrote %s", ", ".join(str(p) for p in written))
     summary = result.summary
     if summary["oom"]:
-        typer.echo(
-            f"OUT OF MEMORY: peak {summary['peak_memory_bytes'] / GB:.1f} GB per GPU exceeds "
-            f"the {summary['memory_capacity_bytes'] / GB:.0f} GB of a "
-            f"{s.cluster.accelerator.name} (see `trainsim memory`)",
-            err=True,
-        )
+        typer.echo(oom_message(summary, s.cluster.accelerator.name), err=True)
     if format is Format.json:
         typer.echo(json.dumps(summary, indent=2, default=float))
     else:

@@ -26,8 +26,10 @@ def write_report(
     title: str = "",
     on_file=None,
     power: pd.DataFrame | None = None,
+    steps: pd.DataFrame | None = None,
 ) -> list[Path]:
-    """Write every file of the run report into ``out``; the paths, in a fixed order.
+    """Write every file of the run report into ``out``; the paths, in a fixed order
+    (``steps``: the drawn steps of ``run --steps N``, as steps.csv).
 
     The pictures are drawn in a forked process while this one writes the tables and traces
     (two cores: the 16K-GPU report in about half the serial time); where fork is not
@@ -44,7 +46,10 @@ def write_report(
         paths = [out / "summary.json"]
         paths[0].write_text(json.dumps(summary, indent=2, default=float))
         note(paths[0])
-        for write in _tables(summary, trace, memory, links if has_links else None, out, power):
+        tables = _tables(summary, trace, memory, links if has_links else None, out, power)
+        if steps is not None:
+            tables.append(lambda: _csv(steps, out / "steps.csv"))
+        for write in tables:
             paths.append(write())
             note(paths[-1])
         paths.append(write_markdown(summary, out, title, has_links=has_links))
@@ -211,6 +216,7 @@ def headline_rows(summary: dict) -> list[tuple[str, str]]:
             if "straggler_slowdown" in summary
             else []
         ),
+        *_variability_rows(summary),
         ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
         *_energy_rows(summary),
         ("MFU / HFU", f"{summary['mfu']:.1%} / {summary['hfu']:.1%}"),
@@ -275,6 +281,33 @@ def load_run(folder: str | Path) -> tuple[dict, pd.DataFrame, pd.DataFrame | Non
         trace = pd.read_csv(folder / "trace.csv")
     memory = pd.read_csv(folder / "memory.csv") if (folder / "memory.csv").exists() else None
     return summary, trace, memory
+
+
+def oom_message(summary: dict, accelerator: str) -> str:
+    """The warning of a step that does not fit (stderr)."""
+    return (
+        f"OUT OF MEMORY: peak {summary['peak_memory_bytes'] / 1e9:.1f} GB per GPU exceeds "
+        f"the {summary['memory_capacity_bytes'] / 1e9:.0f} GB of a {accelerator} (see "
+        "`trainsim memory`)"
+    )
+
+
+def _variability_rows(summary: dict) -> list[tuple[str, str]]:
+    """The drawn steps' distribution (``run --steps N``)."""
+    v = summary.get("variability")
+    if v is None:
+        return []
+    paced = ", ".join(str(r) for r in v["pacing_ranks"][:6]) or "none"
+    more = f" and {len(v['pacing_ranks']) - 6} more" if len(v["pacing_ranks"]) > 6 else ""
+    return [
+        (
+            f"step time, {v['samples']} steps",
+            f"p50 {v['step_time_p50_s']:.4g} s, p90 {v['step_time_p90_s']:.4g} s, p99 "
+            f"{v['step_time_p99_s']:.4g} s; mean {v['variability_cost']:+.2%} against "
+            f"{v['variability_free_step_time_s']:.4g} s without variability",
+        ),
+        ("paced by GPU", paced + more),
+    ]
 
 
 def _energy_rows(summary: dict) -> list[tuple[str, str]]:

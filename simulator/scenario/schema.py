@@ -1,8 +1,8 @@
 """The scenario schema: pydantic v2 models, frozen, unknown keys forbidden.
 
-A scenario describes one training run: ``model``, ``cluster``, ``parallelism``, ``training``,
-``precision``, plus room for later ``failures`` and ``sweep`` sections. Quantities accept unit
-strings ("400 Gb/s", "80 GiB", "1.5 us") or SI numbers; see :mod:`simulator.units`.
+A scenario describes one training run (``model``, ``cluster``, ``parallelism``, ``training``,
+``precision``, ``simulation``, ``framework``, ``failures``, ``variability``); quantities take
+unit strings ("400 Gb/s", "80 GiB", "1.5 us") or SI numbers (:mod:`simulator.units`).
 Consistency between sections (degrees multiplying to the GPU count, divisibility) is checked
 in :mod:`simulator.scenario.checks`, which knows the field paths to blame.
 """
@@ -33,6 +33,7 @@ from simulator.scenario.fields import (
     Real,
 )
 from simulator.scenario.framework import FrameworkConfig
+from simulator.scenario.variability import VariabilityConfig
 from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
 from simulator.scenario.recompute import recompute_policy
 from simulator.scenario.storage import StorageConfig
@@ -436,7 +437,7 @@ class SimulationConfig(Frozen):
 
 
 class Scenario(Frozen):
-    """One training run. ``failures`` and ``sweep`` are reserved for later sections."""
+    """One training run (the module doc lists its sections); a sweep is a spec file."""
 
     name: str | None = None
     description: str | None = None
@@ -449,6 +450,7 @@ class Scenario(Frozen):
     simulation: SimulationConfig = SimulationConfig()
     framework: FrameworkConfig = FrameworkConfig()
     failures: FailuresConfig | None = None
+    variability: VariabilityConfig = VariabilityConfig()  # read by `run --steps N`
     sweep: None = None  # studies are separate spec files: `trainsim sweep SPEC`
 
     @field_validator("sweep", mode="before")
@@ -483,20 +485,7 @@ class Scenario(Frozen):
 
 # Re-exported: field types and the topology section live in their own modules.
 __all__ = [
-    "ACCELERATORS",
-    "MAX_DEVICES",
-    "MIN_BUCKET_BYTES",
-    "Bandwidth",
-    "Bytes",
-    "Efficiency",
-    "FatTreeTopology",
-    "Frozen",
-    "NodeSpec",
-    "NVSwitchTopology",
-    "PosInt",
-    "Real",
-    "Scenario",
-    "Seconds",
-    "TopologyConfig",
-    "TorusTopology",
-]
+    "ACCELERATORS", "MAX_DEVICES", "MIN_BUCKET_BYTES", "Bandwidth", "Bytes", "Efficiency",
+    "FatTreeTopology", "Frozen", "NodeSpec", "NVSwitchTopology", "PosInt", "Real", "Scenario",
+    "Seconds", "TopologyConfig", "TorusTopology",
+]  # fmt: skip

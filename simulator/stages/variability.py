@@ -1,0 +1,143 @@
+"""Many steps from one simulated step: the step-time distribution under variability.
+
+The simulated step is re-timed (:mod:`simulator.engine.retime`) with drawn factors: each
+GPU's persistent speed, each compute task's run-to-run jitter, each collective's
+(:mod:`simulator.scenario.variability`). Columns are steps x data-parallel replicas in
+symmetric mode (a simulated rank stands for its replica's copies and its
+tensor/context-parallel peers), steps alone in full mode.
+
+A sample's step time is the engine's step time times the re-timed step over the same graph
+re-timed with every factor 1: with no variability every sample is the engine's step exactly,
+and a step whose periods were repeated (the steady state) scales by its simulated part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulator.engine.retime import (
+    COMM,
+    COMPUTE,
+    Retimable,
+    Waits,
+    replica_block,
+    retimable,
+    retime,
+)
+from simulator.model.variability import slowest_of
+from simulator.scenario.variability import VariabilityConfig
+from simulator.schedule.step import StepGraph
+
+QUANTILES = (0.5, 0.9, 0.99)
+CHUNK = 256  # compute tasks' jitter drawn at once (one numpy call, not one per task)
+
+
+@dataclass(frozen=True)
+class StepSamples:
+    """Per step drawn: ``frame`` (step, step_time_s, slowdown against the variability-free
+    step, pacing_rank: the GPU the others waited on longest, its pipeline stage and that
+    wait in s) and the variability-free step time (s)."""
+
+    frame: pd.DataFrame
+    base_step_time_s: float
+
+    def summary(self) -> dict:
+        t = self.frame["step_time_s"].to_numpy()
+        out = {"samples": len(t), "variability_free_step_time_s": self.base_step_time_s}
+        for q in QUANTILES:
+            out[f"step_time_p{round(q * 100)}_s"] = float(np.quantile(t, q))
+        out["step_time_mean_s"] = float(t.mean())
+        out["step_time_max_s"] = float(t.max())
+        out["variability_cost"] = float(t.mean() / self.base_step_time_s - 1)
+        out["pacing_ranks"] = sorted(set(self.frame["pacing_rank"].tolist()))
+        return out
+
+
+class Draws:
+    """The factor of each node of a :class:`Retimable` per column, drawn as asked.
+
+    ``peers``: how many GPUs a simulated rank's compute stands for within its replica (they
+    meet at its tensor-parallel collectives: the slowest draw of them counts);
+    ``persistent[rank]``: per replica the slowest persistent speed factor of those GPUs and
+    which of them it is (``slowest[rank]``)."""
+
+    def __init__(self, r: Retimable, v: VariabilityConfig, steps, replicas, peers, ranks, seed):
+        self.r, self.v, self.steps, self.replicas, self.peers = r, v, steps, replicas, peers
+        self.rng = np.random.default_rng(seed)
+        self._buffer: list[np.ndarray] = []
+        z = {rank: self.rng.standard_normal((replicas, peers)) for rank in ranks}
+        self.slowest = {rank: z[rank].argmax(axis=1) for rank in ranks}
+        self.persistent = {
+            rank: np.tile(np.exp(v.gpu_spread * z[rank].max(axis=1)), steps) for rank in ranks
+        }
+
+    def factor(self, node: int, kind: int) -> np.ndarray | float:
+        v, width = self.v, self.steps * self.replicas
+        if kind == COMPUTE:
+            persistent = self.persistent[int(self.r.rank[node])]
+            return persistent * self._jitter() if v.kernel_jitter else persistent
+        if kind == COMM and v.comm_jitter:
+            block = replica_block(int(self.r.block[node]), self.replicas)
+            z = self.rng.standard_normal((self.steps, self.replicas // block))
+            return np.repeat(np.exp(v.comm_jitter * z), block, axis=1).reshape(width)
+        return 1.0
+
+    def _jitter(self) -> np.ndarray:
+        """A compute task's jitter factor per column, drawn ``CHUNK`` tasks at a time."""
+        if not self._buffer:
+            z = slowest_of(self.rng, self.peers, (CHUNK, self.steps * self.replicas))
+            self._buffer = list(np.exp(self.v.kernel_jitter * z))
+        return self._buffer.pop()
+
+
+def step_samples(
+    step: StepGraph,
+    task_times: np.ndarray,
+    step_time_s: float,
+    variability: VariabilityConfig,
+    steps: int,
+    seed: int,
+) -> StepSamples:
+    """``steps`` steps of ``step`` (simulated once: ``task_times`` per task, ``step_time_s``
+    its step time) with ``variability``'s draws from ``seed``."""
+    plan = step.plan
+    grid = plan.grid
+    ranks = sorted(step.stage_of)
+    full = len(ranks) == grid.size
+    replicas = 1 if full else grid.dp
+    peers = 1 if full else grid.tp * grid.cp
+    dp_of: dict[tuple, int] = {}
+
+    def block_of(group: tuple[int, ...]) -> int:
+        if group not in dp_of:
+            dp_of[group] = len({grid.coords(g)["dp"] for g in group})
+        return dp_of[group]
+
+    r = retimable(step.graph, task_times, block_of)
+    base = float(retime(r, 1, 1, lambda n, k: 1.0)[0])
+    draws = Draws(r, variability, steps, replicas, peers, ranks, seed)
+    waits = Waits(steps, replicas, ranks)
+    ends = retime(r, steps, replicas, draws.factor, waits).reshape(steps, replicas).max(axis=1)
+    times = step_time_s * (ends / base) if base > 0 else np.full(steps, step_time_s)
+    rows = []
+    for n in range(steps):
+        total = waits.total[n]
+        i, k = np.unravel_index(total.argmax(), total.shape)
+        rank = ranks[int(i)]
+        gpu = rank if full else _peer(grid, rank, int(k), int(draws.slowest[rank][k]))
+        rows.append((n, times[n], times[n] / step_time_s, gpu, step.stage_of[rank], total[i, k]))
+    frame = pd.DataFrame(
+        rows,
+        columns=["step", "step_time_s", "slowdown", "pacing_rank", "pacing_stage", "wait_s"],
+    )
+    return StepSamples(frame, step_time_s)
+
+
+def _peer(grid, rank: int, replica: int, member: int) -> int:
+    """The GPU of replica ``replica`` that is peer ``member`` (tp fastest, then cp) of the
+    simulated ``rank``."""
+    pp = grid.coords(rank)["pp"]
+    return grid.rank(tp=member % grid.tp, cp=member // grid.tp, dp=replica, pp=pp)

@@ -45,7 +45,6 @@ from simulator.stages.costs import (  # noqa: F401 - the api's names, re-exporte
     layer_costs,
 )
 from simulator.stages.energy import StepEnergy, step_energy
-from simulator.stages.variability import StepSamples, step_samples
 from simulator.stages.facts import (  # noqa: F401 - the api's names, re-exported
     SYMMETRIC_ORBITS,
     _degraded,
@@ -78,6 +77,7 @@ from simulator.stages.stragglers import (  # noqa: F401 - the api's names, re-ex
     scenario_perturbations,
     straggler_link_findings,
 )
+from simulator.stages.variability import StepSamples, step_samples
 from simulator.topology import Topology, build_topology
 from simulator.trace import rows_array
 
@@ -478,8 +478,9 @@ def write_run(result: RunResult, out: str | Path, title: str = "", on_file=None)
     """Write the run report into ``out``: summary.json, summary.md, the trace table
     (trace.parquet, or trace.csv without pyarrow), trace.json (Perfetto), hta/rank-N.json,
     memory.csv and memory.png, power.csv and power.png (where the device has a power model),
-    steps.csv (the drawn steps, with ``samples``), gantt.png (and gantt.svg up to 20,000 records), and with link tracking links.parquet and
-    links.png. ``on_file(path)`` is called as each is written."""
+    steps.csv (the drawn steps, with ``samples``), gantt.png (and gantt.svg up to 20,000
+    records), and with link tracking links.parquet and links.png. ``on_file(path)`` is called
+    as each is written."""
     from simulator.report.run_report import write_report
 
     return write_report(

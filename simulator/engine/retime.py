@@ -98,8 +98,7 @@ def retimable(
         out_preds.append(ps)
         out_members.append(
             tuple(
-                (tasks[i].rank, tuple(sorted(int(renumber[p]) for p in own_preds[i])))
-                for i in own
+                (tasks[i].rank, tuple(sorted(int(renumber[p]) for p in own_preds[i]))) for i in own
             )
             if len(own) > 1
             else None

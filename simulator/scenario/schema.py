@@ -33,7 +33,6 @@ from simulator.scenario.fields import (
     Real,
 )
 from simulator.scenario.framework import FrameworkConfig
-from simulator.scenario.variability import VariabilityConfig
 from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
 from simulator.scenario.recompute import recompute_policy
 from simulator.scenario.storage import StorageConfig
@@ -45,6 +44,7 @@ from simulator.scenario.topology_config import (
     TorusTopology,
     topology_devices,
 )
+from simulator.scenario.variability import VariabilityConfig
 from simulator.units import Bandwidth, Bytes, Seconds, parse_quantity
 
 # ----------------------------------------------------------------------------- model

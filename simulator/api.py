@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from simulator import metrics
-from simulator.engine import NetworkModel, paused_gc, run_engine
-from simulator.engine.steady_state import SHIFT_DIFFERS, expand, expand_memory, find_repeat
+from simulator.engine import paused_gc
+from simulator.engine.steady_state import SHIFT_DIFFERS
 from simulator.hardware import get_accelerator
 from simulator.infeasible import InfeasibleError
 from simulator.model.compute import ComputeModel
@@ -68,6 +68,11 @@ from simulator.stages.reports import (  # noqa: F401 - the api's names, re-expor
     _link_report,
     _on_device,
 )
+from simulator.stages.simulation import (  # noqa: F401 - the api's names, re-exported
+    Simulation,
+    _gpu_rows,
+    simulate,
+)
 from simulator.stages.steady import (  # noqa: F401 - the api's names, re-exported
     NotRepeating,
     _steady_state_retries,
@@ -77,9 +82,13 @@ from simulator.stages.stragglers import (  # noqa: F401 - the api's names, re-ex
     scenario_perturbations,
     straggler_link_findings,
 )
-from simulator.stages.variability import StepSamples, step_samples
+from simulator.stages.variability import (
+    StepSamples,
+    fleet_speeds,
+    slow_gpu_costs,
+    step_samples,
+)
 from simulator.topology import Topology, build_topology
-from simulator.trace import rows_array
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +96,14 @@ log = logging.getLogger(__name__)
 # module's other attributes are its imports and helpers; still importable by name).
 __all__ = [
     "InfeasibleError", "MemoryReport", "NotRepeating", "Perturbation", "RunResult", "Scenario",
-    "Simulation", "SlowCompute", "SlowLink", "StepCache", "StepEnergy", "StepSamples", "build_plan",
-    "build_step", "build_topology", "collective_table", "compute_model_of", "costs_notes",
-    "fabric_line", "get_accelerator", "layer_costs", "ledger_peak", "load", "load_scenario",
-    "load_topology", "memory_frame", "memory_report", "network_facts", "network_model",
-    "parse_sizes", "perturb", "quiet_pool_worker", "run", "scenario_perturbations", "simulate",
-    "step_lower_bound", "step_metrics", "straggler_link_findings", "topology_from_file",
-    "topology_report", "topology_warnings", "usable_cores", "write_run",
+    "Simulation", "SlowCompute", "SlowLink", "StepCache", "StepEnergy", "StepSamples",
+    "StepSensitivity", "build_plan", "build_step", "build_topology", "collective_table",
+    "compute_model_of", "costs_notes", "fabric_line", "get_accelerator", "layer_costs",
+    "ledger_peak", "load", "load_scenario", "load_topology", "memory_frame", "memory_report",
+    "network_facts", "network_model", "parse_sizes", "perturb", "quiet_pool_worker", "run",
+    "scenario_perturbations", "simulate", "step_lower_bound", "step_metrics", "step_sensitivity",
+    "straggler_link_findings", "topology_from_file", "topology_report", "topology_warnings",
+    "usable_cores", "write_run",
 ]  # fmt: skip
 
 
@@ -171,95 +181,6 @@ def build_step(
             return make_step(plan, cm)
         reduced = make_step(plan.with_micro_batches(steady.reduced), cm)
     return dataclasses.replace(reduced, plan=plan, steady=steady)
-
-
-@dataclass(frozen=True)
-class Simulation:
-    """What the engine returns for one step: the trace as a DataFrame, the memory events
-    (an (n, 3) array of rank, time s, bytes delta), the network statistics and model (for
-    link reports)."""
-
-    frame: pd.DataFrame
-    memory_events: np.ndarray
-    stats: object
-    network: NetworkModel
-    # per task of the simulated graph its (start s, end s) as the engine ran it (the graph
-    # as built: before a steady state's periods are repeated), for re-timing
-    task_times: np.ndarray | None = None
-
-
-def simulate(
-    step: StepGraph,
-    topo: Topology,
-    perturbations: list[Perturbation] | tuple = (),
-    track_links: bool = False,
-) -> Simulation:
-    """Run ``step`` on ``topo`` (with any :class:`SlowLink` perturbations applied).
-
-    A step built to repeat its steady state (``step.steady``) is simulated as built and its
-    periods repeated up to the plan's micro-batches (:mod:`simulator.engine.steady_state`);
-    :class:`NotRepeating` if they do not repeat, or with ``track_links`` (link loads over
-    time are not repeated)."""
-    if step.plan.grid.size > topo.num_devices:
-        raise InfeasibleError(
-            f"{step.plan.grid.size} ranks but the topology has {topo.num_devices} devices"
-        )
-    if step.steady is not None and track_links:
-        raise NotRepeating("link loads over time are not repeated: simulate the full step")
-    degraded = _degraded(topo, perturbations)
-    model = network_model(degraded)
-    # rank r on the r-th device (the topology has at least as many: checked above)
-    device_of = _placement(step.plan.grid.size, topo.devices, _numbered_devices(topo))
-    run = run_engine(
-        model,
-        step.graph,
-        device_of,
-        track_links,
-        interference=step.plan.scenario.simulation.comm_interference,
-        orbit_labels=_orbit_labels(step.plan, device_of) if SYMMETRIC_ORBITS else None,
-    )
-    if degraded is not topo:  # a copy for this run alone (the link table stays with the model)
-        degraded.release()
-    times = _task_times(run.trace, len(step.graph.tasks))
-    if step.steady is None:
-        frame = run.trace.to_frame()
-        return Simulation(frame, rows_array(run.memory, 3), run.stats, model, times)
-    # the repetition found and repeated on numbers (task indices, text as codes); the rows
-    # made whole once, at the full step's length
-    coded = run.trace.coded_frame()
-    rep = find_repeat(_gpu_rows(coded, step), step.steady, step.plan.micro_batches)
-    if isinstance(rep, str):
-        raise NotRepeating(rep)
-    memory = expand_memory(
-        rows_array(run.memory, 3), np.array(run.memory_microbatch, dtype=np.int64), rep
-    )
-    full = expand(coded, rep, ["task", "microbatch", "start_s", "end_s"])  # the rest: frame_of
-    frame = run.trace.frame_of(
-        full["task"].to_numpy(),
-        full["start_s"].to_numpy(),
-        full["end_s"].to_numpy(),
-        full["microbatch"].to_numpy(),
-    )
-    return Simulation(frame, memory, run.stats, model, times)
-
-
-def _task_times(trace, n: int) -> np.ndarray:
-    """(n, 2) start and end (s) of each of the graph's ``n`` tasks from the engine's runs."""
-    task, start, end = trace.runs.arrays()
-    out = np.full((n, 2), np.nan)
-    out[task, 0], out[task, 1] = start, end
-    return out
-
-
-def _gpu_rows(coded: pd.DataFrame, step: StepGraph) -> pd.DataFrame:
-    """``coded``'s GPU tasks: the repetition is the GPU's. A host stream (the CPU's launches)
-    runs up to a launch queue ahead of its GPU, into later periods and the step's end, so
-    its tasks are left out of the check; where the host sets the pace the GPU's tasks repeat
-    only if it does. Its launches are still expanded by their micro-batch."""
-    if not step.plan.policy.host:
-        return coded
-    host = np.fromiter((t.kind == "host" for t in step.graph.tasks), bool, len(step.graph.tasks))
-    return coded[~host[coded["task"].to_numpy()]]
 
 
 def step_metrics(
@@ -358,6 +279,20 @@ def run(
 def _run_once(
     scenario, topo, compute_model, track_links, perturbations, steps=None, samples=0
 ) -> RunResult:
+    step, sim = _simulated(scenario, topo, compute_model, track_links, perturbations, steps)
+    result = _result(scenario, step, sim, track_links)
+    if samples:
+        drawn = step_samples(
+            step, sim.task_times, result.metrics.step_time_s, scenario.variability, samples,
+            scenario.seed,
+        )  # fmt: skip
+        result = dataclasses.replace(result, samples=drawn)
+    return result
+
+
+def _simulated(scenario, topo, compute_model, track_links, perturbations, steps=None):
+    """The step of ``scenario`` built and simulated: (StepGraph, Simulation); a steady state
+    that does not repeat is tried longer, then given up for every micro-batch."""
     plan = build_plan(scenario, topo)
     repeat = scenario.simulation.repeat_steady_state and not track_links
 
@@ -370,8 +305,7 @@ def _run_once(
     retries: list[SteadyState] | None = None  # after the first state: the ones worth trying
     while True:
         try:
-            sim = simulate(step, topo, perturbations, track_links)
-            break
+            return step, simulate(step, topo, perturbations, track_links)
         except NotRepeating as why:
             if retries is None:
                 first = step.steady
@@ -388,14 +322,32 @@ def _run_once(
                 else "simulating all",
             )
             step = perturb(built(longer is not None, longer), perturbations)
-    result = _result(scenario, step, sim, track_links)
-    if samples:
-        drawn = step_samples(
-            step, sim.task_times, result.metrics.step_time_s, scenario.variability, samples,
-            scenario.seed,
-        )  # fmt: skip
-        result = dataclasses.replace(result, samples=drawn)
-    return result
+
+
+@dataclass(frozen=True)
+class StepSensitivity:
+    """What the job-level model reads of the step beyond its time: ``slow_costs``, the
+    step's multiplier with one GPU ``slow_factor`` times slower at each pipeline stage, and
+    ``speeds``, the step-time multiplier of each of ``fleets`` draws of the scenario's
+    variability (a new set of GPUs each; :mod:`simulator.stages.variability`)."""
+
+    step_time_s: float
+    slow_factor: float
+    slow_costs: np.ndarray
+    speeds: np.ndarray
+
+
+def step_sensitivity(
+    scenario: Scenario, topo: Topology, slow_factor: float, fleets: int = 8, steps: int = 4
+) -> StepSensitivity:
+    """:class:`StepSensitivity` of ``scenario`` from one simulated step, re-timed."""
+    step, sim = _simulated(scenario, topo, None, False, scenario_perturbations(scenario))
+    base = step_metrics(sim, step).step_time_s
+    costs = slow_gpu_costs(step, sim.task_times, slow_factor)
+    speeds = fleet_speeds(
+        step, sim.task_times, base, scenario.variability, fleets, steps, scenario.seed
+    )
+    return StepSensitivity(base, slow_factor, costs, speeds)
 
 
 class StepCache:

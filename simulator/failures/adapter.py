@@ -25,6 +25,7 @@ class StepInputs:
 
     step_time_s: float
     state_bytes: float  # one checkpoint: parameters and optimizer state, all ranks, no copies
+    sensitivity: object = None  # api.StepSensitivity, for a fleet (failures.fleet)
 
 
 def topology(scenario):
@@ -53,8 +54,21 @@ def step_inputs(scenario, topo=None) -> StepInputs:
     """Step time (s) of the job, with its fixed stragglers (``failures.stragglers.gpus`` and
     ``links``, which the step simulation applies itself), and its checkpoint bytes. ``topo``:
     the scenario's topology, if built (else the step builds its own, and frees it)."""
-    step = api.run(scenario, topo).summary["step_time_s"]
-    return StepInputs(float(step), float(checkpoint_bytes(scenario, topo)))
+    fleet = scenario.failures.fleet if scenario.failures is not None else None
+    if fleet is None:
+        step = api.run(scenario, topo).summary["step_time_s"]
+        return StepInputs(float(step), float(checkpoint_bytes(scenario, topo)))
+    own = topo is None
+    topo = topo or topology(scenario)
+    try:
+        sens = api.step_sensitivity(scenario, topo, fleet.slow.factor, FLEETS, FLEET_STEPS)
+        return StepInputs(sens.step_time_s, float(checkpoint_bytes(scenario, topo)), sens)
+    finally:
+        if own:
+            topo.release()
+
+
+FLEETS, FLEET_STEPS = 8, 4  # fleets of GPUs drawn for the job's pace, steps drawn for each
 
 
 class ElasticSteps:
@@ -174,10 +188,19 @@ def job_model(scenario, inputs: StepInputs | None = None, topo=None) -> JobModel
     ``topo``: the scenario's topology, if built."""
     inputs = inputs or step_inputs(scenario, topo)
     elastic = scenario.failures.policy == "elastic"
-    return resolve_job(
+    model = resolve_job(
         scenario,
         inputs.step_time_s,
         inputs.state_bytes,
         component_counts(scenario, topo),
         step_time_for(scenario, topo) if elastic else None,
     )
+    fleet = scenario.failures.fleet
+    if fleet is None:
+        return model
+    from simulator.failures.fleet import with_fleet
+
+    sens = inputs.sensitivity
+    if sens is None:  # inputs made without the fleet's numbers: the step simulated again
+        sens = step_inputs(scenario, topo).sensitivity
+    return with_fleet(model, fleet, sens.slow_costs, sens.speeds)

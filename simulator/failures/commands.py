@@ -23,6 +23,7 @@ from simulator.scenario import Position, ScenarioError
 
 log = logging.getLogger("trainsim.failures")
 SWEEP_POINTS = 12
+AUTO_MAX_SEEDS = 1000  # --seeds auto stops here whatever its interval (about 4 minutes at 16K)
 
 
 class Format(StrEnum):
@@ -96,10 +97,34 @@ def _check_counts(days: float, seeds: int) -> None:
             _exit_bad_input(message)
 
 
+def parse_seeds(value: str) -> int | None:
+    """``--seeds``: a whole number of seeds, or ``auto`` (None: until ``--ci`` is met)."""
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"--seeds {value}: give a whole number or auto") from None
+    if n < 1:
+        raise ValueError(f"--seeds {value}: at least 1")
+    return n
+
+
 def goodput(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML with a failures: section.")],
     days: Annotated[float, typer.Option("--days", min=0.001, help="Wall-clock days.")] = 54.0,
-    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Random seeds.")] = 100,
+    seeds: Annotated[
+        str,
+        typer.Option(
+            "--seeds",
+            help="Random seeds, or auto: seeds in tens until the 95% confidence interval of "
+            "the mean ETTR is within --ci on each side.",
+        ),
+    ] = "100",
+    ci: Annotated[
+        float,
+        typer.Option("--ci", min=1e-6, max=1.0, help="With --seeds auto: the ETTR interval."),
+    ] = 0.005,
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a field (repeatable).")
     ] = None,
@@ -118,23 +143,62 @@ def goodput(
 ) -> None:
     """Effective training time over days of failures, checkpoints and restarts (Monte Carlo)."""
     from simulator import limits
-    from simulator.failures import adapter
-    from simulator.failures.montecarlo import simulate_seeds, summarise, sweep_intervals
-    from simulator.scenario.failures import check_failures
-    from simulator.scenario.located import located_error
+    from simulator.failures.montecarlo import (
+        simulate_seeds,
+        simulate_until,
+        summarise,
+        sweep_intervals,
+    )
     from simulator.units import UnitError
 
     overrides = set_ or []
     try:
         check_out_dir(out)
-    except OptionError as exc:
+        count = parse_seeds(seeds)
+    except (OptionError, ValueError) as exc:
         _exit_bad_input(str(exc))
-    _check_counts(days, seeds)
+    _check_counts(days, count or AUTO_MAX_SEEDS)
     s = _load(scenario, overrides)
     try:
         intervals = parse_interval_range(sweep) if sweep is not None else None
     except (ValueError, UnitError) as exc:
         _exit_bad_input(str(exc))
+    model = _job_model(scenario, s, overrides, days, count, intervals, sweep)
+    record = 0 if out else None
+    if count is None:
+        most = min(AUTO_MAX_SEEDS, int(limits.bound("seeds")))
+        result = simulate_until(model, days, ci, most, record_seed=record)
+        log.info("%d seeds: ETTR known within %.4f", len(result.per_seed), ci)
+    else:
+        result = simulate_seeds(model, days, count, record_seed=record)
+    summary = summarise(result)
+    n = len(result.per_seed)
+    table = sweep_intervals(model, intervals, days, n) if intervals else None
+    if out is not None:
+        from simulator.failures.report import write_goodput
+
+        written = write_goodput(result, summary, out, s.name or scenario.stem, table)
+        log.info("wrote %s", ", ".join(str(p) for p in written))
+    if format is Format.json:
+        shown = dict(summary)
+        if table is not None:
+            shown["checkpoint_interval_sweep"] = table.to_dict("records")
+        typer.echo(json.dumps(shown, indent=2))
+        return
+    warning = low_ettr_warning(summary)
+    if warning:
+        log.warning("%s", warning)
+    _print_table(s.name or scenario.stem, summary, table, result.model.slowdown)
+
+
+def _job_model(scenario: Path, s, overrides, days: float, seeds: int | None, intervals, sweep):
+    """The job model of ``s``: its step simulated (and re-timed for a fleet), its failures
+    checked against it; bad input exits 2 at the file's line."""
+    from simulator import limits
+    from simulator.failures import adapter
+    from simulator.scenario.failures import check_failures
+    from simulator.scenario.located import located_error
+
     log.info(
         "simulating one step of %s on %d %ss",
         s.name or scenario.name,
@@ -172,31 +236,15 @@ def goodput(
         )
         if too_many:
             _exit_bad_input(f"{scenario}: failures: {too_many}")
-        if events * seeds > 2e6:  # about 50-100 us each: say what is coming
+        shown = seeds or "auto"
+        if seeds and events * seeds > 2e6:  # about 50-100 us each: say what is coming
             log.info(
                 "about %s interruptions to simulate (%d seeds x %s), a minute or more",
                 f"{events * seeds:,.0f}", seeds, f"{events:,.0f}",
             )  # fmt: skip
-        log.info("%d seeds of %g days", seeds, days)
-        adapter.prefetch_elastic(model, days, seeds)  # each DP size reached, once, in parallel
-    result = simulate_seeds(model, days, seeds, record_seed=0 if out else None)
-    summary = summarise(result)
-    table = sweep_intervals(model, intervals, days, seeds) if intervals else None
-    if out is not None:
-        from simulator.failures.report import write_goodput
-
-        written = write_goodput(result, summary, out, s.name or scenario.stem, table)
-        log.info("wrote %s", ", ".join(str(p) for p in written))
-    if format is Format.json:
-        shown = dict(summary)
-        if table is not None:
-            shown["checkpoint_interval_sweep"] = table.to_dict("records")
-        typer.echo(json.dumps(shown, indent=2))
-        return
-    warning = low_ettr_warning(summary)
-    if warning:
-        log.warning("%s", warning)
-    _print_table(s.name or scenario.stem, summary, table, result.model.slowdown)
+        log.info("%s seeds of %g days", shown, days)
+        adapter.prefetch_elastic(model, days, seeds or 10)  # each DP size reached, in parallel
+    return model
 
 
 def _hours(v: float) -> str:
@@ -219,7 +267,8 @@ ADVICE = {
     "checkpoint": "checkpoint asynchronously (failures.checkpoint.mode: async), less often, "
     "or to faster storage (cluster.storage)",
     "maintenance": "shorten planned maintenance (failures.maintenance.duration)",
-    "degraded": "replace slow GPUs (failures.stragglers) or keep spares for the elastic policy",
+    "degraded": "replace slow GPUs (failures.stragglers; failures.fleet.slow.evict and its "
+    "threshold for slow nodes) or keep spares for the elastic policy",
 }
 LOW_ETTR = 0.8  # Llama 3 and MegaScale report above 0.9 at 10-16K GPUs
 
@@ -263,9 +312,9 @@ def _print_table(name: str, summary: dict, table, slowdown: float = 1.0) -> None
     else:
         lines.append("  interruptions              0")
     lines += [
-        f"  ETTR                       {d['ettr_mean']:.3f} "
-        f"(5%: {d['ettr_p5']:.3f}, 95%: {d['ettr_p95']:.3f}); productive training time / "
-        "wall clock",
+        f"  ETTR                       {d['ettr_mean']:.3f} +- {d['ettr_ci95']:.3f} (95% CI of "
+        f"the mean; seeds 5%: {d['ettr_p5']:.3f}, 95%: {d['ettr_p95']:.3f}); productive "
+        "training time / wall clock",
         f"  goodput                    {d['goodput_tokens_per_s']:,.0f} tokens/s",
         f"  hot spares                 {d['spares']:,} nodes"
         + (
@@ -286,9 +335,11 @@ def _print_table(name: str, summary: dict, table, slowdown: float = 1.0) -> None
             f"  optimum (Young / Daly)     {_minutes(opt['young'])} / {_minutes(opt['daly'])}"
             + (" (the asynchronous drain's length: no shorter)" if opt["drain_bound"] else "")
         )
-    lines.append("  lost time (mean per seed)")
+    lines += _fleet_lines(d.get("fleet"))
+    lines.append("  lost time (mean per seed, +- its 95% CI)")
     for k, v in d["lost_hours_by_category"].items():
-        lines.append(f"    {k:<24} {_hours(v)}")
+        ci = d["lost_hours_ci95_by_category"][k]
+        lines.append(f"    {k:<24} {_hours(v):>10} +- {ci:,.1f} h")
     total = sum(d["lost_hours_by_category"].values())
     lines.append(
         f"    {'total':<24} {_hours(total)} of {wall:,.0f} h ({total / wall:.1%}; "
@@ -308,6 +359,31 @@ def _print_table(name: str, summary: dict, table, slowdown: float = 1.0) -> None
                 f"  {row['ettr_mean']:.4f}  [{row['ettr_p5']:.4f}, {row['ettr_p95']:.4f}]{mark}"
             )
     typer.echo("\n".join(lines))
+
+
+def _fleet_lines(f: dict | None) -> list[str]:
+    """The node-level model's settings (``failures.fleet``) as simulated: its defaults shown."""
+    if f is None:
+        return []
+    never = "never" if f["retire_after"] is None else f"after {f['retire_after']} failures"
+    costs = f["slow_cost_by_stage"]
+    evict = (
+        f"evicted after {f['slow_delay_s'] / 60:.0f} min when the step is "
+        f">= {f['slow_threshold']:.3g}x"
+        if f["slow_evict"]
+        else "never evicted"
+    )
+    return [
+        f"  fleet                      node MTBF {f['node_mtbf_days']:,.0f} d; lemons "
+        f"{f['lemon_fraction']:.0%} at {f['lemon_multiplier']:g}x, retired {never}; "
+        f"{f['standbys']} warm standbys, pool wait {f['pool_wait_s'] / 60:.0f} min",
+        f"  repair                     automatic {f['auto_s'] / 3600:g} h, manual "
+        f"{f['manual_s'] / 86400:g} d for {f['escalate']:.0%}; unfixed "
+        f"{f['unfixed_auto']:.0%} / {f['unfixed_manual']:.0%}; misdiagnosis "
+        f"{f['misdiagnosis']:.0%}",
+        f"  slow nodes                 {f['slow_rate_s'] * 7 * 86400:.3g} per node-week, step "
+        f"x{min(costs):.3f}-{max(costs):.3f} by stage; {evict}",
+    ]
 
 
 def _marks(x: float, table, opt: dict, best: bool) -> str:

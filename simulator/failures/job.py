@@ -143,13 +143,19 @@ class _Job:
         pause = n * m.pause_s + max(0.0, r - T)
         kept_cycles = n if not failed else min(n, max(0, math.floor((x - m.drain_s) / L)))
         kept = train if not failed else kept_cycles * T
-        self.productive += kept * self.speed
-        self.acc["degraded"] += kept * (1.0 - self.speed)
+        speed = self.mean_speed(t)
+        self.productive += kept * speed
+        self.acc["degraded"] += kept * (1.0 - speed)
         self.acc["lost_work"] += train - kept
         self.acc["checkpoint"] += pause
         self.running = False
         if self.segments is not None:
             self.record_cycles(n, r, kept_cycles if failed else n + 1)
+
+    def mean_speed(self, t: float) -> float:
+        """The run's speed (healthy steps per step taken) averaged from ``t0`` to ``t``: one
+        speed a run here; a fleet's slow nodes change it within a run."""
+        return self.speed
 
     def record_cycles(self, n: int, r: float, kept_cycles: int) -> None:
         m, seg = self.m, self.segments
@@ -272,7 +278,14 @@ class _Job:
 
 
 def simulate_job(m: JobModel, horizon_s: float, seed: int, record: bool = False) -> SeedResult:
-    """Simulate ``horizon_s`` of wall clock of job ``m`` with random streams of ``seed``."""
+    """Simulate ``horizon_s`` of wall clock of job ``m`` with random streams of ``seed``
+    (node by node where ``m.fleet`` is given: :mod:`simulator.failures.fleet`)."""
+    if m.fleet is not None:
+        from simulator.failures.fleet import FleetJob
+
+        job = FleetJob(m, horizon_s, seed, record)
+        job.run()
+        return SeedResult(seed, horizon_s, job.productive, job.acc, job.counts, job.segments)
     job = _Job(m, horizon_s, seed, record)
     job.run()
     return SeedResult(seed, horizon_s, job.productive, job.acc, job.counts, job.segments)

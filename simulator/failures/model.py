@@ -59,15 +59,21 @@ class JobModel:
     spares_auto: bool = False  # the pool was sized by :func:`auto_spares`
     write_Bps: float = 0.0  # checkpoint write and read bandwidth used (B/s)
     read_Bps: float = 0.0
+    fleet: object = None  # node-level failures (simulator.failures.fleet.FleetModel), or None
 
     @property
     def node_loss_rate_s(self) -> float:
-        """Nodes taken out for repair per second (each cause's rate x the nodes it removes)."""
-        return float((self.cause_rate_s * self.cause_nodes_out).sum())
+        """Nodes taken out for repair per second (each cause's rate x the nodes it removes;
+        with a fleet, its nodes' failures at their starting rate)."""
+        return float((self.cause_rate_s * self.cause_nodes_out).sum()) + self._fleet_rate_s
 
     @property
     def unplanned_rate_s(self) -> float:
-        return float(self.cause_rate_s.sum())
+        return float(self.cause_rate_s.sum()) + self._fleet_rate_s
+
+    @property
+    def _fleet_rate_s(self) -> float:
+        return self.fleet.node_rate_s * self.nodes if self.fleet is not None else 0.0
 
     @property
     def mtti_s(self) -> float:

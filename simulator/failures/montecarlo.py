@@ -74,6 +74,37 @@ def simulate_seeds(
     return GoodputResult(model, days, per_seed, by_cause, timeline)
 
 
+Z95 = 1.959964  # the standard normal's 97.5th percentile: a two-sided 95% interval
+AUTO_BATCH = 10  # seeds run between checks of the interval (and the fewest it is judged on)
+
+
+def ci95(values: np.ndarray) -> float:
+    """Half-width of the 95% confidence interval of the mean of ``values`` (normal
+    approximation, sample standard deviation); 0 for fewer than two values."""
+    if len(values) < 2:
+        return 0.0
+    return float(Z95 * np.std(values, ddof=1) / math.sqrt(len(values)))
+
+
+def simulate_until(
+    model: JobModel, days: float, ci: float, max_seeds: int, record_seed: int | None = None
+) -> GoodputResult:
+    """Seeds in batches of :data:`AUTO_BATCH` until the 95% confidence interval of the mean
+    ETTR is narrower than ``ci`` on each side (or ``max_seeds`` have run)."""
+    result = simulate_seeds(model, days, min(AUTO_BATCH, max_seeds), record_seed=record_seed)
+    while len(result.per_seed) < max_seeds and ci95(result.per_seed["ettr"].to_numpy()) > ci:
+        n = len(result.per_seed)
+        more = simulate_seeds(model, days, min(AUTO_BATCH, max_seeds - n), first_seed=n)
+        result = GoodputResult(
+            model,
+            days,
+            pd.concat([result.per_seed, more.per_seed], ignore_index=True),
+            pd.concat([result.by_cause, more.by_cause], ignore_index=True),
+            result.timeline,
+        )
+    return result
+
+
 def optimal_intervals(model: JobModel) -> dict[str, float | None]:
     """Young and Daly optimum intervals (s) for the job's own unplanned MTTI and pause.
 
@@ -117,11 +148,27 @@ def summarise(result: GoodputResult) -> dict:
         "ettr_mean": float(ettr.mean()),
         "ettr_p5": float(np.percentile(ettr, 5)),
         "ettr_p95": float(np.percentile(ettr, 95)),
+        "ettr_ci95": ci95(ettr),  # half-width of the mean's 95% confidence interval
         "goodput_tokens_per_s": float(ettr.mean() * m.tokens_per_step / m.step_time_s),
+        "goodput_tokens_per_s_ci95": ci95(ettr) * m.tokens_per_step / m.step_time_s,
         "lost_hours_by_category": {k: float(per[f"{k}_h"].mean()) for k in CATEGORIES},
+        "lost_hours_ci95_by_category": {k: ci95(per[f"{k}_h"].to_numpy()) for k in CATEGORIES},
+        "fleet": _fleet_summary(m),
         "checkpoint_interval_s": m.interval_s,
         "optimal_checkpoint_interval_s": optimal_intervals(m),
     }
+
+
+def _fleet_summary(m: JobModel) -> dict | None:
+    """The node-level model's settings as simulated (None without ``failures.fleet``)."""
+    f = m.fleet
+    if f is None:
+        return None
+    out = {k: v for k, v in vars(f).items() if k not in ("slow_costs", "speeds")}
+    out["node_mtbf_days"] = 1 / f.node_rate_s / DAY_S if f.node_rate_s else None
+    out["slow_cost_by_stage"] = list(f.slow_costs)
+    out["step_time_multiplier_by_fleet"] = list(f.speeds)
+    return out
 
 
 def sweep_intervals(

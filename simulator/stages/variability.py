@@ -61,17 +61,21 @@ class Draws:
 
     ``peers``: how many GPUs a simulated rank's compute stands for within its replica (they
     meet at its tensor-parallel collectives: the slowest draw of them counts);
-    ``persistent[rank]``: per replica the slowest persistent speed factor of those GPUs and
-    which of them it is (``slowest[rank]``)."""
+    ``persistent[rank]``: per column the slowest persistent speed factor of those GPUs, and
+    ``slowest[rank]`` (fleets x replicas) which of them it is. ``fleets`` sets of GPUs are
+    drawn, each for ``steps / fleets`` steps in a row."""
 
-    def __init__(self, r: Retimable, v: VariabilityConfig, steps, replicas, peers, ranks, seed):
+    def __init__(self, r: Retimable, v: VariabilityConfig, steps, replicas, peers, ranks, seed,
+                 fleets: int = 1):  # fmt: skip
         self.r, self.v, self.steps, self.replicas, self.peers = r, v, steps, replicas, peers
         self.rng = np.random.default_rng(seed)
         self._buffer: list[np.ndarray] = []
-        z = {rank: self.rng.standard_normal((replicas, peers)) for rank in ranks}
-        self.slowest = {rank: z[rank].argmax(axis=1) for rank in ranks}
+        z = {rank: self.rng.standard_normal((fleets, replicas, peers)) for rank in ranks}
+        self.slowest = {rank: z[rank].argmax(axis=2) for rank in ranks}
+        each = steps // fleets
         self.persistent = {
-            rank: np.tile(np.exp(v.gpu_spread * z[rank].max(axis=1)), steps) for rank in ranks
+            rank: np.repeat(np.exp(v.gpu_spread * z[rank].max(axis=2)), each, axis=0).reshape(-1)
+            for rank in ranks
         }
 
     def factor(self, node: int, kind: int) -> np.ndarray | float:
@@ -100,25 +104,22 @@ def step_samples(
     variability: VariabilityConfig,
     steps: int,
     seed: int,
+    fleets: int = 1,
 ) -> StepSamples:
     """``steps`` steps of ``step`` (simulated once: ``task_times`` per task, ``step_time_s``
-    its step time) with ``variability``'s draws from ``seed``."""
+    its step time) with ``variability``'s draws from ``seed``; ``task_times`` may be the
+    step's :class:`Retimable` already made. ``fleets`` > 1 draws that many sets of GPUs,
+    ``steps`` steps each (the frame's ``fleet`` column)."""
     plan = step.plan
     grid = plan.grid
     ranks = sorted(step.stage_of)
     full = len(ranks) == grid.size
     replicas = 1 if full else grid.dp
     peers = 1 if full else grid.tp * grid.cp
-    dp_of: dict[tuple, int] = {}
-
-    def block_of(group: tuple[int, ...]) -> int:
-        if group not in dp_of:
-            dp_of[group] = len({grid.coords(g)["dp"] for g in group})
-        return dp_of[group]
-
-    r = retimable(step.graph, task_times, block_of)
+    r = task_times if isinstance(task_times, Retimable) else _retimable(step, task_times)
     base = float(retime(r, 1, 1, lambda n, k: 1.0)[0])
-    draws = Draws(r, variability, steps, replicas, peers, ranks, seed)
+    each, steps = steps, steps * fleets
+    draws = Draws(r, variability, steps, replicas, peers, ranks, seed, fleets)
     waits = Waits(steps, replicas, ranks)
     ends = retime(r, steps, replicas, draws.factor, waits).reshape(steps, replicas).max(axis=1)
     times = step_time_s * (ends / base) if base > 0 else np.full(steps, step_time_s)
@@ -127,12 +128,14 @@ def step_samples(
         total = waits.total[n]
         i, k = np.unravel_index(total.argmax(), total.shape)
         rank = ranks[int(i)]
-        gpu = rank if full else _peer(grid, rank, int(k), int(draws.slowest[rank][k]))
-        rows.append((n, times[n], times[n] / step_time_s, gpu, step.stage_of[rank], total[i, k]))
-    frame = pd.DataFrame(
-        rows,
-        columns=["step", "step_time_s", "slowdown", "pacing_rank", "pacing_stage", "wait_s"],
-    )
+        member = int(draws.slowest[rank][n // each, k])
+        gpu = rank if full else _peer(grid, rank, int(k), member)
+        stage = step.stage_of[rank]
+        rows.append((n // each, n, times[n], times[n] / step_time_s, gpu, stage, total[i, k]))
+    columns = ["fleet", "step", "step_time_s", "slowdown", "pacing_rank", "pacing_stage"]
+    frame = pd.DataFrame(rows, columns=[*columns, "wait_s"])
+    if fleets == 1:
+        frame = frame.drop(columns="fleet")
     return StepSamples(frame, step_time_s)
 
 
@@ -141,3 +144,64 @@ def _peer(grid, rank: int, replica: int, member: int) -> int:
     simulated ``rank``."""
     pp = grid.coords(rank)["pp"]
     return grid.rank(tp=member % grid.tp, cp=member // grid.tp, dp=replica, pp=pp)
+
+
+def fleet_speeds(
+    step: StepGraph,
+    task_times: np.ndarray,
+    step_time_s: float,
+    variability: VariabilityConfig,
+    fleets: int,
+    steps: int,
+    seed: int,
+) -> np.ndarray:
+    """Per draw of a fleet of GPUs (new persistent speeds each), the mean of ``steps`` drawn
+    steps over the variability-free step."""
+    drawn = step_samples(step, task_times, step_time_s, variability, steps, seed, fleets)
+    return drawn.frame.groupby("fleet")["step_time_s"].mean().to_numpy() / step_time_s
+
+
+def slow_gpu_costs(
+    step: StepGraph, task_times: np.ndarray, factor: float, replica: int = 0
+) -> np.ndarray:
+    """Per pipeline stage, the step's multiplier when one GPU of that stage in one replica
+    (``replica``) runs ``factor`` times slower: every stage at once, a column each, by
+    re-timing the simulated step. In symmetric mode the slow GPU is one replica's copy of
+    the stage's simulated rank (its peers wait on it at their tensor-parallel collectives,
+    the other replicas at the gradient reduction); in full mode the stage's first rank."""
+    plan = step.plan
+    grid = plan.grid
+    ranks = sorted(step.stage_of)
+    full = len(ranks) == grid.size
+    replicas = 1 if full else grid.dp
+    stages = grid.pp
+    r = task_times if isinstance(task_times, Retimable) else _retimable(step, task_times)
+    first = {}
+    for rank in ranks:
+        first.setdefault(step.stage_of[rank], rank)
+    column = {first[s]: s * replicas + (0 if full else replica) for s in range(stages)}
+    width = stages * replicas
+
+    def slowed(node: int, kind: int):
+        col = column.get(int(r.rank[node]))
+        if kind != COMPUTE or col is None:
+            return 1.0
+        out = np.ones(width)
+        out[col] = factor
+        return out
+
+    base = float(retime(r, 1, 1, lambda n, k: 1.0)[0])
+    ends = retime(r, stages, replicas, slowed).reshape(stages, replicas).max(axis=1)
+    return ends / base
+
+
+def _retimable(step: StepGraph, task_times: np.ndarray) -> Retimable:
+    grid = step.plan.grid
+    dp_of: dict[tuple, int] = {}
+
+    def block_of(group: tuple[int, ...]) -> int:
+        if group not in dp_of:
+            dp_of[group] = len({grid.coords(g)["dp"] for g in group})
+        return dp_of[group]
+
+    return retimable(step.graph, task_times, block_of)

@@ -148,6 +148,8 @@ def test_fleet_defaults_are_the_documented_ones():
 
 def _plain() -> JobModel:
     m = _job()
-    return replace(m, fleet=None, cause_names=("node",), cause_rate_s=np.array([NODES / (20 * DAY)]),
-                   cause_shape=np.array([1.0]), cause_nodes_out=np.array([1]),
-                   cause_detect_s=np.array([300.0]))  # fmt: skip
+    rate = np.array([NODES / (20 * DAY)])
+    return replace(
+        m, fleet=None, cause_names=("node",), cause_rate_s=rate, cause_shape=np.array([1.0]),
+        cause_nodes_out=np.array([1]), cause_detect_s=np.array([300.0]),
+    )  # fmt: skip

@@ -140,6 +140,14 @@ def goodput(
             help="A:B[:N]: ETTR against N (12) intervals from A to B, e.g. 5min:4h.",
         ),
     ] = None,
+    key_sweep: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep",
+            help="KEY=V1,V2,...: ETTR against one field of failures: (e.g. "
+            "failures.spares=0,16,64), the same seeds at every value.",
+        ),
+    ] = None,
 ) -> None:
     """Effective training time over days of failures, checkpoints and restarts (Monte Carlo)."""
     from simulator import limits
@@ -163,7 +171,10 @@ def goodput(
         intervals = parse_interval_range(sweep) if sweep is not None else None
     except (ValueError, UnitError) as exc:
         _exit_bad_input(str(exc))
-    model = _job_model(scenario, s, overrides, days, count, intervals, sweep)
+    if key_sweep is not None:
+        _key_sweep(scenario, s, overrides, key_sweep, days, count, ci, format, out)
+        return
+    model, _ = _job_model(scenario, s, overrides, days, count, intervals, sweep)
     record = 0 if out else None
     if count is None:
         most = min(AUTO_MAX_SEEDS, int(limits.bound("seeds")))
@@ -191,9 +202,49 @@ def goodput(
     _print_table(s.name or scenario.stem, summary, table, result.model.slowdown)
 
 
-def _job_model(scenario: Path, s, overrides, days: float, seeds: int | None, intervals, sweep):
-    """The job model of ``s``: its step simulated (and re-timed for a fleet), its failures
-    checked against it; bad input exits 2 at the file's line."""
+def _key_sweep(scenario, s, overrides, text, days, seeds, ci, format, out) -> None:
+    """``--sweep KEY=V1,V2``: the job model at each value, its goodput; a table, or JSON,
+    and with ``--out`` goodput-sweep.csv and goodput-sweep.png."""
+    from simulator.failures.key_sweep import draw_key_sweep, needs_step, parse_sweep, sweep_rows
+
+    try:
+        key, values = parse_sweep(text)
+    except ValueError as exc:
+        _exit_bad_input(str(exc))
+    models, inputs = [], None
+    for value in values:
+        point = [*overrides, f"{key}={value}"]
+        sv = _load(scenario, point)
+        model, made = _job_model(scenario, sv, point, days, seeds, None, None, inputs)
+        inputs = None if needs_step(key) else made
+        models.append(model)
+    table = sweep_rows(models, key, values, days, seeds, ci)
+    name = s.name or scenario.stem
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "goodput-sweep.csv", index=False)
+        draw_key_sweep(table, key, out / "goodput-sweep.png", f"{name}: ETTR against {key}")
+        log.info("wrote %s and %s", out / "goodput-sweep.csv", out / "goodput-sweep.png")
+    if format is Format.json:
+        typer.echo(json.dumps(table.to_dict("records"), indent=2))
+        return
+    typer.echo(f"{name}: ETTR against {key} ({days:g} days, the same seeds at every value)")
+    for row in table.to_dict("records"):
+        lost = ", ".join(
+            f"{k[:-2]} {row[k]:,.1f} h" for k in ("waiting_h", "degraded_h", "lost_work_h")
+        )
+        typer.echo(
+            f"  {str(row[key]):>10}  ETTR {row['ettr_mean']:.4f} +- {row['ettr_ci95']:.4f} "
+            f"({row['seeds']} seeds); {lost}"
+        )
+
+
+def _job_model(
+    scenario: Path, s, overrides, days: float, seeds: int | None, intervals, sweep, inputs=None
+):
+    """The job model of ``s`` and its step's inputs: its step simulated (and re-timed for a
+    fleet) unless ``inputs`` are given, its failures checked against it; bad input exits 2
+    at the file's line."""
     from simulator import limits
     from simulator.failures import adapter
     from simulator.scenario.failures import check_failures
@@ -214,7 +265,7 @@ def _job_model(scenario: Path, s, overrides, days: float, seeds: int | None, int
         if findings:
             _exit_bad_input(str(located_error(scenario, overrides, findings)))
         try:
-            inputs = adapter.step_inputs(s, topo)
+            inputs = inputs or adapter.step_inputs(s, topo)
         except InfeasibleError as exc:
             _exit_bad_input(f"{scenario}: {exc}")
         findings = check_failures(s, inputs.step_time_s)
@@ -244,7 +295,7 @@ def _job_model(scenario: Path, s, overrides, days: float, seeds: int | None, int
             )  # fmt: skip
         log.info("%s seeds of %g days", shown, days)
         adapter.prefetch_elastic(model, days, seeds or 10)  # each DP size reached, in parallel
-    return model
+    return model, inputs
 
 
 def _hours(v: float) -> str:

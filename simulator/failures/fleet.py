@@ -76,10 +76,14 @@ class FleetJob(_Job):
     def __init__(self, m, horizon: float, seed: int, record: bool):
         self.f: FleetModel = m.fleet
         f = self.f
-        self.gen = rng(seed, FLEET_STREAM)
+        # a stream per purpose and one per node (lifetimes, slow onsets, repair outcomes):
+        # the same seed draws the same failures for a node whatever the pool's size
+        self.seed = seed
+        self.gen = rng(seed, FLEET_STREAM)  # misdiagnosis, slow-node stages, the job's pace
+        self.node_gens: dict[int, np.random.Generator] = {}
         spare = m.spares
         total = m.nodes + f.standbys + spare
-        self.lemon = self.gen.random(total) < f.lemon_fraction
+        self.lemon = rng(seed, FLEET_STREAM + 1).random(total) < f.lemon_fraction
         self.faulty = np.zeros(total, dtype=bool)
         self.failures = np.zeros(total, dtype=np.int64)
         self.where = np.array([JOB] * m.nodes + [STANDBY] * f.standbys + [POOL] * spare)
@@ -100,6 +104,12 @@ class FleetJob(_Job):
 
     # ------------------------------------------------------------------ node events
 
+    def node_gen(self, node: int) -> np.random.Generator:
+        gen = self.node_gens.get(node)
+        if gen is None:
+            gen = self.node_gens[node] = rng(self.seed, FLEET_STREAM + 2 + node)
+        return gen
+
     def rate(self, node: int) -> float:
         f = self.f
         bad = self.lemon[node] or self.faulty[node]
@@ -109,13 +119,13 @@ class FleetJob(_Job):
         """``node`` enters the job: its failure and slow-onset times from now."""
         self.where[node] = JOB
         self.version[node] += 1
-        rate, shape = self.rate(node), self.f.shape
+        rate, shape, gen = self.rate(node), self.f.shape, self.node_gen(node)
         if rate > 0:
             scale = (1.0 / rate) / math.gamma(1.0 + 1.0 / shape)
-            life = scale * float(self.gen.standard_exponential()) ** (1.0 / shape)
+            life = scale * float(gen.standard_exponential()) ** (1.0 / shape)
             self.push(now + life, "fail", node)
         if self.f.slow_rate_s > 0:
-            self.push(now + float(self.gen.exponential(1.0 / self.f.slow_rate_s)), "slow", node)
+            self.push(now + float(gen.exponential(1.0 / self.f.slow_rate_s)), "slow", node)
 
     def leave(self, node: int, where: int) -> None:
         self.where[node] = where
@@ -233,10 +243,10 @@ class FleetJob(_Job):
         return max(0.0, back - at)
 
     def send_to_repair(self, node: int, at: float) -> None:
-        f = self.f
-        manual = self.gen.random() < f.escalate
+        f, gen = self.f, self.node_gen(node)
+        manual = gen.random() < f.escalate
         took = f.auto_s + (f.manual_s if manual else 0.0)
-        self.faulty[node] = self.gen.random() < (f.unfixed_manual if manual else f.unfixed_auto)
+        self.faulty[node] = gen.random() < (f.unfixed_manual if manual else f.unfixed_auto)
         heapq.heappush(self.returns, (at + took, node))
 
     def collect(self, now: float) -> None:

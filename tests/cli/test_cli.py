@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -332,3 +333,20 @@ def test_run_builds_the_topology_once(root, monkeypatch):
     result = runner.invoke(app, ["run", str(path), "--format", "json"])
     assert result.exit_code == 0, result.output
     assert len(built) == 1
+
+
+def test_run_steps_prints_the_distribution_and_writes_steps_csv(tmp_path):
+    """`run --steps N`: p50/p90/p99 against the variability-free step, the GPUs the others
+    waited on, and steps.csv (one row a drawn step) with --out."""
+    out = tmp_path / "run"
+    result = runner.invoke(
+        app,
+        ["run", "scenarios/examples/pipeline-1f1b.yaml", "--steps", "5", "--out", str(out),
+         "--no-links"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "step time, 5 steps" in result.stdout and "p99" in result.stdout
+    assert "paced by GPU" in result.stdout
+    steps = pd.read_csv(out / "steps.csv")
+    assert list(steps["step"]) == [0, 1, 2, 3, 4]
+    assert (steps["step_time_s"] > 0).all()

@@ -168,3 +168,44 @@ def test_goodput_builds_the_topology_once(tmp_path, root, monkeypatch):
     result = _run(path, "--days", 1, "--seeds", 2, "--format", "json")
     assert result.exit_code == 0, result.output
     assert len(built) == 1
+
+
+def test_seeds_auto_stops_when_the_interval_is_narrow(scenario):
+    """--seeds auto runs tens of seeds until the 95% interval of the mean ETTR is within
+    --ci; the JSON says how many and how wide."""
+    result = _run(scenario, "--days", 2, "--seeds", "auto", "--ci", 0.05, "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["seeds"] % 10 == 0
+    assert data["ettr_ci95"] <= 0.05
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--seeds", "many"], "--seeds many"),
+        (["--seeds", "0"], "--seeds 0"),
+        (["--sweep", "spares=1,2"], "--sweep spares"),
+        (["--sweep", "failures.spares=1"], "KEY=V1,V2"),
+    ],
+)
+def test_bad_seeds_and_sweeps_exit_2(scenario, args, says):
+    result = _run(scenario, "--days", 1, *args)
+    assert result.exit_code == 2
+    assert says in result.output
+
+
+def test_a_failures_field_swept_with_the_same_seeds(scenario, tmp_path):
+    """ETTR against the spare pool: the same seeds at every value, so more spares never
+    lose (one spare vs four on a 4-node job with 12 h repairs), and the files of --out."""
+    out = tmp_path / "sweep"
+    result = _run(
+        scenario, "--days", 3, "--seeds", 6, "--sweep", "failures.spares=0,1,4",
+        "--out", out, "--format", "json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["failures.spares"] for r in rows] == ["0", "1", "4"]
+    ettr = [r["ettr_mean"] for r in rows]
+    assert ettr[0] <= ettr[1] <= ettr[2] and ettr[0] < ettr[2]
+    assert (out / "goodput-sweep.csv").exists() and (out / "goodput-sweep.png").exists()

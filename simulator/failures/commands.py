@@ -386,19 +386,7 @@ def _print_table(name: str, summary: dict, table, slowdown: float = 1.0) -> None
             f"  optimum (Young / Daly)     {_minutes(opt['young'])} / {_minutes(opt['daly'])}"
             + (" (the asynchronous drain's length: no shorter)" if opt["drain_bound"] else "")
         )
-    lines += _fleet_lines(d.get("fleet"))
-    lines.append("  lost time (mean per seed, +- its 95% CI)")
-    for k, v in d["lost_hours_by_category"].items():
-        ci = d["lost_hours_ci95_by_category"][k]
-        lines.append(f"    {k:<24} {_hours(v):>10} +- {ci:,.1f} h")
-    total = sum(d["lost_hours_by_category"].values())
-    lines.append(
-        f"    {'total':<24} {_hours(total)} of {wall:,.0f} h ({total / wall:.1%}; "
-        f"1 - ETTR = {1 - d['ettr_mean']:.1%})"
-    )
-    lines.append("  interruptions by cause (mean)")
-    for k, v in sorted(d["interruptions_by_cause"].items(), key=lambda kv: -kv[1]):
-        lines.append(f"    {k:<24} {v:.1f}")
+    lines += _fleet_lines(d.get("fleet")) + _loss_lines(d, wall)
     if table is not None:
         lines.append("  ETTR against the checkpoint interval (as asked -> as simulated)")
         best = table["ettr_mean"].idxmax()
@@ -410,6 +398,25 @@ def _print_table(name: str, summary: dict, table, slowdown: float = 1.0) -> None
                 f"  {row['ettr_mean']:.4f}  [{row['ettr_p5']:.4f}, {row['ettr_p95']:.4f}]{mark}"
             )
     typer.echo("\n".join(lines))
+
+
+def _loss_lines(d: dict, wall: float) -> list[str]:
+    """Lost hours by category with their intervals, and interruptions by cause."""
+    ci = d["lost_hours_ci95_by_category"]
+    lines = ["  lost time (mean per seed, +- its 95% CI)"]
+    lines += [
+        f"    {k:<24} {_hours(v):>10} +- {ci[k]:,.1f} h"
+        for k, v in d["lost_hours_by_category"].items()
+    ]
+    total = sum(d["lost_hours_by_category"].values())
+    lines.append(
+        f"    {'total':<24} {_hours(total)} of {wall:,.0f} h ({total / wall:.1%}; "
+        f"1 - ETTR = {1 - d['ettr_mean']:.1%})"
+    )
+    lines.append("  interruptions by cause (mean)")
+    for k, v in sorted(d["interruptions_by_cause"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {k:<24} {v:.1f}")
+    return lines
 
 
 def _fleet_lines(f: dict | None) -> list[str]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.failures.arrivals import rng
-from simulator.failures.job import _Job
+from simulator.failures.job import SeedResult, _Job, simulate_job
 
 FLEET_STREAM = 1_000_081
 NODE_FAILURE, SLOW_NODE = "node_failure", "slow_node"  # the fleet's causes, named in counts
@@ -278,6 +278,16 @@ class FleetJob(_Job):
         if span <= 0:
             return self.speed
         return (self.speed_area + self.speed * (t - self.speed_t)) / span
+
+
+def simulate_fleet_job(m, horizon_s: float, seed: int, record: bool = False) -> SeedResult:
+    """One seed of job ``m``: node by node where ``m.fleet`` is given (:class:`FleetJob`),
+    else the job-wide model (:func:`simulator.failures.job.simulate_job`)."""
+    if m.fleet is None:
+        return simulate_job(m, horizon_s, seed, record)
+    job = FleetJob(m, horizon_s, seed, record)
+    job.run()
+    return SeedResult(seed, horizon_s, job.productive, job.acc, job.counts, job.segments)
 
 
 def with_fleet(model, fleet, slow_costs=(1.0,), speeds=(1.0,)):

@@ -279,13 +279,8 @@ class _Job:
 
 def simulate_job(m: JobModel, horizon_s: float, seed: int, record: bool = False) -> SeedResult:
     """Simulate ``horizon_s`` of wall clock of job ``m`` with random streams of ``seed``
-    (node by node where ``m.fleet`` is given: :mod:`simulator.failures.fleet`)."""
-    if m.fleet is not None:
-        from simulator.failures.fleet import FleetJob
-
-        job = FleetJob(m, horizon_s, seed, record)
-        job.run()
-        return SeedResult(seed, horizon_s, job.productive, job.acc, job.counts, job.segments)
+    (a job-wide failure model; :func:`simulator.failures.fleet.simulate_fleet_job` draws
+    them node by node)."""
     job = _Job(m, horizon_s, seed, record)
     job.run()
     return SeedResult(seed, horizon_s, job.productive, job.acc, job.counts, job.segments)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from simulator.failures.job import CATEGORIES, simulate_job
+from simulator.failures.fleet import simulate_fleet_job as simulate_job
+from simulator.failures.job import CATEGORIES
 from simulator.failures.model import JobModel
 from simulator.failures.optimum import daly_interval, young_interval
 

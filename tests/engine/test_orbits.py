@@ -8,6 +8,7 @@ from simulator import api
 from simulator.engine.network import LinkTable
 from simulator.engine.orbits import LinkOrbits, link_orbits
 from simulator.engine.placement import DeviceLabels
+from simulator.stages import simulation
 from tests.fat_trees import fat_tree as fat_tree_topology
 
 
@@ -102,9 +103,9 @@ def test_runs_with_orbits_equal_runs_without(case, monkeypatch):
         return sim
 
     monkeypatch.setattr(api, "simulate", spy)
-    monkeypatch.setattr(api, "SYMMETRIC_ORBITS", False)
+    monkeypatch.setattr(simulation, "SYMMETRIC_ORBITS", False)  # where simulate reads it
     plain = api.run(s, topo)
-    monkeypatch.setattr(api, "SYMMETRIC_ORBITS", True)
+    monkeypatch.setattr(simulation, "SYMMETRIC_ORBITS", True)
     # on a topology of its own: nothing routed or rated by the plain run is reused
     reduced = api.run(s, api.build_topology(s.cluster))
     assert reduced.trace.equals(plain.trace)  # task for task, to the last bit

@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulator.failures.fleet import FleetModel, with_fleet
-from simulator.failures.job import CATEGORIES, simulate_job
+from simulator.failures.fleet import FleetModel, simulate_fleet_job, with_fleet
+from simulator.failures.job import CATEGORIES
 from simulator.failures.model import JobModel
 from simulator.failures.montecarlo import ci95, simulate_seeds, simulate_until
 from simulator.scenario.fleet import FleetConfig
@@ -61,7 +61,7 @@ def test_every_second_of_wall_clock_is_accounted_for():
     )  # fmt: skip
     model = replace(model, spares=1)
     for seed in range(5):
-        res = simulate_job(model, 30 * DAY, seed)
+        res = simulate_fleet_job(model, 30 * DAY, seed)
         total = res.productive_s + sum(res.lost_s[k] for k in CATEGORIES)
         assert total == pytest.approx(30 * DAY, rel=1e-9)
 

@@ -8,7 +8,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
 ROOT_CELL = """\
-from pathlib import Path
+{imports}from pathlib import Path
 
 import pandas as pd
 
@@ -17,6 +17,8 @@ from simulator import api
 # the repository's root (the notebook runs in docs/notebooks/)
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "scenarios").is_dir())
 EXAMPLES = ROOT / "scenarios" / "examples\""""
+
+STDLIB = "import json\nimport subprocess\nimport sys\nimport tempfile\n"
 
 NOTEBOOKS = {
     "01-bubbles-memory-overlap.ipynb": [
@@ -27,7 +29,7 @@ NOTEBOOKS = {
             "bubble, how much memory ZeRO saves, how much of the gradient traffic hides under "
             "the backward pass."
         ),
-        new_code_cell(ROOT_CELL),
+        new_code_cell(ROOT_CELL.format(imports="")),
         new_markdown_cell(
             "## Pipeline bubbles\n\nFive schedules of the same 32-layer model on 4 stages "
             "(TP 2) with 16 micro-batches. GPipe's and 1F1B's bubble is (p - 1)/(m + p - 1) "
@@ -95,7 +97,8 @@ NOTEBOOKS = {
             "does the step move with the NIC bandwidth and the leaf oversubscription? Each "
             "point is a full step simulation; the result is a pandas table and a picture."
         ),
-        new_code_cell(ROOT_CELL + "\nimport matplotlib.pyplot as plt"),
+        new_code_cell(ROOT_CELL.format(imports="").replace(
+            "import pandas as pd\n", "import matplotlib.pyplot as plt\nimport pandas as pd\n")),
         new_code_cell(
             "rows = []\n"
             'for nic in ["100 Gb/s", "200 Gb/s", "400 Gb/s"]:\n'
@@ -116,7 +119,9 @@ NOTEBOOKS = {
             "fig, ax = plt.subplots(figsize=(6, 3.5))\n"
             'for over, part in study.groupby("oversubscription"):\n'
             '    ax.plot(part["nic"], part["step_s"], marker="o", label=f"{over}:1 leaves")\n'
-            'ax.set_xlabel("NIC bandwidth"); ax.set_ylabel("step (s)"); ax.legend()\n'
+            'ax.set_xlabel("NIC bandwidth")\n'
+            'ax.set_ylabel("step (s)")\n'
+            "ax.legend()\n"
             "# more bandwidth never slows a step\n"
             'for _, part in study.groupby("oversubscription"):\n'
             '    assert part["step_s"].is_monotonic_decreasing or part["step_s"].nunique() == 1'
@@ -133,8 +138,7 @@ NOTEBOOKS = {
             "job keeps of its wall clock over weeks of failures."
         ),
         new_code_cell(
-            ROOT_CELL + "\nimport json\nimport subprocess\nimport sys\nimport tempfile\n\n"
-            "WORK = Path(tempfile.mkdtemp())  # the plan's files and the job's scenario"
+            ROOT_CELL.format(imports=STDLIB) + "\nWORK = Path(tempfile.mkdtemp())  # the plan's files and the job's scenario"
         ),
         new_markdown_cell(
             "## Plan search\n\n`trainsim plan` bounds every layout, simulates the promising "
@@ -143,7 +147,8 @@ NOTEBOOKS = {
         new_code_cell(
             "out = WORK / \"plan\"\n"
             "done = subprocess.run(\n"
-            '    [sys.executable, "-m", "simulator", "plan", str(EXAMPLES / "pipeline-1f1b.yaml"),\n'
+            '    [sys.executable, "-m", "simulator", "plan",\n'
+            '     str(EXAMPLES / "pipeline-1f1b.yaml"),\n'
             '     "--top", "2", "--budget", "8", "--out", str(out), "--fresh",\n'
             '     "--format", "json"],\n'
             "    capture_output=True, text=True, check=True)\n"
@@ -186,7 +191,9 @@ NOTEBOOKS = {
 def main() -> None:
     for name, cells in NOTEBOOKS.items():
         nb = new_notebook(cells=cells)
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.metadata["kernelspec"] = {
+            "name": "python3", "display_name": "Python 3", "language": "python"
+        }  # fmt: skip
         nbformat.write(nb, HERE / name)
         print("wrote", HERE / name)
 

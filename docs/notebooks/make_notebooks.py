@@ -138,7 +138,8 @@ NOTEBOOKS = {
             "job keeps of its wall clock over weeks of failures."
         ),
         new_code_cell(
-            ROOT_CELL.format(imports=STDLIB) + "\nWORK = Path(tempfile.mkdtemp())  # the plan's files and the job's scenario"
+            ROOT_CELL.format(imports=STDLIB)
+            + "\nWORK = Path(tempfile.mkdtemp())  # the plan's files and the job's scenario"
         ),
         new_markdown_cell(
             "## Plan search\n\n`trainsim plan` bounds every layout, simulates the promising "

@@ -103,7 +103,7 @@ __all__ = [
     "network_facts", "network_model", "parse_sizes", "perturb", "quiet_pool_worker", "run",
     "scenario_perturbations", "simulate", "step_lower_bound", "step_metrics", "step_sensitivity",
     "straggler_link_findings", "topology_from_file", "topology_report", "topology_warnings",
-    "usable_cores", "write_run",
+    "usable_cores", "with_overrides", "write_run",
 ]  # fmt: skip
 
 
@@ -115,6 +115,18 @@ def __dir__() -> list[str]:
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
     """Load a scenario file (alias of :func:`simulator.scenario.load_scenario`)."""
     return load_scenario(path, overrides)
+
+
+def with_overrides(scenario: Scenario, changes: dict | list[str]) -> Scenario:
+    """A changed copy of a loaded scenario, validated as a file with ``--set`` is.
+
+    >>> s = load("scenarios/examples/pipeline-1f1b.yaml")
+    >>> with_overrides(s, {"training.global_batch": 32}).training.global_batch
+    32
+    """
+    from simulator.scenario.loader import with_overrides as rebuilt
+
+    return rebuilt(scenario, changes)
 
 
 def topology_from_file(

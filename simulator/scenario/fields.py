@@ -47,3 +47,14 @@ is no protocol, and tiny fractions push simulated time past the largest float.""
 class Frozen(BaseModel):
     # strict: a count must be an int, a flag a bool; YAML's `true` is no count
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):  # pydantic's private attributes
+            super().__setattr__(name, value)
+            return
+        raise TypeError(
+            f"{type(self).__name__}.{name} cannot be set: a scenario is frozen (validated as a "
+            f"whole). Make a changed copy, validated like a file, with "
+            f"api.with_overrides(scenario, {{'<section>.{name}': value}}) (e.g. "
+            "{'training.global_batch': 512}), or load it with api.load(path, ['key=value'])"
+        )

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +179,7 @@ def build_scenario(
         raise ScenarioError.single(
             positions.get((), Position(source)), "", "a scenario must be a YAML mapping of sections"
         )
+    origin = (copy.deepcopy(data), copy.deepcopy(positions), source, tuple(overrides))
     _promote_names(data, list(overrides))
     for text in overrides:
         apply_override(data, positions, text)
@@ -202,7 +205,28 @@ def build_scenario(
                 overrides,
             )
         )
+    scenario._origin = origin
     return scenario
+
+
+def with_overrides(scenario: Scenario, changes: dict[str, Any] | list[str]) -> Scenario:
+    """``scenario`` rebuilt from its file's data with more overrides (``{"key": value}`` or
+    ``["key=value"]``), validated as a file with ``--set`` is: ScenarioError naming the field.
+    ValueError for a scenario not loaded from YAML, or changed in code since."""
+    origin = getattr(scenario, "_origin", None)
+    if origin is None:
+        raise ValueError("with_overrides rebuilds a scenario loaded from YAML (api.load)")
+    data, positions, source, before = origin
+    if isinstance(changes, dict):
+        changes = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in changes.items()]
+    if build_scenario(copy.deepcopy(data), copy.deepcopy(positions), source, before) != scenario:
+        raise ValueError(
+            "this scenario was changed in code after loading (model_copy): with_overrides "
+            "would lose that change; load it with api.load(path, overrides) instead"
+        )
+    return build_scenario(
+        copy.deepcopy(data), copy.deepcopy(positions), source, [*before, *changes]
+    )
 
 
 def _with_overrides(problems: list[Problem], overrides) -> list[Problem]:

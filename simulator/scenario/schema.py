@@ -15,6 +15,7 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -462,6 +463,8 @@ class Scenario(Frozen):
                 " or samples: of dotted keys) and run `trainsim sweep SPEC`; see scenarios/sweeps/"
             )
         return None
+
+    _origin: Any = PrivateAttr(default=None)  # its YAML data (api.with_overrides rebuilds it)
 
     @property
     def num_gpus(self) -> int:

@@ -42,6 +42,7 @@ from simulator.plan.plan import zero_sharded
 from simulator.scenario.loader import PROJECT_ROOT
 from simulator.scenario.schema import ModelConfig
 from simulator.trace import gpu_rows
+from simulator.validation_deepep import deepep_rows
 
 VALIDATION = PROJECT_ROOT / "scenarios" / "validation"
 COLUMNS = [
@@ -447,19 +448,9 @@ def llama3_rows(spec: dict, each: Each = in_turn) -> list[dict]:
 
 
 GROUPS = (
-    "megatron",
-    "megatron_table2",
-    "nccl",
-    "nccl_time",
-    "zero_bubble",
-    "throughput",
-    "llama3",
-    "zero",
-    "korthikanti",
-    "layer_timing",
-    "nvidia_h100",
-    "moe_folding",
-)
+    "megatron", "megatron_table2", "nccl", "nccl_time", "zero_bubble", "throughput", "llama3",
+    "zero", "korthikanti", "layer_timing", "nvidia_h100", "moe_folding", "deepep",
+)  # fmt: skip
 
 
 class UnknownGroup(ValueError):
@@ -508,6 +499,7 @@ def _validate(groups: list[str] | None, each: Each) -> pd.DataFrame:
         "moe_folding": lambda: ratio_rows(
             spec["moe_folding"], "MoE parallel folding (ratio to unfolded)", each
         ),
+        "deepep": lambda: deepep_rows(spec["deepep"], _row),
     }
     chosen = [(n, make) for n, make in makers.items() if groups is None or n in groups]
     rows = []

@@ -30,6 +30,7 @@ from itertools import repeat
 
 import numpy as np
 
+import simulator.collectives.deepep as deepep
 import simulator.collectives.nccl_tuning as nccl_tuning
 from simulator.collectives.nccl_tuning import ALGORITHM_EFFICIENCY
 from simulator.collectives.plan import (
@@ -403,6 +404,24 @@ ALGORITHMS: dict[str, Algorithm] = {
 DEFAULT_ALGORITHM = {"all_to_all": "direct", "send_recv": "direct"}
 
 
+def _phases(kind, group, size_bytes, algorithm, locality) -> list[Phase]:
+    """The phases of one collective by its algorithm (DeepEP's all-to-all: ``size_bytes`` of
+    tokens, one copy each; :mod:`simulator.collectives.deepep`)."""
+    if kind == "send_recv":
+        return send_recv(kind, group, size_bytes, locality)
+    if len(group) == 1:
+        return []
+    if (routing := deepep.parse(algorithm)) is not None:
+        return deepep.deepep_phases(kind, group, size_bytes, locality.host_of, *routing)
+    try:
+        fn = ALGORITHMS[algorithm].phases
+    except KeyError:
+        raise InfeasibleError(
+            f"unknown algorithm {algorithm!r}; known: {', '.join(sorted(ALGORITHMS))}"
+        ) from None
+    return fn(kind, group, size_bytes, locality)
+
+
 def plan_collective(
     kind: Kind,
     group: Sequence[int],
@@ -429,18 +448,7 @@ def plan_collective(
     group = tuple(group)
     if len(group) < 1:
         raise InfeasibleError("a collective needs at least one rank")
-    if kind == "send_recv":
-        phases = send_recv(kind, group, size_bytes, locality)
-    elif len(group) == 1:
-        phases = []
-    else:
-        try:
-            fn = ALGORITHMS[algorithm].phases
-        except KeyError:
-            raise InfeasibleError(
-                f"unknown algorithm {algorithm!r}; known: {', '.join(sorted(ALGORITHMS))}"
-            ) from None
-        phases = fn(kind, group, size_bytes, locality)
+    phases = _phases(kind, group, size_bytes, algorithm, locality)
     if not protocol_efficiency or not phases:
         return CollectivePlan(kind, algorithm, group, size_bytes, tuple(phases))
     if locality.torus_shape is not None:  # a TPU torus runs XLA's collectives, not NCCL's

@@ -50,6 +50,7 @@ class StepPolicy:
     kernel_forward_s: float = 0.0
     kernel_backward_s: float = 0.0
     cuda_graphs: bool = False
+    moe_dispatcher: str = "alltoall"  # "deepep": simulator.collectives.deepep
 
 
 def policy_of(s: Scenario) -> StepPolicy:
@@ -78,4 +79,5 @@ def policy_of(s: Scenario) -> StepPolicy:
         kernel_forward_s=fw.cpu_launch_s + fw.cpu_op_forward_s,
         kernel_backward_s=fw.cpu_launch_s + fw.cpu_op_backward_s,
         cuda_graphs=fw.cuda_graphs,
+        moe_dispatcher=par.moe_dispatcher,
     )

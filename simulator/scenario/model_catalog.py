@@ -128,6 +128,7 @@ MODEL_CATALOG: dict[str, dict[str, Any]] = {
             "top_k": 8,
             "expert_ffn": 2048,
             "shared_experts": 1,
+            "max_nodes": 4,  # node-limited routing, M = 4 (DeepSeek-V3 report, sec. 2.1.2)
             "first_dense_layers": 3,
         },
     },

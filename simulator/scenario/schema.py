@@ -58,6 +58,8 @@ class MoEConfig(Frozen):
     keeps the first layers dense (DeepSeek-V3: 3). ``capacity_factor`` None is dropless.
     ``load_imbalance`` is the busiest expert-parallel rank's token count over the mean (1 =
     perfectly balanced routing); the busiest rank sets the pace of each all-to-all.
+    ``max_nodes``: node-limited routing, a token's experts on at most that many nodes
+    (DeepSeek-V3: 4); read by the DeepEP dispatcher (``parallelism.moe_dispatcher``).
     """
 
     experts: PosInt
@@ -68,6 +70,7 @@ class MoEConfig(Frozen):
     first_dense_layers: Annotated[int, Field(ge=0)] = 0
     capacity_factor: Annotated[Real, Field(gt=0, le=1000)] | None = None
     load_imbalance: Annotated[Real, Field(ge=1, le=1000)] = 1.0
+    max_nodes: PosInt | None = None
 
     @model_validator(mode="after")
     def top_k_within_experts(self):
@@ -289,7 +292,9 @@ class ParallelismConfig(Frozen):
     policy for the backward's gathers (``pre``, its default, issues the next gather before the
     current unit's gradient; ``post`` after it; ``none`` only when the unit is reached).
     ``order`` lays the rank grid out innermost first (Llama 3: tp, cp, pp, dp): consecutive
-    ranks, hence GPUs of one node, share the innermost groups."""
+    ranks, hence GPUs of one node, share the innermost groups. ``moe_dispatcher``: the expert
+    all-to-all as NCCL's (``alltoall``: a copy per expert) or DeepEP's (``deepep``: a token
+    once per node over RDMA, then NVLink; :mod:`simulator.collectives.deepep`)."""
 
     dp: PosInt | None = None
     tp: PosInt = 1
@@ -297,6 +302,7 @@ class ParallelismConfig(Frozen):
     cp: PosInt = 1
     ep: PosInt = 1
     expert_tp: PosInt | None = None
+    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     zero: Annotated[Literal[0, 1, 2, 3], BeforeValidator(_zero_stage)] = 0
     sequence_parallel: bool = False
     pipeline: PipelineConfig = PipelineConfig()

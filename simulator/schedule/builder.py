@@ -204,19 +204,22 @@ class GraphBuilder:
         flops: float = _FLOPS,
         mem_alloc: float = _ALLOC,
         mem_free: float = _FREE,
+        algorithm: str | None = None,
     ) -> int | None:
         """One rank's part of a ``collective`` of ``size`` bytes over ``group`` (members and
         copies index, from :meth:`group`); None when there is nothing to communicate.
-        Members' tasks with the same (name, group, tag) form one call; the other keyword
-        arguments are :class:`Task`'s optional fields."""
+        Members' tasks with the same (name, group, tag) form one call; ``algorithm`` forces
+        one (else the plan's choice); the other keyword arguments are :class:`Task`'s
+        optional fields."""
         members, copies = group
         if len(members) < 2 or size <= 0:
             return None
         inst = self.instances.setdefault((name, members, tag), len(self.instances))
-        key = (stream, collective, members, size)
-        algorithm = self.algorithms.get(key, _UNSET)
-        if algorithm is _UNSET:
-            algorithm = self._algorithm(stream, collective, members, size)
+        if algorithm is None:
+            key = (stream, collective, members, size)
+            algorithm = self.algorithms.get(key, _UNSET)
+            if algorithm is _UNSET:
+                algorithm = self._algorithm(stream, collective, members, size)
         spec = _new_tuple(CommSpec, (collective, members, size, inst, algorithm, copies))
         return self.task(
             rank, stream, name, 0.0, deps, spec, phase=phase, layer=layer,

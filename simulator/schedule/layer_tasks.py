@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from dataclasses import dataclass
 
+from simulator.collectives import deepep
 from simulator.schedule.builder import Dep, GraphBuilder
 from simulator.schedule.costs import Block, LayerCost, grad_accumulate_block, layer_cost
 
@@ -224,6 +225,9 @@ def _mlp_gathers(b: GraphBuilder, cost: LayerCost) -> bool:
     return b.plan.model.moe.shared_experts > 0
 
 
+DEEPEP_UNLIMITED = 1 << 20  # max_nodes for routing that no node limit constrains
+
+
 def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, kw):
     """Dispatch all-to-all, the routed experts' ``phase`` pass, combine all-to-all; where the
     dispatch is of local tokens (:func:`_local_dispatch`), an expert-TP all-gather of the
@@ -244,6 +248,9 @@ def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, 
         "group": grp,
         "size": size / grid.tp if local else size,
     }
+    if b.plan.policy.moe_dispatcher == "deepep":  # tokens once each, routed by the algorithm
+        common["size"] /= moe.top_k * (moe.capacity_factor or 1.0)
+        common["algorithm"] = deepep.name(moe.top_k, moe.max_nodes or DEEPEP_UNLIMITED)
     dispatch = b.comm(name="ep_dispatch", tag=tag + (phase, "d"), deps=deps, **common, **kw)
     last = then(list(deps), dispatch)
     etp = grid.expert_tp

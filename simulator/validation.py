@@ -449,7 +449,7 @@ def llama3_rows(spec: dict, each: Each = in_turn) -> list[dict]:
 
 GROUPS = (
     "megatron", "megatron_table2", "nccl", "nccl_time", "zero_bubble", "throughput", "llama3",
-    "zero", "korthikanti", "layer_timing", "nvidia_h100", "moe_folding", "deepep",
+    "zero", "korthikanti", "layer_timing", "nvidia_h100", "moe_folding", "deepep", "moe_recipes",
 )  # fmt: skip
 
 
@@ -500,6 +500,7 @@ def _validate(groups: list[str] | None, each: Each) -> pd.DataFrame:
             spec["moe_folding"], "MoE parallel folding (ratio to unfolded)", each
         ),
         "deepep": lambda: deepep_rows(spec["deepep"], _row),
+        "moe_recipes": lambda: throughput_rows(spec["moe_recipes"], "MoE recipes (Qwen3)", each),
     }
     chosen = [(n, make) for n, make in makers.items() if groups is None or n in groups]
     rows = []

@@ -132,6 +132,26 @@ MODEL_CATALOG: dict[str, dict[str, Any]] = {
             "first_dense_layers": 3,
         },
     },
+    # Qwen3-235B-A22B (Qwen3 technical report, arXiv:2505.09388, Table 2; the released
+    # config.json): 94 layers, all MoE; 64 query and 4 KV heads of 128; 128 experts of 1,536,
+    # top 8, no shared expert; vocabulary 151,936, untied. ``ffn`` is the config's dense
+    # intermediate size, which no layer uses.
+    "qwen3-235b-a22b": {
+        "layers": 94,
+        "hidden": 4096,
+        "heads": 64,
+        "kv_heads": 4,
+        "head_dim": 128,
+        "ffn": 12288,
+        "vocab": 151936,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "bias": False,
+        "tied_embeddings": False,
+        "position_embedding": "rope",
+        "dropout": 0.0,
+        "moe": {"experts": 128, "top_k": 8, "expert_ffn": 1536},
+    },
 }
 
 

@@ -50,22 +50,31 @@ def _type_text(annotation) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _model_rows(model, prefix: str, seen: set) -> list[str]:
+def _sections(model, prefix: str, seen: set) -> list[str]:
+    """One section per model: its key, its docstring (what each field means, with sources and
+    units), and a table of its own fields; nested sections follow."""
+    import inspect
+
     from pydantic import BaseModel
 
-    rows = []
+    title = prefix.rstrip(".") or "scenario"
+    doc = inspect.cleandoc(model.__doc__ or "").replace("``", "`")
+    out = [f"## `{title}`", "", doc, "", "| key | type | default |", "|---|---|---|"]
+    nested = []
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
         default = "required" if field.is_required() else repr(field.get_default())
         if len(default) > 40:
             default = default[:37] + "..."
-        rows.append(f"| `{key}` | {_type_text(field.annotation)} | `{default}` |")
-        args = typing.get_args(field.annotation) or (field.annotation,)
-        for sub in args:
+        out.append(f"| `{key}` | {_type_text(field.annotation)} | `{default}` |")
+        for sub in typing.get_args(field.annotation) or (field.annotation,):
             if isinstance(sub, type) and issubclass(sub, BaseModel) and sub not in seen:
                 seen.add(sub)
-                rows += _model_rows(sub, key + ".", seen)
-    return rows
+                nested.append((sub, key + "."))
+    out.append("")
+    for sub, key in nested:
+        out += _sections(sub, key, seen)
+    return out
 
 
 def _scenario_page() -> str:
@@ -75,20 +84,59 @@ def _scenario_page() -> str:
         "# Scenario reference",
         "",
         "Every field of a scenario file, generated from the schema (`simulator/scenario/`):",
-        "its key, type and default. Quantities accept units (`400 Gb/s`, `80 GB`, `5 us`,",
-        "`500 W`); what each field means, with its source, is in the docstring of its section",
-        "and in [Scenario format](scenario.md). `trainsim check SCENARIO` prints a scenario",
-        "with every default filled in.",
+        "each section with its own documentation (what its fields mean, their units and the",
+        "sources of their defaults), then its fields' keys, types and defaults. Quantities",
+        "accept units (`400 Gb/s`, `80 GB`, `5 us`, `500 W`); see also",
+        "[Scenario format](scenario.md). `trainsim check SCENARIO` prints a scenario with",
+        "every default filled in.",
         "",
-        "| key | type | default |",
-        "|---|---|---|",
     ]
-    out += _model_rows(Scenario, "", set())
+    out += _sections(Scenario, "", set())
+    return "\n".join(out) + "\n"
+
+
+def _validation_page() -> str:
+    """Every validation row, from the table ``benchmarks/validation_table.py`` writes (the
+    slow validation test holds it to a fresh run)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    frame = pd.read_csv(data / "validation-rows.csv", keep_default_na=False)
+    made = (data / "validation-rows.txt").read_text().strip()
+    out = [
+        "# Validation rows",
+        "",
+        f"Every row of `trainsim validate`, as run on {made}. The published value, ours, the",
+        "error, the tolerance, and for a row that misses, why (the summary and discussion are",
+        "in [Validation](validation.md); sources per group in",
+        "`scenarios/validation/published/rows.yaml`).",
+        "",
+    ]
+    for group, rows in frame.groupby("group", sort=False):
+        out += [f"## {group}", "", "| row | published | simulated | error | within | unit |"]
+        out.append("|---|---|---|---|---|---|")
+        for r in rows.itertuples():
+            within = "yes" if str(r.within) == "True" else ("expected miss" if r.expected_miss else "no")
+            out.append(
+                f"| {r.row} | {float(r.published):.4g} | {float(r.simulated):.4g} | "
+                f"{float(r.error):+.1%} | {within} | {r.unit} |"
+            )
+        misses = [(r.row, r.expected_miss) for r in rows.itertuples() if r.expected_miss]
+        out.append("")
+        out += [f"- {row}: {why}" for row, why in misses]
+        out.append("")
     return "\n".join(out) + "\n"
 
 
 def on_files(files, config):
     """Add the generated pages to the site."""
-    for name, make in (("cli.md", _cli_page), ("scenario-reference.md", _scenario_page)):
+    pages = (
+        ("cli.md", _cli_page),
+        ("scenario-reference.md", _scenario_page),
+        ("validation-rows.md", _validation_page),
+    )
+    for name, make in pages:
         files.append(File.generated(config, name, content=make()))
     return files

@@ -9,18 +9,23 @@ throughput ratios: 5% (the issue's bar). Memory formulas: exact at the printed p
 
 import json
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.validation import summary_frame, validate
 
+DOCS_TABLE = Path(__file__).resolve().parents[2] / "docs" / "data" / "validation-rows.csv"
+
 
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 10 + 6 + 5 + 10 + 51 + 54 + 6 + 3 + 3 + 10 + 8 + 2
+    assert len(frame) == 10 + 6 + 5 + 10 + 51 + 54 + 6 + 3 + 3 + 10 + 8 + 2 + 8 + 4
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: one ZB-1p row at the 5%
@@ -33,8 +38,14 @@ def test_every_row_within_tolerance():
     # + Llama 3's 8K-GPU row (out of memory),
     # + NVIDIA's Llama 3.1 8B, Nemotron-4 340B and Llama 3.1 405B recipes (throughput within
     # 2%, 4% and 8%, but over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB
-    # on both systems
-    assert len(failing) <= 25
+    # on both systems, + DeepEP's eight all-to-all bandwidths and the four Qwen3 MoE recipes
+    # (their reasons in rows.yaml: the kernels' copy rate; the layouts' host work and
+    # grouped GEMMs)
+    assert len(failing) <= 25 + 12
+    # DeepEP: every row optimistic, by 11-28% today (the kernels' own copy rate, 24 SMs, is
+    # not modelled): a bound on the gap, so that a change that widens it shows
+    deepep = frame[frame["group"] == "DeepEP all-to-all bandwidth"]
+    assert len(deepep) == 8 and deepep["error"].between(0.05, 0.30).all()
     # at the sustained GEMM rate the Hopper throughput rows sit on both sides of the
     # published ones (they were all but one optimistic, +2% to +24%, at the burst rate)
     hopper = frame[frame["group"].isin(["NVIDIA H100 recipes (BF16)", "Llama 3 Table 4"])]
@@ -77,6 +88,13 @@ def test_every_row_within_tolerance():
     table2 = frame[frame["group"] == "Megatron SC21 Table 2"]
     assert table2[table2["row"].str.contains("ptd")]["within"].all()  # PTD-P within 10%
     assert summary.loc["ZeRO Table 1", "within"] == 54
+    # the documentation's table (docs/data/validation-rows.csv, written by
+    # benchmarks/validation_table.py) is this run's: same rows, same values to its 10 digits
+    shown = pd.read_csv(DOCS_TABLE, keep_default_na=False)
+    assert list(shown["row"]) == list(frame["row"]), "run benchmarks/validation_table.py"
+    assert np.allclose(shown["simulated"], frame["simulated"], rtol=1e-8), (
+        "docs/data/validation-rows.csv is stale: run python benchmarks/validation_table.py"
+    )
 
 
 def test_a_run_that_does_not_fit_does_not_reproduce_a_published_one(monkeypatch):

@@ -118,7 +118,8 @@ def _validation_page() -> str:
         out += [f"## {group}", "", "| row | published | simulated | error | within | unit |"]
         out.append("|---|---|---|---|---|---|")
         for r in rows.itertuples():
-            within = "yes" if str(r.within) == "True" else ("expected miss" if r.expected_miss else "no")
+            miss = "expected miss" if r.expected_miss else "no"
+            within = "yes" if str(r.within) == "True" else miss
             out.append(
                 f"| {r.row} | {float(r.published):.4g} | {float(r.simulated):.4g} | "
                 f"{float(r.error):+.1%} | {within} | {r.unit} |"

@@ -352,8 +352,10 @@ class StepSensitivity:
 def step_sensitivity(
     scenario: Scenario, topo: Topology, slow_factor: float, fleets: int = 8, steps: int = 4
 ) -> StepSensitivity:
-    """:class:`StepSensitivity` of ``scenario`` from one simulated step, re-timed."""
-    step, sim = _simulated(scenario, topo, None, False, scenario_perturbations(scenario))
+    """:class:`StepSensitivity` of ``scenario`` from one simulated step, re-timed (with the
+    scenario's stragglers placed as :func:`run` places them)."""
+    scenario, perturbations = _placed(scenario, scenario_perturbations(scenario))
+    step, sim = _simulated(scenario, topo, None, False, perturbations)
     base = step_metrics(sim, step).step_time_s
     costs = slow_gpu_costs(step, sim.task_times, slow_factor)
     speeds = fleet_speeds(

@@ -117,8 +117,8 @@ def goodput(
         str,
         typer.Option(
             "--seeds",
-            help="Random seeds, or auto: seeds in tens until the 95% confidence interval of "
-            "the mean ETTR is within --ci on each side.",
+            help="Random seeds, or auto: seeds in tens (at least 20) until the 95% confidence "
+            "interval of the mean ETTR is within --ci on each side.",
         ),
     ] = "100",
     ci: Annotated[

@@ -79,8 +79,11 @@ class FleetJob(_Job):
         # a stream per purpose and one per node (lifetimes, slow onsets, repair outcomes):
         # the same seed draws the same failures for a node whatever the pool's size
         self.seed = seed
-        self.gen = rng(seed, FLEET_STREAM)  # misdiagnosis, slow-node stages, the job's pace
+        self.diagnosis = rng(seed, FLEET_STREAM - 1)  # who is blamed
+        self.stages = rng(seed, FLEET_STREAM - 2)  # where a slow node sits
+        self.gen = rng(seed, FLEET_STREAM)  # the job's pace after each restart
         self.node_gens: dict[int, np.random.Generator] = {}
+        self.whole_at = 0.0  # when the last replacement on its way joins
         spare = m.spares
         total = m.nodes + f.standbys + spare
         self.lemon = rng(seed, FLEET_STREAM + 1).random(total) < f.lemon_fraction
@@ -177,7 +180,8 @@ class FleetJob(_Job):
             self.counts[self.k_node] += 1
             self.todo = self.failure_phases_of(node)
         elif self.todo is not None:  # found while the job is down: swapped in the recovery
-            wait = self.replace_node(node, now, lemon_count=False)
+            self.counts[self.k_slow] += 1
+            wait = self.replace_node(node, now, failed=False)
             self.todo = [["waiting", wait, SLOW_NODE], *self.todo]
         else:  # the monitor evicts a slow node: save, drain it, restart without it
             self.counts[self.k_slow] += 1
@@ -185,25 +189,33 @@ class FleetJob(_Job):
 
     def turn_slow(self, node: int) -> None:
         now, f = self.env.now, self.f
-        cost = float(f.slow_costs[int(self.gen.integers(len(f.slow_costs)))])
+        cost = float(f.slow_costs[int(self.stages.integers(len(f.slow_costs)))])
         if self.running:
             self.set_speed(now, self.healthy_speed() / max([cost, 1.0, *self.slow.values()]))
         self.slow[node] = cost
+        self.watch(node, cost, now)
+
+    def watch(self, node: int, cost: float, now: float) -> None:
+        """The step monitor drains ``node`` ``slow_delay_s`` after ``now`` if its cost shows."""
+        f = self.f
         if f.slow_evict and cost >= f.slow_threshold:
             self.push(now + f.slow_delay_s, "evict", node)
 
     def failure_phases_of(self, node: int) -> list[list]:
         m, f, now = self.m, self.f, self.env.now
-        blamed = node
-        if f.misdiagnosis > 0 and self.gen.random() < f.misdiagnosis:
+        blamed, faulty = node, True
+        if f.misdiagnosis > 0 and self.diagnosis.random() < f.misdiagnosis:
             others = np.flatnonzero(self.where == JOB)
             others = others[others != node]
             if len(others):
-                blamed = int(others[self.gen.integers(len(others))])
+                blamed, faulty = int(others[self.diagnosis.integers(len(others))]), False
                 self.faulty[node] = True  # still broken, still in the job: fails again
-                self.version[node] += 1
-                self.join(node, now + f.detect_s)
-        wait = self.replace_node(blamed, now + f.detect_s)
+                cost = self.slow.get(node)
+                self.join(node, now + f.detect_s)  # its lifetime drawn again, as a faulty node
+                if cost is not None:  # still slow: the monitor still finds it
+                    self.slow[node] = cost
+                    self.watch(node, cost, now)
+        wait = self.replace_node(blamed, now + f.detect_s, faulty=faulty)
         restart = m.restart_s(m.gpus)
         return [
             ["detection", f.detect_s, NODE_FAILURE],
@@ -214,39 +226,52 @@ class FleetJob(_Job):
     def eviction_phases(self, node: int) -> list[list]:
         m = self.m
         save = m.pause_s + m.drain_s
-        wait = self.replace_node(node, self.env.now + save, lemon_count=False)
+        wait = self.replace_node(node, self.env.now + save, failed=False)
         return [
             ["checkpoint", save, SLOW_NODE],
             ["waiting", wait, SLOW_NODE],
             ["restart", m.restart_s(m.gpus), SLOW_NODE],
         ]
 
-    def replace_node(self, node: int, at: float, lemon_count: bool = True) -> float:
-        """Send ``node`` to repair (or retire it) and bring in a replacement from ``at``:
-        the wait (s) beyond ``at`` until the replacement is in."""
+    def replace_node(self, node: int, at: float, failed: bool = True, faulty: bool = True) -> float:
+        """Send ``node`` to repair (or retire it after its failures) and bring in a
+        replacement from ``at``: the wait (s) beyond ``at`` until the job has every node back,
+        this replacement and any still on its way from an earlier failure. ``failed``: a
+        failure counts towards retiring it (not a drained slow node); ``faulty``: it is
+        broken (not a healthy node blamed by a misdiagnosis, which repair finds sound).
+        With no standby, no pool node and nothing in repair, the job cannot run whole again:
+        it waits to the end."""
         f = self.f
         self.collect(at)
-        self.failures[node] += int(lemon_count)
+        self.failures[node] += int(failed and faulty)
         retire = f.retire_after is not None and self.failures[node] >= f.retire_after
         self.leave(node, RETIRED if retire else REPAIR)
         if not retire:
-            self.send_to_repair(node, at)
+            self.send_to_repair(node, at, faulty)
+        joined = None
         for source, delay in ((STANDBY, 0.0), (POOL, f.pool_wait_s)):
             spare = np.flatnonzero(self.where == source)
             if len(spare):
-                self.join(int(spare[0]), at + delay)
-                return delay
-        if not self.returns:  # nothing in repair either: the job runs without a node
-            return 0.0  # (cannot happen while a node was just sent to repair)
-        back, spare = heapq.heappop(self.returns)
-        self.join(spare, max(at, back))
-        return max(0.0, back - at)
+                joined = at + delay
+                self.join(int(spare[0]), joined)
+                break
+        if joined is None and self.returns:
+            back, spare = heapq.heappop(self.returns)
+            joined = max(at, back)
+            self.join(spare, joined)
+        if joined is None:  # no node left to bring in: stalled to the end
+            joined = self.horizon
+        self.whole_at = max(self.whole_at, joined)
+        return max(0.0, self.whole_at - at)
 
-    def send_to_repair(self, node: int, at: float) -> None:
+    def send_to_repair(self, node: int, at: float, faulty: bool = True) -> None:
+        """Automatic repair, then manual for ``escalate`` of them; a faulty node may come
+        back unfixed (a sound one, drained by mistake, comes back sound)."""
         f, gen = self.f, self.node_gen(node)
         manual = gen.random() < f.escalate
         took = f.auto_s + (f.manual_s if manual else 0.0)
-        self.faulty[node] = gen.random() < (f.unfixed_manual if manual else f.unfixed_auto)
+        unfixed = gen.random() < (f.unfixed_manual if manual else f.unfixed_auto)
+        self.faulty[node] = faulty and unfixed
         heapq.heappush(self.returns, (at + took, node))
 
     def collect(self, now: float) -> None:

@@ -34,7 +34,9 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
 
 
 def needs_step(key: str) -> bool:
-    return key.startswith(STEP_FIELDS)
+    """Whether a value of ``key`` moves the step or its sensitivity: the key is one of
+    :data:`STEP_FIELDS`, below one, or a section holding one."""
+    return any(key.startswith(f) or f.startswith(key + ".") for f in STEP_FIELDS)
 
 
 def sweep_rows(models: list, key: str, values: list[str], days: float, seeds, ci: float):

@@ -76,23 +76,47 @@ def simulate_seeds(
 
 
 Z95 = 1.959964  # the standard normal's 97.5th percentile: a two-sided 95% interval
-AUTO_BATCH = 10  # seeds run between checks of the interval (and the fewest it is judged on)
+# Student's t 97.5th percentiles by degrees of freedom (any statistics table), interpolated
+# in 1/df between them; the normal's beyond 120
+T975 = {
+    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+    9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980,
+}  # fmt: skip
+AUTO_BATCH = 10  # seeds run between checks of the interval
+AUTO_MIN = 20  # the fewest seeds it is judged on (two batches: less optional stopping)
+
+
+def t975(df: int) -> float:
+    """Student's t 97.5th percentile for ``df`` degrees of freedom (:data:`T975`)."""
+    if df >= 120:
+        return Z95 if df > 1000 else float(np.interp(1 / df, [1 / 1000, 1 / 120], [Z95, 1.980]))
+    known = sorted(T975)
+    if df in T975:
+        return T975[df]
+    lo = max(k for k in known if k < df)
+    hi = min(k for k in known if k > df)
+    return float(np.interp(1 / df, [1 / hi, 1 / lo], [T975[hi], T975[lo]]))
 
 
 def ci95(values: np.ndarray) -> float:
-    """Half-width of the 95% confidence interval of the mean of ``values`` (normal
-    approximation, sample standard deviation); 0 for fewer than two values."""
+    """Half-width of the 95% confidence interval of the mean of ``values`` (Student's t,
+    sample standard deviation); 0 for fewer than two values.
+
+    >>> round(ci95(np.array([0.0, 1.0] * 5)), 4)  # t(9) = 2.262, s = 0.527, n = 10
+    0.377
+    """
     if len(values) < 2:
         return 0.0
-    return float(Z95 * np.std(values, ddof=1) / math.sqrt(len(values)))
+    return float(t975(len(values) - 1) * np.std(values, ddof=1) / math.sqrt(len(values)))
 
 
 def simulate_until(
     model: JobModel, days: float, ci: float, max_seeds: int, record_seed: int | None = None
 ) -> GoodputResult:
-    """Seeds in batches of :data:`AUTO_BATCH` until the 95% confidence interval of the mean
-    ETTR is narrower than ``ci`` on each side (or ``max_seeds`` have run)."""
-    result = simulate_seeds(model, days, min(AUTO_BATCH, max_seeds), record_seed=record_seed)
+    """Seeds in batches of :data:`AUTO_BATCH`, at least :data:`AUTO_MIN`, until the 95%
+    confidence interval of the mean ETTR is narrower than ``ci`` on each side (or
+    ``max_seeds`` have run)."""
+    result = simulate_seeds(model, days, min(AUTO_MIN, max_seeds), record_seed=record_seed)
     while len(result.per_seed) < max_seeds and ci95(result.per_seed["ettr"].to_numpy()) > ci:
         n = len(result.per_seed)
         more = simulate_seeds(model, days, min(AUTO_BATCH, max_seeds - n), first_seed=n)

@@ -44,6 +44,12 @@ Efficiency = Annotated[Real, Field(ge=0.1, le=1)]
 is no protocol, and tiny fractions push simulated time past the largest float."""
 
 
+def fields_equal(self, other: object) -> bool:
+    """Equality of two models of one type by their fields (not their private attributes:
+    a scenario's YAML provenance)."""
+    return self.__dict__ == other.__dict__ if type(other) is type(self) else NotImplemented
+
+
 class Frozen(BaseModel):
     # strict: a count must be an int, a flag a bool; YAML's `true` is no count
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)

@@ -218,7 +218,7 @@ def with_overrides(scenario: Scenario, changes: dict[str, Any] | list[str]) -> S
         raise ValueError("with_overrides rebuilds a scenario loaded from YAML (api.load)")
     data, positions, source, before = origin
     if isinstance(changes, dict):
-        changes = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in changes.items()]
+        changes = [f"{k}={json.dumps(v)}" for k, v in changes.items()]  # a string stays one
     if build_scenario(copy.deepcopy(data), copy.deepcopy(positions), source, before) != scenario:
         raise ValueError(
             "this scenario was changed in code after loading (model_copy): with_overrides "

@@ -32,6 +32,7 @@ from simulator.scenario.fields import (
     Frozen,
     PosInt,
     Real,
+    fields_equal,
 )
 from simulator.scenario.framework import FrameworkConfig
 from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
@@ -58,8 +59,7 @@ class MoEConfig(Frozen):
     keeps the first layers dense (DeepSeek-V3: 3). ``capacity_factor`` None is dropless.
     ``load_imbalance`` is the busiest expert-parallel rank's token count over the mean (1 =
     perfectly balanced routing); the busiest rank sets the pace of each all-to-all.
-    ``max_nodes``: node-limited routing, a token's experts on at most that many nodes
-    (DeepSeek-V3: 4); read by the DeepEP dispatcher (``parallelism.moe_dispatcher``).
+    ``max_nodes``: node-limited routing (DeepSeek-V3: 4; ``parallelism.moe_dispatcher: deepep``).
     """
 
     experts: PosInt
@@ -292,9 +292,8 @@ class ParallelismConfig(Frozen):
     policy for the backward's gathers (``pre``, its default, issues the next gather before the
     current unit's gradient; ``post`` after it; ``none`` only when the unit is reached).
     ``order`` lays the rank grid out innermost first (Llama 3: tp, cp, pp, dp): consecutive
-    ranks, hence GPUs of one node, share the innermost groups. ``moe_dispatcher``: the expert
-    all-to-all as NCCL's (``alltoall``: a copy per expert) or DeepEP's (``deepep``: a token
-    once per node over RDMA, then NVLink; :mod:`simulator.collectives.deepep`)."""
+    ranks, hence GPUs of one node, share the innermost groups. ``moe_dispatcher``: NCCL's
+    all-to-all (a copy per expert) or DeepEP's (:mod:`simulator.collectives.deepep`)."""
 
     dp: PosInt | None = None
     tp: PosInt = 1
@@ -471,6 +470,7 @@ class Scenario(Frozen):
         return None
 
     _origin: Any = PrivateAttr(default=None)  # its YAML data (api.with_overrides rebuilds it)
+    __eq__ = fields_equal  # the fields, not where the scenario came from
 
     @property
     def num_gpus(self) -> int:

@@ -33,6 +33,7 @@ from simulator.schedule.step import StepGraph
 
 QUANTILES = (0.5, 0.9, 0.99)
 CHUNK = 256  # compute tasks' jitter drawn at once (one numpy call, not one per task)
+TOP_PEERS = 3  # a rank's slowest peers by persistent speed, drawn one by one (Draws)
 
 
 @dataclass(frozen=True)
@@ -59,41 +60,58 @@ class StepSamples:
 class Draws:
     """The factor of each node of a :class:`Retimable` per column, drawn as asked.
 
-    ``peers``: how many GPUs a simulated rank's compute stands for within its replica (they
-    meet at its tensor-parallel collectives: the slowest draw of them counts);
-    ``persistent[rank]``: per column the slowest persistent speed factor of those GPUs, and
-    ``slowest[rank]`` (fleets x replicas) which of them it is. ``fleets`` sets of GPUs are
-    drawn, each for ``steps / fleets`` steps in a row."""
+    ``peers``: how many GPUs a simulated rank's compute stands for within its replica. They
+    meet at its tensor-parallel collectives, so a compute task ends with the slowest of them:
+    the largest over peers of (persistent speed x jitter), per column. The three slowest
+    peers by persistent speed are drawn one by one (``top[rank]``: their log factors); the
+    rest are taken at the third's speed with the slowest of their jitters (an upper bound
+    on them; exact up to three peers). ``slowest[rank]`` (fleets x replicas) says which
+    peer is the slowest. ``fleets`` sets of GPUs are drawn, each for ``steps / fleets``
+    steps in a row."""
 
     def __init__(self, r: Retimable, v: VariabilityConfig, steps, replicas, peers, ranks, seed,
                  fleets: int = 1):  # fmt: skip
         self.r, self.v, self.steps, self.replicas, self.peers = r, v, steps, replicas, peers
         self.rng = np.random.default_rng(seed)
-        self._buffer: list[np.ndarray] = []
+        self._buffer: list[tuple[np.ndarray, np.ndarray | None]] = []
         z = {rank: self.rng.standard_normal((fleets, replicas, peers)) for rank in ranks}
         self.slowest = {rank: z[rank].argmax(axis=2) for rank in ranks}
         each = steps // fleets
-        self.persistent = {
-            rank: np.repeat(np.exp(v.gpu_spread * z[rank].max(axis=2)), each, axis=0).reshape(-1)
-            for rank in ranks
-        }
+        self.explicit = min(peers, TOP_PEERS)
+        self.top = {}
+        for rank in ranks:
+            logs = -np.sort(-v.gpu_spread * z[rank], axis=2)[..., : self.explicit]
+            self.top[rank] = np.repeat(logs, each, axis=0).reshape(-1, self.explicit).T
+        self.persistent = {rank: np.exp(self.top[rank][0]) for rank in ranks}
 
     def factor(self, node: int, kind: int) -> np.ndarray | float:
         v, width = self.v, self.steps * self.replicas
         if kind == COMPUTE:
-            persistent = self.persistent[int(self.r.rank[node])]
-            return persistent * self._jitter() if v.kernel_jitter else persistent
+            rank = int(self.r.rank[node])
+            if not v.kernel_jitter:
+                return self.persistent[rank]
+            z, rest = self._jitter()
+            top, sigma = self.top[rank], v.kernel_jitter
+            x = top[0] + sigma * z[0]
+            for j in range(1, self.explicit):
+                x = np.maximum(x, top[j] + sigma * z[j])
+            if rest is not None:
+                x = np.maximum(x, top[-1] + sigma * rest)
+            return np.exp(x)
         if kind == COMM and v.comm_jitter:
             block = replica_block(int(self.r.block[node]), self.replicas)
             z = self.rng.standard_normal((self.steps, self.replicas // block))
             return np.repeat(np.exp(v.comm_jitter * z), block, axis=1).reshape(width)
         return 1.0
 
-    def _jitter(self) -> np.ndarray:
-        """A compute task's jitter factor per column, drawn ``CHUNK`` tasks at a time."""
+    def _jitter(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """A compute task's standard normal jitter per column for the explicit peers, and the
+        slowest of the rest's (None: no rest), drawn ``CHUNK`` tasks at a time."""
         if not self._buffer:
-            z = slowest_of(self.rng, self.peers, (CHUNK, self.steps * self.replicas))
-            self._buffer = list(np.exp(self.v.kernel_jitter * z))
+            width, rest = self.steps * self.replicas, self.peers - self.explicit
+            z = self.rng.standard_normal((CHUNK, self.explicit, width))
+            tail = slowest_of(self.rng, rest, (CHUNK, width)) if rest else [None] * CHUNK
+            self._buffer = list(zip(z, tail, strict=True))
         return self._buffer.pop()
 
 
@@ -158,7 +176,8 @@ def fleet_speeds(
     """Per draw of a fleet of GPUs (new persistent speeds each), the mean of ``steps`` drawn
     steps over the variability-free step."""
     drawn = step_samples(step, task_times, step_time_s, variability, steps, seed, fleets)
-    return drawn.frame.groupby("fleet")["step_time_s"].mean().to_numpy() / step_time_s
+    frame = drawn.frame if fleets > 1 else drawn.frame.assign(fleet=0)
+    return frame.groupby("fleet")["step_time_s"].mean().to_numpy() / step_time_s
 
 
 def slow_gpu_costs(
@@ -196,12 +215,19 @@ def slow_gpu_costs(
 
 
 def _retimable(step: StepGraph, task_times: np.ndarray) -> Retimable:
+    """The step's :class:`Retimable`; a collective's block is the number of replicas its
+    group spans where they are a contiguous, aligned run of data-parallel indices (the
+    columns' blocks), else every replica (a group of scattered or overlapping replicas:
+    all of them meet, the conservative reading)."""
     grid = step.plan.grid
     dp_of: dict[tuple, int] = {}
 
     def block_of(group: tuple[int, ...]) -> int:
         if group not in dp_of:
-            dp_of[group] = len({grid.coords(g)["dp"] for g in group})
+            dps = sorted({grid.coords(g)["dp"] for g in group})
+            b = len(dps)
+            aligned = dps[0] % b == 0 and dps == list(range(dps[0], dps[0] + b))
+            dp_of[group] = b if aligned else grid.dp
         return dp_of[group]
 
     return retimable(step.graph, task_times, block_of)

@@ -133,7 +133,7 @@ def test_seeds_auto_runs_until_the_interval_is_narrow():
     assert len(r.per_seed) % 10 == 0 or len(r.per_seed) == 200
     assert ci95(r.per_seed["ettr"].to_numpy()) <= 0.002 or len(r.per_seed) == 200
     wide = simulate_until(model, 30, 0.5, 200)
-    assert len(wide.per_seed) == 10
+    assert len(wide.per_seed) == 20  # the fewest judged on: two batches
 
 
 def test_fleet_defaults_are_the_documented_ones():
@@ -153,3 +153,49 @@ def _plain() -> JobModel:
         m, fleet=None, cause_names=("node",), cause_rate_s=rate, cause_shape=np.array([1.0]),
         cause_nodes_out=np.array([1]), cause_detect_s=np.array([300.0]),
     )  # fmt: skip
+
+
+def test_the_job_restarts_only_with_every_replacement_in():
+    """A failure during a recovery keeps the wait for a replacement still on its way: no
+    run begins while a job node's joining time lies ahead (no standbys, no pool, repairs of
+    2 h or 2 d)."""
+    model = _job(node_mtbf_days=10.0, standbys=0, escalate=0.5)
+    model = replace(model, spares=0)
+    from simulator.failures.fleet import FleetJob
+
+    starts = []
+    original = FleetJob.begin_run
+
+    def watched(self):
+        starts.append(self.whole_at - self.env.now)
+        original(self)
+
+    FleetJob.begin_run = watched
+    try:
+        for seed in range(3):
+            simulate_fleet_job(model, 30 * DAY, seed)
+    finally:
+        FleetJob.begin_run = original
+    assert starts and max(starts) <= 1e-6
+
+
+def test_a_job_with_no_node_left_to_bring_in_stalls():
+    """Every failure retires its node and nothing replaces it: the job cannot run whole
+    again and waits to the end (it does not train on fewer nodes for free)."""
+    model = replace(_job(retire_after=1, standbys=0), spares=0)
+    r = simulate_seeds(model, 60, 3)
+    assert r.per_seed["waiting_h"].mean() > 0.8 * 60 * 24
+    assert r.per_seed["ettr"].mean() < 0.1
+
+
+def test_a_healthy_node_blamed_by_mistake_comes_back_sound():
+    """Misdiagnosis drains a healthy node: its failure does not count towards retiring it,
+    and repair does not leave it faulty."""
+    from simulator.failures.fleet import FleetJob
+
+    model = replace(_job(misdiagnosis=1.0, unfixed_auto=1.0, unfixed_manual=1.0), spares=8)
+    job = FleetJob(model, 20 * DAY, 0, False)
+    job.run()
+    blamed_healthy = (job.failures == 0) & (job.where != 0)  # drained, never counted failing
+    assert blamed_healthy.sum() > 10
+    assert not job.faulty[blamed_healthy].any()

@@ -34,3 +34,16 @@ def test_a_scenario_changed_in_code_is_not_silently_rebuilt():
     s = api.load(PATH).model_copy(update={"name": "changed"})
     with pytest.raises(ValueError, match="changed in code"):
         api.with_overrides(s, {"training.global_batch": 32})
+
+
+def test_equality_is_the_fields_not_the_provenance():
+    a = api.load(PATH, ["training.global_batch=32", "parallelism.zero=1"])
+    b = api.load(PATH, ["parallelism.zero=1", "training.global_batch=32"])
+    assert a == b and a != api.load(PATH)
+
+
+def test_string_values_stay_strings():
+    s = api.load(PATH)
+    assert api.with_overrides(s, {"description": "yes"}).description == "yes"
+    assert api.with_overrides(s, {"description": "null"}).description == "null"
+    assert api.with_overrides(s, {"name": "a: b"}).name == "a: b"

@@ -114,3 +114,13 @@ def test_the_job_loses_more_gpu_time_than_the_slow_gpu_adds(pipeline):
     own = 0.5 * _compute_busy(healthy, 7)
     lost = 8 * (slow.metrics.step_time_s - healthy.metrics.step_time_s)
     assert lost > 4 * own
+
+
+def test_one_fleet_of_speeds_and_a_straggler_in_the_sensitivity():
+    """``api.step_sensitivity`` with one fleet, on a scenario with a straggler on a rank the
+    symmetric mode does not simulate (placed as ``run`` places it)."""
+    s = api.load(TP, [*ONE_STAGE, "failures.stragglers.gpus=[{rank: 5, factor: 1.5}]"])
+    topo = api.build_topology(s.cluster)
+    sens = api.step_sensitivity(s, topo, 1.2, fleets=1, steps=2)
+    assert len(sens.speeds) == 1 and sens.speeds[0] > 1.0
+    assert sens.step_time_s == pytest.approx(api.run(s, topo).metrics.step_time_s)

@@ -97,7 +97,7 @@ class FleetJob(_Job):
         self.seq = 0
         self.k_node = m.cause_names.index(NODE_FAILURE)
         self.k_slow = m.cause_names.index(SLOW_NODE)
-        self.speed_t = self.speed_area = 0.0
+        self.segments_at: list[tuple[float, float]] = []  # (from s, speed) within the run
         self.waiting_nodes = 0  # replacements the job waits for from repair
         super().__init__(m, horizon, seed, record)
         for node in np.flatnonzero(self.where == JOB):
@@ -292,17 +292,24 @@ class FleetJob(_Job):
         draw = float(f.speeds[int(self.gen.integers(len(f.speeds)))])
         self.run_speed = self.speed / draw
         self.speed = self.run_speed / max([1.0, *self.slow.values()])
-        self.speed_t, self.speed_area = self.t0, 0.0
+        self.segments_at = [(self.t0, self.speed)]
 
     def set_speed(self, t: float, speed: float) -> None:
-        self.speed_area += self.speed * (t - self.speed_t)
-        self.speed, self.speed_t = speed, t
+        self.speed = speed
+        self.segments_at.append((t, speed))
 
     def mean_speed(self, t: float) -> float:
+        """The speed averaged over the run's time from ``t0`` to ``t``, piece by piece."""
         span = t - self.t0
-        if span <= 0:
+        if span <= 0 or not self.segments_at:
             return self.speed
-        return (self.speed_area + self.speed * (t - self.speed_t)) / span
+        total = 0.0
+        ends = [start for start, _ in self.segments_at[1:]] + [math.inf]
+        for (start, speed), end in zip(self.segments_at, ends, strict=True):
+            if start >= t:
+                break
+            total += speed * (min(end, t) - start)
+        return total / span
 
 
 def simulate_fleet_job(m, horizon_s: float, seed: int, record: bool = False) -> SeedResult:

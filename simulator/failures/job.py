@@ -143,7 +143,7 @@ class _Job:
         pause = n * m.pause_s + max(0.0, r - T)
         kept_cycles = n if not failed else min(n, max(0, math.floor((x - m.drain_s) / L)))
         kept = train if not failed else kept_cycles * T
-        speed = self.mean_speed(t)
+        speed = self.mean_speed(t if not failed else self.t0 + kept_cycles * L)  # of kept work
         self.productive += kept * speed
         self.acc["degraded"] += kept * (1.0 - speed)
         self.acc["lost_work"] += train - kept
@@ -153,8 +153,9 @@ class _Job:
             self.record_cycles(n, r, kept_cycles if failed else n + 1)
 
     def mean_speed(self, t: float) -> float:
-        """The run's speed (healthy steps per step taken) averaged from ``t0`` to ``t``: one
-        speed a run here; a fleet's slow nodes change it within a run."""
+        """The run's speed (healthy steps per step taken) averaged from ``t0`` to ``t`` (the
+        end of the work it keeps): one speed a run here; a fleet's slow nodes change it
+        within a run."""
         return self.speed
 
     def record_cycles(self, n: int, r: float, kept_cycles: int) -> None:

@@ -199,3 +199,16 @@ def test_a_healthy_node_blamed_by_mistake_comes_back_sound():
     blamed_healthy = (job.failures == 0) & (job.where != 0)  # drained, never counted failing
     assert blamed_healthy.sum() > 10
     assert not job.faulty[blamed_healthy].any()
+
+
+def test_kept_work_is_priced_at_its_own_speed():
+    """A node turning slow late in a run that then fails: the work kept (before the last
+    checkpoint) ran at full speed, and is priced so; the mean over a span is piecewise."""
+    from simulator.failures.fleet import FleetJob
+
+    job = FleetJob(_job(), DAY, 0, False)
+    job.t0, job.speed = 0.0, 1.0
+    job.segments_at = [(0.0, 1.0)]
+    job.set_speed(100.0, 0.5)
+    assert job.mean_speed(50.0) == 1.0
+    assert job.mean_speed(200.0) == pytest.approx(0.75)

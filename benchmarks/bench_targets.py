@@ -171,6 +171,12 @@ def main() -> None:
         "imports and topology build included: what a user waits for); with --pairs, the "
         "dp1024 / dp8 ratio of whole commands run back to back",
     )
+    parser.add_argument(
+        "--docs",
+        action="store_true",
+        help="also write the table to docs/data/speed.csv, with this machine and date in "
+        "docs/data/speed.txt (docs/speed.md shows it)",
+    )
     args = parser.parse_args()
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
@@ -190,6 +196,8 @@ def main() -> None:
     for name in args.cases:
         row = rows[name] = run_case(name, args.repeats, args.again)
         row["heapq_s"] = heap_s
+        if args.docs:
+            write_docs_row(name, row, first=name == args.cases[0], repeats=args.repeats)
         if args.json:
             print(json.dumps(row))
             continue
@@ -218,6 +226,31 @@ def main() -> None:
                 )
         if args.json:
             print(json.dumps(summary))
+
+
+def write_docs_row(name: str, row: dict, first: bool, repeats: int) -> None:
+    """Append ``name``'s row to docs/data/speed.csv (a new file for the first case) and
+    write the machine, the date and the command to docs/data/speed.txt."""
+    from pathlib import Path
+
+    from machine import describe  # benchmarks/machine.py, beside this script
+
+    data = Path(__file__).resolve().parent.parent / "docs" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    columns = ["case", "run_s", "x_heapq", "rss_MB", "tasks", "ranks", "step_s"]
+    values = [name, f"{row['run_s']:.3f}", f"{row['run_s'] / row['heapq_s']:.1f}",
+              f"{row['rss_MB']:.0f}", str(row["tasks"]), str(row["ranks"]),
+              f"{row['step_s']:.6f}"]  # fmt: skip
+    with open(data / "speed.csv", "w" if first else "a") as out:
+        if first:
+            out.write(",".join(columns) + "\n")
+        out.write(",".join(values) + "\n")
+    if first:
+        (data / "speed.txt").write_text(
+            f"{describe().lstrip('# ')}; bare heapq loop of 1M events {row['heapq_s']:.3f} s; "
+            f"medians of {repeats}: `python benchmarks/bench_targets.py --repeats {repeats} "
+            "--docs`\n"
+        )
 
 
 def commands(cases: list[str], repeats: int, pairs: int, heap_s: float, as_json: bool) -> None:

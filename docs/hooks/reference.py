@@ -131,6 +131,38 @@ def _validation_page() -> str:
     return "\n".join(out) + "\n"
 
 
+SPEED_MARK = "<!-- speed-table -->"
+
+
+def _speed_table() -> str:
+    """The speed targets' table from ``benchmarks/bench_targets.py --docs``, with its
+    machine, date and command."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    frame = pd.read_csv(data / "speed.csv")
+    made = (data / "speed.txt").read_text().strip()
+    out = [
+        "| case | run s | x heapq loop | peak RSS MB | tasks | ranks simulated | step s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in frame.itertuples():
+        out.append(
+            f"| {r.case} | {r.run_s:.2f} | {r.x_heapq:.1f} | {r.rss_MB:.0f} | {r.tasks:,} | "
+            f"{r.ranks:,} | {r.step_s:.4g} |"
+        )
+    return "\n".join(out) + f"\n\nMeasured on {made}.\n"
+
+
+def on_page_markdown(markdown, page, config, files):
+    """The speed page's table, from the benchmark's last ``--docs`` run."""
+    if SPEED_MARK in markdown:
+        return markdown.replace(SPEED_MARK, _speed_table())
+    return markdown
+
+
 def on_files(files, config):
     """Add the generated pages to the site."""
     pages = (

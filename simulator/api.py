@@ -85,6 +85,7 @@ from simulator.stages.stragglers import (  # noqa: F401 - the api's names, re-ex
 from simulator.stages.variability import (
     StepSamples,
     fleet_speeds,
+    retimable_step,
     slow_gpu_costs,
     step_samples,
 )
@@ -357,10 +358,9 @@ def step_sensitivity(
     scenario, perturbations = _placed(scenario, scenario_perturbations(scenario))
     step, sim = _simulated(scenario, topo, None, False, perturbations)
     base = step_metrics(sim, step).step_time_s
-    costs = slow_gpu_costs(step, sim.task_times, slow_factor)
-    speeds = fleet_speeds(
-        step, sim.task_times, base, scenario.variability, fleets, steps, scenario.seed
-    )
+    r = retimable_step(step, sim.task_times)  # the dependency graph, built once for both
+    costs = slow_gpu_costs(step, r, slow_factor)
+    speeds = fleet_speeds(step, r, base, scenario.variability, fleets, steps, scenario.seed)
     return StepSensitivity(base, slow_factor, costs, speeds)
 
 

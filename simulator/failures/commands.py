@@ -23,7 +23,6 @@ from simulator.scenario import Position, ScenarioError
 
 log = logging.getLogger("trainsim.failures")
 SWEEP_POINTS = 12
-AUTO_MAX_SEEDS = 1000  # --seeds auto stops here whatever its interval (about 4 minutes at 16K)
 
 
 class Format(StrEnum):
@@ -150,7 +149,6 @@ def goodput(
     ] = None,
 ) -> None:
     """Effective training time over days of failures, checkpoints and restarts (Monte Carlo)."""
-    from simulator import limits
     from simulator.failures.montecarlo import (
         simulate_seeds,
         simulate_until,
@@ -165,7 +163,7 @@ def goodput(
         count = parse_seeds(seeds)
     except (OptionError, ValueError) as exc:
         _exit_bad_input(str(exc))
-    _check_counts(days, count or AUTO_MAX_SEEDS)
+    _check_counts(days, count or 1)  # auto: bounded by the limit itself
     s = _load(scenario, overrides)
     try:
         intervals = parse_interval_range(sweep) if sweep is not None else None
@@ -177,8 +175,7 @@ def goodput(
     model, _ = _job_model(scenario, s, overrides, days, count, intervals, sweep)
     record = 0 if out else None
     if count is None:
-        most = min(AUTO_MAX_SEEDS, int(limits.bound("seeds")))
-        result = simulate_until(model, days, ci, most, record_seed=record)
+        result = simulate_until(model, days, ci, record_seed=record)
         log.info("%d seeds: ETTR known within %.4f", len(result.per_seed), ci)
     else:
         result = simulate_seeds(model, days, count, record_seed=record)
@@ -205,7 +202,8 @@ def goodput(
 def _key_sweep(scenario, s, overrides, text, days, seeds, ci, format, out) -> None:
     """``--sweep KEY=V1,V2``: the job model at each value, its goodput; a table, or JSON,
     and with ``--out`` goodput-sweep.csv and goodput-sweep.png."""
-    from simulator.failures.key_sweep import draw_key_sweep, needs_step, parse_sweep, sweep_rows
+    from simulator.failures.key_sweep import needs_step, parse_sweep, sweep_rows
+    from simulator.failures.report import draw_key_sweep
 
     try:
         key, values = parse_sweep(text)

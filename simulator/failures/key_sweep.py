@@ -41,11 +41,12 @@ def needs_step(key: str) -> bool:
 
 def sweep_rows(models: list, key: str, values: list[str], days: float, seeds, ci: float):
     """Per value its job model's goodput: ``models[i]`` for ``values[i]``; ``seeds`` a count
-    or None (until the 95% interval of the mean ETTR is within ``ci``, at most 1,000)."""
+    or None (until the 95% interval of the mean ETTR is within ``ci``, at most
+    :data:`~simulator.failures.montecarlo.AUTO_MAX`: :func:`simulate_until`)."""
     rows = []
     for value, model in zip(values, models, strict=True):
         if seeds is None:
-            result = simulate_until(model, days, ci, 1000)
+            result = simulate_until(model, days, ci)
         else:
             result = simulate_seeds(model, days, seeds)
         d = summarise(result)
@@ -60,23 +61,3 @@ def sweep_rows(models: list, key: str, values: list[str], days: float, seeds, ci
         row.update({f"{k}_h": v for k, v in d["lost_hours_by_category"].items()})
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def draw_key_sweep(table: pd.DataFrame, key: str, path, title: str) -> None:
-    """ETTR against the swept field, with each point's 95% interval of the mean."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    x = range(len(table))
-    ax.errorbar(x, table["ettr_mean"], yerr=table["ettr_ci95"], marker="o", capsize=4)
-    ax.set_xticks(list(x), [str(v) for v in table[key]])
-    ax.set_xlabel(key)
-    ax.set_ylabel("ETTR (mean, 95% interval)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

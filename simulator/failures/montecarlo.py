@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from simulator import limits
 from simulator.failures.fleet import simulate_fleet_job as simulate_job
 from simulator.failures.job import CATEGORIES
 from simulator.failures.model import JobModel
@@ -84,6 +85,7 @@ T975 = {
 }  # fmt: skip
 AUTO_BATCH = 10  # seeds run between checks of the interval
 AUTO_MIN = 20  # the fewest seeds it is judged on (two batches: less optional stopping)
+AUTO_MAX = 1000  # --seeds auto stops here whatever its interval (about 4 minutes at 16K)
 
 
 def t975(df: int) -> float:
@@ -111,11 +113,17 @@ def ci95(values: np.ndarray) -> float:
 
 
 def simulate_until(
-    model: JobModel, days: float, ci: float, max_seeds: int, record_seed: int | None = None
+    model: JobModel,
+    days: float,
+    ci: float,
+    max_seeds: int | None = None,
+    record_seed: int | None = None,
 ) -> GoodputResult:
     """Seeds in batches of :data:`AUTO_BATCH`, at least :data:`AUTO_MIN`, until the 95%
     confidence interval of the mean ETTR is narrower than ``ci`` on each side (or
-    ``max_seeds`` have run)."""
+    ``max_seeds`` have run; default :data:`AUTO_MAX`, within :mod:`simulator.limits`)."""
+    if max_seeds is None:
+        max_seeds = min(AUTO_MAX, int(limits.bound("seeds")))
     result = simulate_seeds(model, days, min(AUTO_MIN, max_seeds), record_seed=record_seed)
     while len(result.per_seed) < max_seeds and ci95(result.per_seed["ettr"].to_numpy()) > ci:
         n = len(result.per_seed)

@@ -102,8 +102,26 @@ def draw_sweep(sweep: pd.DataFrame, optimum: dict, path: Path, title: str) -> No
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel("checkpoint interval (min of training)")
     ax.set_ylabel("ETTR")
-    ax.set_title(title)
     ax.legend(fontsize=8)
+    _save(fig, ax, path, title)
+
+
+def draw_key_sweep(table: pd.DataFrame, key: str, path: Path, title: str) -> None:
+    """ETTR against one swept failures field (``goodput --sweep``), with each point's 95%
+    interval of the mean."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = range(len(table))
+    ax.errorbar(x, table["ettr_mean"], yerr=table["ettr_ci95"], marker="o", capsize=4)
+    ax.set_xticks(list(x), [str(v) for v in table[key]])
+    ax.set_xlabel(key)
+    ax.set_ylabel("ETTR (mean, 95% interval)")
+    ax.grid(alpha=0.3)
+    _save(fig, ax, path, title)
+
+
+def _save(fig, ax, path: Path, title: str) -> None:
+    """Title, layout, PNG at 120 dpi, figure closed: the end of every goodput picture."""
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

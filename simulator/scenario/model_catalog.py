@@ -19,6 +19,17 @@ from __future__ import annotations
 
 from typing import Any
 
+# What today's decoders share (Llama 3, Mixtral, DeepSeek-V3, Qwen3): SwiGLU, RMSNorm, no
+# biases, untied embeddings, rotary positions, no dropout.
+_ROPE_SWIGLU: dict[str, Any] = {
+    "activation": "swiglu",
+    "norm": "rmsnorm",
+    "bias": False,
+    "tied_embeddings": False,
+    "position_embedding": "rope",
+    "dropout": 0.0,
+}
+
 
 def _megatron(layers: int, hidden: int, heads: int) -> dict[str, Any]:
     return {
@@ -45,12 +56,7 @@ def _llama3(layers: int, hidden: int, heads: int, ffn: int) -> dict[str, Any]:
         "kv_heads": 8,
         "ffn": ffn,
         "vocab": 128256,
-        "activation": "swiglu",
-        "norm": "rmsnorm",
-        "bias": False,
-        "tied_embeddings": False,
-        "position_embedding": "rope",
-        "dropout": 0.0,
+        **_ROPE_SWIGLU,
     }
 
 
@@ -62,12 +68,7 @@ def _mixtral(layers, hidden, heads, ffn, vocab) -> dict[str, Any]:
         "kv_heads": 8,
         "ffn": ffn,
         "vocab": vocab,
-        "activation": "swiglu",
-        "norm": "rmsnorm",
-        "bias": False,
-        "tied_embeddings": False,
-        "position_embedding": "rope",
-        "dropout": 0.0,
+        **_ROPE_SWIGLU,
         "moe": {"experts": 8, "top_k": 2, "expert_ffn": ffn},
     }
 
@@ -109,12 +110,7 @@ MODEL_CATALOG: dict[str, dict[str, Any]] = {
         "heads": 128,
         "ffn": 18432,
         "vocab": 129280,
-        "activation": "swiglu",
-        "norm": "rmsnorm",
-        "bias": False,
-        "tied_embeddings": False,
-        "position_embedding": "rope",
-        "dropout": 0.0,
+        **_ROPE_SWIGLU,
         "attention": "mla",
         "mla": {
             "q_lora_rank": 1536,
@@ -144,12 +140,7 @@ MODEL_CATALOG: dict[str, dict[str, Any]] = {
         "head_dim": 128,
         "ffn": 12288,
         "vocab": 151936,
-        "activation": "swiglu",
-        "norm": "rmsnorm",
-        "bias": False,
-        "tied_embeddings": False,
-        "position_embedding": "rope",
-        "dropout": 0.0,
+        **_ROPE_SWIGLU,
         "moe": {"experts": 128, "top_k": 8, "expert_ffn": 1536},
     },
 }

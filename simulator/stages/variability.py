@@ -117,7 +117,7 @@ class Draws:
 
 def step_samples(
     step: StepGraph,
-    task_times: np.ndarray,
+    task_times: np.ndarray | Retimable,
     step_time_s: float,
     variability: VariabilityConfig,
     steps: int,
@@ -134,7 +134,7 @@ def step_samples(
     full = len(ranks) == grid.size
     replicas = 1 if full else grid.dp
     peers = 1 if full else grid.tp * grid.cp
-    r = task_times if isinstance(task_times, Retimable) else _retimable(step, task_times)
+    r = retimable_step(step, task_times)
     base = float(retime(r, 1, 1, lambda n, k: 1.0)[0])
     each, steps = steps, steps * fleets
     draws = Draws(r, variability, steps, replicas, peers, ranks, seed, fleets)
@@ -166,7 +166,7 @@ def _peer(grid, rank: int, replica: int, member: int) -> int:
 
 def fleet_speeds(
     step: StepGraph,
-    task_times: np.ndarray,
+    task_times: np.ndarray | Retimable,
     step_time_s: float,
     variability: VariabilityConfig,
     fleets: int,
@@ -181,7 +181,7 @@ def fleet_speeds(
 
 
 def slow_gpu_costs(
-    step: StepGraph, task_times: np.ndarray, factor: float, replica: int = 0
+    step: StepGraph, task_times: np.ndarray | Retimable, factor: float, replica: int = 0
 ) -> np.ndarray:
     """Per pipeline stage, the step's multiplier when one GPU of that stage in one replica
     (``replica``) runs ``factor`` times slower: every stage at once, a column each, by
@@ -194,7 +194,7 @@ def slow_gpu_costs(
     full = len(ranks) == grid.size
     replicas = 1 if full else grid.dp
     stages = grid.pp
-    r = task_times if isinstance(task_times, Retimable) else _retimable(step, task_times)
+    r = retimable_step(step, task_times)
     first = {}
     for rank in ranks:
         first.setdefault(step.stage_of[rank], rank)
@@ -214,11 +214,14 @@ def slow_gpu_costs(
     return ends / base
 
 
-def _retimable(step: StepGraph, task_times: np.ndarray) -> Retimable:
-    """The step's :class:`Retimable`; a collective's block is the number of replicas its
-    group spans where they are a contiguous, aligned run of data-parallel indices (the
-    columns' blocks), else every replica (a group of scattered or overlapping replicas:
-    all of them meet, the conservative reading)."""
+def retimable_step(step: StepGraph, task_times: np.ndarray | Retimable) -> Retimable:
+    """The step's :class:`Retimable` (``task_times`` as it is when already one). A
+    collective's block is the number of replicas its group spans where they are a
+    contiguous, aligned run of data-parallel indices (the columns' blocks), else every
+    replica (a group of scattered or overlapping replicas: all of them meet, the
+    conservative reading)."""
+    if isinstance(task_times, Retimable):
+        return task_times
     grid = step.plan.grid
     dp_of: dict[tuple, int] = {}
 

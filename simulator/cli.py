@@ -66,11 +66,9 @@ app = typer.Typer(
 
 
 def _fail(message: str | Exception) -> None:
+    """Exit 2 with ``message`` (a ScenarioError's names the file, line and field)."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
-
-
-_fail_bad_input = _fail  # a ScenarioError's message names the file, line and field
 
 
 def _checked(check, *args):
@@ -85,7 +83,7 @@ def _load(path: Path, overrides: list[str] | None):
     try:
         return api.load(path, overrides or [])
     except ScenarioError as exc:
-        _fail_bad_input(exc)
+        _fail(exc)
 
 
 GB = 1e9
@@ -152,7 +150,7 @@ def _topology(path: Path, accelerator: str, overrides: list[str] | None):
     try:
         return api.topology_from_file(path, accelerator, overrides or [])
     except ScenarioError as exc:
-        _fail_bad_input(exc)
+        _fail(exc)
     except (KeyError, ValueError) as exc:
         typer.echo(f"error: {path}: {exc.args[0] if exc.args else exc}", err=True)
         raise typer.Exit(2) from None
@@ -290,7 +288,7 @@ def _check_stragglers(s, topo, path: Path, overrides) -> None:
     if findings:
         from simulator.scenario.located import located_error
 
-        _fail_bad_input(located_error(path, overrides, findings))
+        _fail(located_error(path, overrides, findings))
 
 
 @app.command()
@@ -480,7 +478,8 @@ def validate(
         typer.Option(
             "--group",
             help="megatron, megatron_table2, nccl, nccl_time, zero_bubble, throughput, llama3, "
-            "zero, korthikanti, layer_timing, nvidia_h100, moe_folding (repeatable; default all).",
+            "zero, korthikanti, layer_timing, nvidia_h100, nvidia_gb200, moe_folding, deepep, "
+            "moe_recipes (repeatable; default all).",
         ),
     ] = None,
     workers: Annotated[
@@ -671,8 +670,9 @@ def accelerators(format: FormatOpt = Format.json) -> None:
     frame = pd.DataFrame(rows)
     for col in frame.columns[3:]:  # the numbers; "-": the accelerator has no such format
         frame[col] = frame[col].map(lambda v: "-" if v != v else f"{v:,.0f}")
-    # compute-bound rate held in a long run / the burst rate (Accelerator.sustained_compute)
+    # a long run's compute-bound rate / the burst's, and GEMMs against the calibrated H200's
     frame["sustained"] = [f"{a['sustained_compute']:.3f}" for a in entries]
+    frame["matmul"] = [f"{a['matmul_efficiency']:.3f}" for a in entries]
     typer.echo(frame.to_string(index=False))
 
 
@@ -724,7 +724,7 @@ def _goodput_objective():
     (:mod:`simulator.failures.objective`), found once per GPU count (it does not depend on the
     layout, and on the step time only through the interval's rounding to whole steps)."""
     from simulator.failures.objective import expected_ettr
-    from simulator.sweep.search import Objective
+    from simulator.sweep.objectives import Objective
 
     ettr: dict[int, float] = {}
 

@@ -52,6 +52,10 @@ class Accelerator(BaseModel):
         runs at the boost clock), measured. 1.0 where unmeasured. See
         :data:`SUSTAINED_COMPUTE`. It calibrates the power model
         (:mod:`simulator.model.power`), which sets each step's clock from its own kernels.
+    matmul_efficiency : the fraction of its peak a GEMM reaches on this device against the
+        fraction the calibrated device's GEMMs reach of theirs, measured in one benchmark on
+        both (:data:`MATMUL_EFFICIENCY`); scales the H200 calibration's GEMM efficiencies where
+        the device has no ``calibration`` of its own. 1.0 where unmeasured.
     rated_power : the board's rated power (W, its TDP): the limit ``sustained_compute``
         was measured at.
     power_limit : the power limit the GPU runs under (W); None: ``rated_power`` (a cap is a
@@ -75,6 +79,7 @@ class Accelerator(BaseModel):
     calibration: str | None = None
     architecture: Literal["", "ampere", "hopper", "blackwell", "tpu"] = ""
     sustained_compute: Annotated[float, Field(gt=0, le=1)] = 1.0
+    matmul_efficiency: Annotated[float, Field(gt=0, le=2)] = 1.0
     rated_power: Watts | None = None
     power_limit: Watts | None = None
     static_power: Watts | None = None
@@ -157,6 +162,16 @@ _CSV = "shared/validation/hardware_specs.csv"
 # the table's pair, measured together in one run with the node's other GPUs busy.
 SUSTAINED_COMPUTE = {"H100": 755 / 850, "H200": 755 / 850, "B200": 1439 / 1737}
 
+# A GEMM's best fraction of peak against the calibrated H200's, from one table that measured
+# both: ml-engineering's "Maximum Achievable Matmul FLOPS comparison table" (a mean of 100
+# iterations after 50 warm-up ones, the best shape of a sweep), where the H100 SXM (the
+# H200's die) reaches 794.5 of 989 TFLOP/s (80.3%) and the B200 SXM 1745 of 2250 (77.6%):
+# 0.966. The GB200 is the B200's die: the same factor; its own row there (1822 of its nominal
+# 2500, 72.9%) is the B200's rate per clock at the GB200's 2062 MHz maximum SM clock (1745 x
+# 2062 / 1965 = 1831, the same table's clocks), so it agrees. Others: 1.0 (the Hopper parts
+# are the calibration's die; the A100 and TPUs are not compared).
+MATMUL_EFFICIENCY = {"B200": (1745 / 2250) / (794.5 / 989), "GB200": (1745 / 2250) / (794.5 / 989)}
+
 # (power limit, static, memory-bound) W per family; a large GEMM's draw follows from the
 # sustained rate above (simulator.model.power).
 # - Limits: H100 SXM and H200 SXM 700 W (datasheets; nvidia-smi's default and maximum limit),
@@ -178,6 +193,7 @@ POWER = {
     "H200": (700.0, 121.7, 300.0),
     "B200": (1000.0, 1000.0 * 121.7 / 700.0, 1000.0 * 300.0 / 700.0),
     "A100": (400.0, 80.0, 400.0 * 300.0 / 700.0),
+    "GB200": (1200.0, 1200.0 * 121.7 / 700.0, 1200.0 * 300.0 / 700.0),
 }
 
 
@@ -193,6 +209,7 @@ def _entry(name, kind, flops_tflops, hbm_bytes, hbm_GBps, scale_up_GBps_per_dir,
         source=source,
         architecture=arch,
         sustained_compute=SUSTAINED_COMPUTE.get(name.split("-")[0], 1.0),
+        matmul_efficiency=MATMUL_EFFICIENCY.get(name.split("-")[0], 1.0),
         **_power(name.split("-")[0]),
     )
 
@@ -207,6 +224,27 @@ def compute_power_from_sustained(limit_w: float, static_w: float, sustained: flo
     return static_w + (limit_w - static_w) / sustained**DVFS_EXPONENT
 
 
+def sustained_from_sibling(family: str, sibling: str, clock_ratio: float) -> float:
+    """The sustained fraction of a device whose long GEMM run is not measured, predicted from
+    a measured ``sibling`` of the same die: the sibling's GEMM draw above static (W, at its
+    boost clock, from :func:`compute_power_from_sustained`) scaled by ``clock_ratio`` cubed
+    to ``family``'s boost clock, then held under ``family``'s limit by the same DVFS law."""
+    limit, static, _ = POWER[sibling]
+    dynamic = compute_power_from_sustained(limit, static, SUSTAINED_COMPUTE[sibling]) - static
+    f_limit, f_static, _ = POWER[family]
+    scaled = dynamic * clock_ratio**DVFS_EXPONENT
+    return min(1.0, ((f_limit - f_static) / scaled) ** (1 / DVFS_EXPONENT))
+
+
+# GB200 (1,200 W): no long-run GEMM rate is published. It is the B200's die at a higher boost
+# clock (dense BF16 2.5 PFLOP/s against 2.25: 1.11x), so its sustained fraction is predicted
+# from the B200's measured one, not measured: 0.792, a sustained 1.98 PFLOP/s against the
+# B200's 1.86 (before either's matmul_efficiency). The sustained rate is the B200's rate per
+# clock times the clock at which the die's GEMM draw meets 1,200 W, so it does not depend on
+# which boost clock the nominal 2.5 PFLOP/s assumes (the device reports 2062 MHz at most).
+SUSTAINED_COMPUTE["GB200"] = sustained_from_sibling("GB200", "B200", 2500 / 2250)
+
+
 def _power(family: str) -> dict:
     if family not in POWER:
         return {}
@@ -214,7 +252,9 @@ def _power(family: str) -> dict:
     return {"rated_power": rated, "static_power": static, "memory_power": memory}
 
 
-_ARCHITECTURE = {"A100": "ampere", "H100": "hopper", "H200": "hopper", "B200": "blackwell"}
+_ARCHITECTURE = {
+    "A100": "ampere", "H100": "hopper", "H200": "hopper", "B200": "blackwell", "GB200": "blackwell"
+}  # fmt: skip
 _AMPERE = {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0, "int8": 624.0}
 _HOPPER = {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9, "int8": 1978.9}
 _BLACKWELL = {
@@ -225,6 +265,17 @@ _BLACKWELL = {
     "fp8": 4500.0,
     "fp4": 9000.0,
     "int8": 4500.0,
+}
+# GB200 NVL72 datasheet, rack totals with sparsity halved and divided by 72 GPUs: FP16/BF16
+# 360 PF -> 2.5 PF dense per GPU, FP8 720 PF, FP4 1,440 PF, TF32 180 PF, FP32 5,760 TF.
+_GB200 = {
+    "fp32": 80.0,
+    "tf32": 1250.0,
+    "fp16": 2500.0,
+    "bf16": 2500.0,
+    "fp8": 5000.0,
+    "fp4": 10000.0,
+    "int8": 5000.0,
 }
 
 CATALOG: dict[str, Accelerator] = {
@@ -242,6 +293,16 @@ CATALOG: dict[str, Accelerator] = {
             8000,
             900,
             "NVIDIA DGX B200 datasheet (HGX B200, dense); NVLink5 1.8 TB/s bidirectional",
+        ),
+        _entry(
+            "GB200",
+            "gpu",
+            _GB200,
+            186e9,
+            8000,
+            900,
+            "NVIDIA GB200 NVL72 datasheet (rack totals / 72: HBM3e 13.4 TB, 576 TB/s; "
+            "NVLink5 1.8 TB/s bidirectional per GPU; 1,200 W)",
         ),
         # TPU ICI figures are Google's per-chip bidirectional totals, halved; v4's doc gives
         # 2,400 Gb/s = 300 GB/s per chip.

@@ -392,16 +392,18 @@ def layer_timing_rows(spec: dict, each: Each = in_turn) -> list[dict]:
 
 
 def throughput_rows(
-    spec: dict, group: str = "Public throughput", each: Each = in_turn
+    spec: dict, group: str = "Public throughput", each: Each = in_turn, tflops: bool = False
 ) -> list[dict]:
-    """Tokens per second per GPU of published runs, from the simulated step time; a run that
-    does not fit in memory does not reproduce the row, whatever its speed."""
+    """Tokens per second per GPU of published runs, from the simulated step time (``tflops``:
+    model TFLOP/s per GPU, as Llama 3's Table 4 gives them); a run that does not fit in memory
+    does not reproduce the row, whatever its speed."""
     out = []
     for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"], each), strict=True):
-        per_gpu = summary["tokens_per_s"] / s.num_gpus
+        ours = summary["model_tflops_per_gpu"] if tflops else summary["tokens_per_s"] / s.num_gpus
         row = _row(
-            group, s.name, r["published"], per_gpu, spec["tolerance"], "tokens/s/GPU",
-            _within(per_gpu, r["published"], spec["tolerance"], summary),
+            group, s.name, r["published"], ours, spec["tolerance"],
+            "TFLOP/s per GPU" if tflops else "tokens/s/GPU",
+            _within(ours, r["published"], spec["tolerance"], summary),
         )  # fmt: skip
         row["expected_miss"] = r.get("expected_miss", "")
         out.append(row)
@@ -432,24 +434,14 @@ def ratio_rows(spec: dict, group: str, each: Each = in_turn) -> list[dict]:
 
 
 def llama3_rows(spec: dict, each: Each = in_turn) -> list[dict]:
-    """Model TFLOP/s per GPU of the Llama 3 405B runs; a run that does not fit in memory does
-    not reproduce the row, whatever its speed."""
-    out = []
-    for r, (s, summary) in zip(spec["rows"], _scenario_summaries(spec["rows"], each), strict=True):
-        tflops = summary["model_tflops_per_gpu"]
-        within = _within(tflops, r["published"], spec["tolerance"], summary)
-        row = _row(
-            "Llama 3 Table 4", s.name, r["published"], tflops, spec["tolerance"],
-            "TFLOP/s per GPU", within,
-        )  # fmt: skip
-        row["expected_miss"] = r.get("expected_miss", "")
-        out.append(row)
-    return out
+    """Model TFLOP/s per GPU of the Llama 3 405B runs (:func:`throughput_rows`)."""
+    return throughput_rows(spec, "Llama 3 Table 4", each, tflops=True)
 
 
 GROUPS = (
     "megatron", "megatron_table2", "nccl", "nccl_time", "zero_bubble", "throughput", "llama3",
-    "zero", "korthikanti", "layer_timing", "nvidia_h100", "moe_folding", "deepep", "moe_recipes",
+    "zero", "korthikanti", "layer_timing", "nvidia_h100", "nvidia_gb200", "moe_folding", "deepep",
+    "moe_recipes",
 )  # fmt: skip
 
 
@@ -480,6 +472,10 @@ def validate(groups: list[str] | None = None, workers: int | None = None) -> pd.
 
 def _validate(groups: list[str] | None, each: Each) -> pd.DataFrame:
     spec = yaml.safe_load((VALIDATION / "published" / "rows.yaml").read_text())
+
+    def recipes(key: str, title: str):
+        return lambda: throughput_rows(spec[key], title, each)
+
     makers = {
         "megatron": lambda: megatron_rows(spec["megatron_table1"], each=each),
         "megatron_table2": lambda: megatron_rows(
@@ -493,14 +489,13 @@ def _validate(groups: list[str] | None, each: Each) -> pd.DataFrame:
         "zero": zero_rows,
         "korthikanti": korthikanti_rows,
         "layer_timing": lambda: layer_timing_rows(spec["korthikanti_table4"], each),
-        "nvidia_h100": lambda: throughput_rows(
-            spec["nvidia_h100"], "NVIDIA H100 recipes (BF16)", each
-        ),
+        "nvidia_h100": recipes("nvidia_h100", "NVIDIA H100 recipes (BF16)"),
+        "nvidia_gb200": recipes("nvidia_gb200", "NVIDIA GB200 recipes (BF16)"),
         "moe_folding": lambda: ratio_rows(
             spec["moe_folding"], "MoE parallel folding (ratio to unfolded)", each
         ),
         "deepep": lambda: deepep_rows(spec["deepep"], _row),
-        "moe_recipes": lambda: throughput_rows(spec["moe_recipes"], "MoE recipes (Qwen3)", each),
+        "moe_recipes": recipes("moe_recipes", "MoE recipes (Qwen3)"),
     }
     chosen = [(n, make) for n, make in makers.items() if groups is None or n in groups]
     rows = []

@@ -74,6 +74,37 @@ def test_accelerator_quantities_share_the_scenario_bounds():
         Accelerator(**{**base, "hbm_bandwidth_Bps": 3e12, "peak_flops_per_s": {"bf16": 1.0}})
 
 
+def test_the_gb200s_sustained_fraction_is_predicted_from_the_b200s_die():
+    # B200 measured: 1000 W limit, static 1000 x 121.7/700, sustained 1439/1737; its GEMM's
+    # dynamic draw at boost is (limit - static) / sustained^3. The GB200 is that die at a
+    # 2500/2250 higher boost clock (dynamic x ratio^3) under 1,200 W (static 1200 x 121.7/700)
+    b_static, g_static = 1000 * 121.7 / 700, 1200 * 121.7 / 700
+    dynamic = (1000 - b_static) / (1439 / 1737) ** 3 * (2500 / 2250) ** 3
+    expected = ((1200 - g_static) / dynamic) ** (1 / 3)
+    gb200 = get_accelerator("gb200")
+    assert gb200.sustained_compute == pytest.approx(expected, rel=1e-12)
+    assert 0.78 < expected < 0.80  # below the B200's 0.828: the higher clock draws more
+    # sustained dense BF16: 1.98 PFLOP/s, above the B200's 1.86 (the same die, 200 W more)
+    assert gb200.peak("bf16") * expected == pytest.approx(1.98e15, rel=0.01)
+    assert gb200.hbm_bytes == 186e9 and gb200.scale_up_bandwidth_Bps == 900e9
+
+
+def test_blackwell_gemms_reach_the_published_share_of_hopper_s():
+    from simulator.model.compute import ComputeModel
+
+    # ml-engineering's MAMF comparison table: H100 SXM 794.5 of 989, B200 1745 of 2250
+    ratio = (1745 / 2250) / (794.5 / 989)
+    assert 0.96 < ratio < 0.97
+    for name in ("B200", "GB200"):
+        acc = get_accelerator(name)
+        assert acc.matmul_efficiency == pytest.approx(ratio, rel=1e-12)
+        hopper = ComputeModel.for_accelerator(get_accelerator("H100")).gemm
+        assert ComputeModel.for_accelerator(acc).gemm.e_max == pytest.approx(hopper.e_max * ratio)
+    assert get_accelerator("H200").matmul_efficiency == 1.0
+    # the GB200's own row (1822) is the B200's rate per clock at its 2062 MHz (B200: 1965)
+    assert 1745 * 2062 / 1965 == pytest.approx(1822, rel=0.01)
+
+
 def test_sustained_compute_is_the_published_msmf_over_mamf():
     # ml-engineering's MAMF/MSMF table (commit fe12f4e): H200 SXM 850 burst, 755 sustained;
     # the H100 is the same die at the same 700 W; B200 1737 -> 1439; A100 SXM unmeasured.

@@ -4,7 +4,8 @@
         + launch overhead
 
 ``e_gemm`` and ``e_mem`` come from :mod:`simulator.model.calibration` (fitted once to the H200
-microbenchmarks); other GPUs keep the same efficiencies against their own peaks. The attention
+microbenchmarks); other GPUs keep the same efficiencies against their own peaks, GEMMs scaled
+by the device's measured ``matmul_efficiency`` (Blackwell: 0.966). The attention
 core runs as a fused kernel (flash attention) whose efficiency is that of a GEMM of its inner
 shape (rows ``b x heads x s_q``, columns ``s_k``, depth ``d``), its backward's that times the
 kernel's published backward/forward ratio (``Op.b_efficiency``). Elementwise ops are
@@ -101,11 +102,12 @@ class ComputeModel:
     @classmethod
     def for_accelerator(cls, acc: Accelerator, dtype: str = "bf16") -> ComputeModel:
         """The device's own calibration if it names one, else the H200 efficiencies applied
-        to this device's peaks."""
+        to this device's peaks, its GEMMs' scaled by its ``matmul_efficiency``."""
         if acc.calibration:
             gemm, mem = device_fits(acc.calibration, acc.peak("bf16"), acc.hbm_bandwidth_Bps)
         else:
             gemm, mem = device_fits("h200")
+            gemm = replace(gemm, e_max=gemm.e_max * acc.matmul_efficiency)
         return cls(
             acc.peak(dtype),
             acc.hbm_bandwidth_Bps,

@@ -98,9 +98,11 @@ def test_catalog_commands():
     assert result.exit_code == 0
     h100 = next(line for line in result.stdout.splitlines() if line.strip().startswith("H100"))
     assert h100.split()[:6] == ["H100-SXM", "gpu", "hopper", "989", "1,979", "80"]
-    assert h100.split()[-1] == "0.888"  # sustained_compute: 755/850 (hardware.py)
+    assert h100.split()[-2:] == ["0.888", "1.000"]  # sustained 755/850; the calibrated die
     a100 = next(line for line in result.stdout.splitlines() if line.startswith("A100-SXM4-80GB"))
-    assert a100.split()[-1] == "1.000"  # no sustained rate published for the A100 SXM
+    assert a100.split()[-2] == "1.000"  # no sustained rate published for the A100 SXM
+    gb200 = next(line for line in result.stdout.splitlines() if line.strip().startswith("GB200"))
+    assert gb200.split()[-2:] == ["0.792", "0.965"]  # predicted from the B200; MAMF ratio
 
 
 def test_topology_command(root, tmp_path):

@@ -14,7 +14,7 @@ from simulator.scenario import load_scenario_text
 EX = "scenarios/examples/llama3-8b-fsdp.yaml"
 
 
-@pytest.mark.parametrize("name", ["H100", "H200", "B200"])
+@pytest.mark.parametrize("name", ["H100", "H200", "B200", "GB200"])
 def test_a_long_large_gemm_run_holds_the_measured_sustained_rate(name):
     # the one measured long GEMM run (Bekman's MSMF / MAMF) comes back from the model at
     # activity 1 and the rated power; nothing else in the model is fitted to it

@@ -31,17 +31,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from simulator.sweep.plan_memory import fits
+from simulator.sweep.plan_runs import Simulator, simulate_cheaply, simulate_in_full, time_of
 from simulator.sweep.runner import make_backend
 from simulator.sweep.search import (
     DEFAULT_HEADROOM,
     EXTRAPOLATION_MARGIN,
     SearchOptions,
-    Simulator,
-    _cheap,
-    _fits,
-    _full,
-    _time_of,
     search_plans,
+    settings_of,
 )
 
 
@@ -63,9 +61,7 @@ def exhaustive(result, backend, workers_note: str) -> dict:
     settings = {}
     for k in result.candidates:
         settings.setdefault(k.gpus, None)
-    from simulator.sweep.search import _settings
-
-    for st in _settings(result.path, result.base, tuple(result.gpus)):
+    for st in settings_of(result.path, result.base, tuple(result.gpus)):
         settings[st.gpus] = st
     sim = Simulator(backend, None)
     # not yet settled: below the pick by the bound, not simulated, not known not to fit
@@ -81,14 +77,14 @@ def exhaustive(result, backend, workers_note: str) -> dict:
     fitting = []
     start = time.perf_counter()
     for k in open_:
-        status, _, scenario = _fits(settings[k.gpus], k.choice, DEFAULT_HEADROOM)
+        status, _, scenario = fits(settings[k.gpus], k.choice, DEFAULT_HEADROOM)
         if status == "fits":
             scenarios[k.key] = scenario
             fitting.append(k)
     memory_s = time.perf_counter() - start
     for i in range(0, len(fitting), 64):
         batch = fitting[i : i + 64]
-        _cheap(batch, scenarios, sim)
+        simulate_cheaply(batch, scenarios, sim)
         print(f"  {min(i + 64, len(fitting))}/{len(fitting)} simulated", file=sys.stderr)
     close = [
         k
@@ -97,8 +93,8 @@ def exhaustive(result, backend, workers_note: str) -> dict:
         and k.result is None
         and k.cheap_s <= pick * (1 + EXTRAPOLATION_MARGIN)
     ]
-    _full(close, scenarios, sim)
-    times = [(_time_of(k.result) if k.result is not None else k.cheap_s, k) for k in fitting]
+    simulate_in_full(close, scenarios, sim)
+    times = [(time_of(k.result) if k.result is not None else k.cheap_s, k) for k in fitting]
     times = [(t, k) for t, k in times if t is not None]
     best_t, best_k = min(times, key=lambda x: x[0]) if times else (math.inf, None)
     return {

@@ -53,6 +53,7 @@ from simulator.stages.facts import (  # noqa: F401 - the api's names, re-exporte
     _placement,
     network_facts,
     network_model,
+    reach_of,
 )
 from simulator.stages.memory import (  # noqa: F401 - the api's names, re-exported
     MemoryReport,
@@ -140,12 +141,13 @@ def topology_from_file(
     return build_topology(cluster)
 
 
-def step_lower_bound(scenario: Scenario, ingress_Bps: float | None = None):
+def step_lower_bound(scenario: Scenario, reach=None):
     """A lower bound on the simulated step of ``scenario``
-    (:func:`simulator.stages.bounds.step_lower_bound`), for the plan search's screen."""
+    (:func:`simulator.stages.bounds.step_lower_bound`), for the plan search's screen;
+    ``reach``: :func:`reach_of` its topology (or a GPU's ingress alone, B/s)."""
     from simulator.stages.bounds import step_lower_bound as bound
 
-    return bound(scenario, ingress_Bps)
+    return bound(scenario, reach)
 
 
 def topology_warnings(scenario: Scenario, topo: Topology | None = None) -> list[str]:

@@ -204,10 +204,12 @@ def _layer_blocks(pre, core, post, ffn, experts, cm: ComputeModel, cp: int, imba
     )
 
 
+@lru_cache(maxsize=1024)
 def embedding_block(m: ModelConfig, mb: MicroBatch, sh: Sharding, cm: ComputeModel) -> Block:
     return Block.of(embedding_ops(m, mb.b, mb.s, sh, mb.act_bytes), cm)
 
 
+@lru_cache(maxsize=1024)
 def head_block(m: ModelConfig, mb: MicroBatch, sh: Sharding, cm: ComputeModel) -> Block:
     ops = head_ops(m, mb.b, mb.s, sh, mb.act_bytes, mb.eager_kernels, mb.eager_norms)
     return Block.of(ops, cm)

@@ -11,9 +11,15 @@ the simulated step. It is the longest of three chains that no schedule can short
   their load imbalance), plus the tensor-parallel collectives that sit between a layer's
   kernels (the compute waits for them: Megatron's f/g operators), each at least
   ``(t - 1) / t`` of its message over the fastest a GPU can receive (its links' summed
-  capacity). Left out, so the bound stays below: context-parallel and expert all-to-all
-  traffic (which may hide under compute), recompute's collectives, pipeline sends, the data-
-  parallel synchronisation and the optimizer step, and every contention;
+  capacity), and in an MoE layer the dispatch and combine all-to-alls the routed experts sit
+  between (each at least the ``(e - 1) / e`` of its tokens a rank receives from the other
+  ``e - 1`` of its expert-parallel group, over that same capacity, and at least the share
+  from members on other hosts over the host's network links into the GPU, its own NIC: PXN
+  relays at the sender, so a message from another host enters through the receiver's NIC).
+  Left out, so the bound stays below: context-parallel traffic (which may hide under
+  compute), DeepEP's routed exchange (its bytes depend on where the tokens go), expert-TP
+  gathers, recompute's collectives, pipeline sends, the data-parallel synchronisation and the
+  optimizer step, and every contention;
 - **the fill** before it: the first micro-batch's forward through every model chunk below the
   stage's first (it cannot start earlier);
 - **the drain** after it: the last micro-batch's input-gradient pass through every model chunk
@@ -24,8 +30,9 @@ whose steps do not overlap (GPipe, 1F1B, the interleaved ones, ZB-H1); the other
 ZB-1p, ZB-2p and ZB-V overlap consecutive steps, whose step time is a stage's own span, or fold
 the pipeline; DualPipe feeds both ends
 and overlaps a forward with a backward) get the busiest stage alone, and DualPipe's busy time
-leaves the tensor-parallel collectives out (its pairs run one pass's collectives under the
-other's compute) and counts each micro-batch on one of a stage's two chunks (half go each way).
+leaves the tensor-parallel and expert collectives out (its pairs run one pass's collectives
+under the other's compute) and counts each micro-batch on one of a stage's two chunks (half
+go each way).
 
 For 1F1B over equal stages the bound is the textbook step ``(m + p - 1)(f + b)``: the fill
 ``(p - 1) f`` and drain ``(p - 1) b`` around the last stage's ``m (f + b)``.
@@ -34,9 +41,11 @@ For 1F1B over equal stages the bound is the textbook step ``(m + p - 1)(f + b)``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from simulator.pipelines import get_schedule
-from simulator.plan.plan import micro_batch_of, micro_batches_per_step, sharding_of
+from simulator.plan.grid import RankGrid
+from simulator.plan.plan import grid_of, micro_batch_of, micro_batches_per_step, sharding_of
 from simulator.scenario.schema import Scenario
 from simulator.schedule.costs import Block, embedding_block, head_block, layer_cost
 from simulator.stages.costs import compute_model_of
@@ -79,6 +88,54 @@ def _tp_collectives(s: Scenario, moe_layer: bool, backward: bool) -> int:
     return per_block * (1 if moe_layer else 2)
 
 
+@dataclass(frozen=True)
+class Reach:
+    """What one GPU can receive per second: over all its links (``ingress_Bps``, B/s), and
+    from other hosts through its host's network links into it (``off_host_Bps``, B/s; None
+    where no other host can reach it but through another device, as on a torus), with
+    ``per_host`` GPUs a host (ranks sit on devices in order, so rank r is on host r //
+    per_host; 0: unknown)."""
+
+    ingress_Bps: float | None = None
+    off_host_Bps: float | None = None
+    per_host: int = 0
+
+
+def _away(s: Scenario, per_host: int) -> int:
+    """The fewest members of an expert-parallel group on hosts other than the rank's own,
+    over the groups of rank 0's pipeline stages."""
+    return _away_in(grid_of(s), per_host)
+
+
+@lru_cache(maxsize=4096)
+def _away_in(grid: RankGrid, per_host: int) -> int:
+    return min(
+        sum(1 for r in grid.ep_group(rank) if r // per_host != rank // per_host)
+        for rank in grid.group(0, "pp")
+    )
+
+
+def _expert_exchange_s(s: Scenario, message: float, reach: Reach) -> float:
+    """Seconds an MoE layer's pass waits at least for its dispatch and combine all-to-alls
+    (:func:`~simulator.schedule.layer_tasks.experts` sizes them): a rank's tokens times top-k
+    hidden states (``message`` is its tokens' hidden states, B), divided over TP where it
+    dispatches its own sequence-parallel tokens, of which ``(e - 1) / e`` come from the other
+    ranks of its group through all its links, and the share of the members on other hosts
+    through its network links (:class:`Reach`). None under DeepEP or without expert
+    parallelism."""
+    par, moe = s.parallelism, s.model.moe
+    e = par.ep
+    if not reach.ingress_Bps or moe is None or e == 1 or par.moe_dispatcher == "deepep":
+        return 0.0
+    size = message * moe.top_k * (moe.capacity_factor or 1.0)
+    if (par.sequence_parallel and par.tp > 1) or par.etp != par.tp:  # local tokens
+        size /= par.tp
+    one = (e - 1) / e * size / reach.ingress_Bps
+    if reach.off_host_Bps and reach.per_host:
+        one = max(one, _away(s, reach.per_host) / e * size / reach.off_host_Bps)
+    return 2 * one
+
+
 def _recomputed_s(cost, blk, recompute: str) -> float:
     """Seconds of forward a layer's backward runs again under ``recompute``."""
     if cost.modules is not None:
@@ -86,61 +143,20 @@ def _recomputed_s(cost, blk, recompute: str) -> float:
     return {"full": blk.f, "selective": cost.core.f}.get(recompute, 0.0)
 
 
-def step_lower_bound(s: Scenario, ingress_Bps: float | None = None) -> StepBound:
-    """The lower bound (module doc) on ``s``'s simulated step time. ``ingress_Bps``: the most
-    a GPU can receive per second (B/s) over all its links; None leaves the tensor-parallel
-    collectives out."""
-    par, m = s.parallelism, s.model
+def step_lower_bound(s: Scenario, reach: Reach | float | None = None) -> StepBound:
+    """The lower bound (module doc) on ``s``'s simulated step time. ``reach``: what a GPU can
+    receive per second (:class:`Reach`, or its ``ingress_Bps`` alone, B/s); None leaves the
+    tensor-parallel and expert collectives out."""
+    reach = reach if isinstance(reach, Reach) else Reach(reach)
+    par = s.parallelism
     schedule = get_schedule(par.pipeline.schedule)
     p, v = par.pp, par.pipeline.virtual_stages
     c = schedule.chunks_per_stage(v)
     mb_count = micro_batches_per_step(s)
-    per_param = s.precision.bytes_per_param(s.training.optimizer)
-    mb, sh = micro_batch_of(s, per_param[0]), sharding_of(s)
-    cm = compute_model_of(s)  # the step's clock under its power limit, as the run's
-    layers = schedule.chunk_layers(
-        m.layers, p, v, par.pipeline.first_stage_layers, par.pipeline.last_stage_layers
-    )
-    tokens = mb.b * mb.s / par.cp
-    message = mb.act_bytes * tokens * m.hidden
-    one_tp = (par.tp - 1) / par.tp * message / ingress_Bps if ingress_Bps else 0.0
-    overlapped = schedule.name == "dualpipe"
-    per_layer: dict[bool, tuple[float, float, float]] = {}
-
-    def layer_times(layer: int) -> tuple[float, float, float]:
-        moe = m.is_moe_layer(layer)
-        if moe not in per_layer:
-            cost = layer_cost(m, layer, mb, sh, par.recompute, cm)
-            blk = cost.attn_local + cost.attn_remote + cost.ffn
-            if cost.experts is not None:
-                blk = blk + cost.experts
-            again = _recomputed_s(cost, blk, par.recompute)
-            tp_f = 0.0 if overlapped else _tp_collectives(s, moe, False) * one_tp
-            tp_b = 0.0 if overlapped else _tp_collectives(s, moe, True) * one_tp
-            per_layer[moe] = (blk.f + tp_f, blk.b + again + tp_b, blk.w)
-        return per_layer[moe]
-
-    emb, head = embedding_block(m, mb, sh, cm), head_block(m, mb, sh, cm)
-    last_chunk = schedule.model_chunks(p, v) - 1
-    # per model chunk: forward, input-gradient, weight-gradient seconds of one micro-batch
-    f_k: dict[int, float] = {}
-    b_k: dict[int, float] = {}
-    w_k: dict[int, float] = {}
-    for (stage, local), ls in layers.items():
-        k = schedule.model_chunk(p, v, stage, local)
-        blk = Block()
-        f = b = w = 0.0
-        for layer in ls:
-            lf, lb, lw = layer_times(layer)
-            f, b, w = f + lf, b + lb, w + lw
-        if k == 0:
-            blk = blk + emb
-        if k == last_chunk:
-            blk = blk + head
-        f_k[k], b_k[k], w_k[k] = f + blk.f, b + blk.b, w + blk.w
+    f_k, b_k, w_k = _chunk_times(s, schedule, reach)
     busy = []
     # DualPipe sends half the micro-batches each way, each through one of a stage's chunks
-    share = 0.5 if overlapped else 1.0
+    share = 0.5 if schedule.name == "dualpipe" else 1.0
     for r in range(p):
         ks = [schedule.model_chunk(p, v, r, j) for j in range(c)]
         busy.append(share * mb_count * sum(f_k[k] + b_k[k] + w_k[k] for k in ks))
@@ -166,3 +182,58 @@ def step_lower_bound(s: Scenario, ingress_Bps: float | None = None) -> StepBound
             if fill + own + drain > best:
                 best, limit = fill + own + drain, "drain"
     return StepBound(best, tuple(busy), limit)
+
+
+def _chunk_times(s: Scenario, schedule, reach: Reach) -> tuple[dict, dict, dict]:
+    """Per model chunk: the forward, input-gradient and weight-gradient seconds of one
+    micro-batch (its layers' kernels with the collectives they wait for, and the embedding
+    or the output layer on the end chunks)."""
+    par, m = s.parallelism, s.model
+    p, v = par.pp, par.pipeline.virtual_stages
+    per_param = s.precision.bytes_per_param(s.training.optimizer)
+    mb, sh = micro_batch_of(s, per_param[0]), sharding_of(s)
+    cm = compute_model_of(s)  # the step's clock under its power limit, as the run's
+    layers = schedule.chunk_layers(
+        m.layers, p, v, par.pipeline.first_stage_layers, par.pipeline.last_stage_layers
+    )
+    tokens = mb.b * mb.s / par.cp
+    message = mb.act_bytes * tokens * m.hidden
+    ingress_Bps = reach.ingress_Bps
+    one_tp = (par.tp - 1) / par.tp * message / ingress_Bps if ingress_Bps else 0.0
+    overlapped = schedule.name == "dualpipe"
+    per_layer: dict[bool, tuple[float, float, float]] = {}
+
+    def layer_times(layer: int) -> tuple[float, float, float]:
+        moe = m.is_moe_layer(layer)
+        if moe not in per_layer:
+            cost = layer_cost(m, layer, mb, sh, par.recompute, cm)
+            blk = cost.attn_local + cost.attn_remote + cost.ffn
+            if cost.experts is not None:
+                blk = blk + cost.experts
+            again = _recomputed_s(cost, blk, par.recompute)
+            tp_f = 0.0 if overlapped else _tp_collectives(s, moe, False) * one_tp
+            tp_b = 0.0 if overlapped else _tp_collectives(s, moe, True) * one_tp
+            if cost.experts is not None and not overlapped:
+                a2a = _expert_exchange_s(s, message, reach)
+                tp_f, tp_b = tp_f + a2a, tp_b + a2a
+            per_layer[moe] = (blk.f + tp_f, blk.b + again + tp_b, blk.w)
+        return per_layer[moe]
+
+    emb, head = embedding_block(m, mb, sh, cm), head_block(m, mb, sh, cm)
+    last_chunk = schedule.model_chunks(p, v) - 1
+    f_k: dict[int, float] = {}
+    b_k: dict[int, float] = {}
+    w_k: dict[int, float] = {}
+    for (stage, local), ls in layers.items():
+        k = schedule.model_chunk(p, v, stage, local)
+        blk = Block()
+        f = b = w = 0.0
+        for layer in ls:
+            lf, lb, lw = layer_times(layer)
+            f, b, w = f + lf, b + lb, w + lw
+        if k == 0:
+            blk = blk + emb
+        if k == last_chunk:
+            blk = blk + head
+        f_k[k], b_k[k], w_k[k] = f + blk.f, b + blk.b, w + blk.w
+    return f_k, b_k, w_k

@@ -4,6 +4,7 @@ against a profiler trace (``trainsim costs``)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 import pandas as pd
 
@@ -14,6 +15,7 @@ from simulator.plan.plan import build_plan as make_plan
 from simulator.plan.plan import micro_batch_of, sharding_of
 from simulator.scenario import Scenario
 from simulator.schedule.costs import (
+    LayerCost,
     embedding_block,
     grad_accumulate_op,
     head_block,
@@ -44,10 +46,21 @@ def compute_activity(scenario: Scenario, burst: ComputeModel) -> float:
     s = scenario
     per_param = s.precision.bytes_per_param(s.training.optimizer)
     mb, sh = micro_batch_of(s, per_param[0]), sharding_of(s)
-    m, recompute = s.model, s.parallelism.recompute
+    best = s.cluster.accelerator.peak(s.precision.compute_dtype) * burst.gemm.e_max
+    return _activity(s.model, mb, sh, s.parallelism.recompute, burst, best)
+
+
+@lru_cache(maxsize=4096)
+def _activity(m, mb, sh, recompute: str, burst: ComputeModel, best: float) -> float:
+    """:func:`compute_activity` of its parts (a plan search asks it of many plans that share
+    them)."""
     flops = seconds = 0.0
+    kinds: dict[bool, LayerCost] = {}  # a layer's kernels differ only by whether it is MoE
     for layer in range(m.layers):
-        cost = layer_cost(m, layer, mb, sh, recompute, burst)
+        moe = m.is_moe_layer(layer)
+        cost = kinds.get(moe) or kinds.setdefault(
+            moe, layer_cost(m, layer, mb, sh, recompute, burst)
+        )
         for block in (cost.attn_local, cost.attn_remote, cost.ffn, cost.experts):
             if block is not None:
                 flops += block.flops_f + block.flops_b + block.flops_w
@@ -55,7 +68,6 @@ def compute_activity(scenario: Scenario, burst: ComputeModel) -> float:
     for block in (embedding_block(m, mb, sh, burst), head_block(m, mb, sh, burst)):
         flops += block.flops_f + block.flops_b + block.flops_w
         seconds += block.f + block.b + block.w
-    best = s.cluster.accelerator.peak(s.precision.compute_dtype) * burst.gemm.e_max
     return flops / (seconds * best) if seconds > 0 else 0.0
 
 

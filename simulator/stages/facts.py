@@ -15,6 +15,7 @@ from simulator.engine.placement import DeviceLabels, RanksOnDevices
 from simulator.infeasible import InfeasibleError
 from simulator.plan.collective_choice import NetworkFacts
 from simulator.schedule.perturb import SlowLink
+from simulator.stages.bounds import Reach
 from simulator.topology import Topology
 
 
@@ -133,3 +134,30 @@ def _degraded(topo: Topology, perturbations) -> Topology:
             raise InfeasibleError(f"no link {p.src} -> {p.dst} in the topology")
         graph.edges[p.src, p.dst]["bandwidth"] *= p.fraction
     return dataclasses.replace(topo, graph=graph)
+
+
+def reach_of(topo: Topology) -> Reach:
+    """What the first GPU of ``topo`` can receive per second (:class:`Reach`), found once and
+    kept on it: over all its links, and from other hosts over its network links (a link in
+    from a node that other hosts reach, such as its NIC, counted at the least of its capacity
+    and that node's own links in from outside the host; none on a torus, whose devices link
+    to each other directly)."""
+    kept = topo.derived.get("reach")
+    if kept is None or kept[0] is not topo.graph:
+        kept = topo.derived["reach"] = (topo.graph, _reach(topo))
+    return kept[1]
+
+
+def _reach(topo: Topology) -> Reach:
+    g, device = topo.graph, topo.devices[0]
+    into = list(g.in_edges(device, data=True))
+    ingress = float(sum(d.get("bandwidth", 0.0) for _, _, d in into))
+    if any(u in topo.host_of for u, _, _ in into):  # a device's own link: no host boundary
+        return Reach(ingress)
+    local = {d for d, h in topo.host_of.items() if h == topo.host_of[device]}
+    outside = 0.0
+    for u, _, d in into:
+        feeds = g.in_edges(u, data=True)
+        feed = sum(e.get("bandwidth", 0.0) for w, _, e in feeds if w not in local)
+        outside += min(d.get("bandwidth", 0.0), feed)
+    return Reach(ingress, outside or None, len(local))

@@ -80,11 +80,15 @@ def memory_report(scenario: Scenario):
 def ingress_Bps(scenario: Scenario) -> float:
     """The most a GPU of the scenario's cluster can receive per second (B/s): the summed
     capacity of the links into its first device (devices of a cluster are alike)."""
-    topo = topology_of(scenario.cluster)
-    device = topo.devices[0]
-    return float(sum(d.get("bandwidth", 0.0) for _, _, d in topo.graph.in_edges(device, data=True)))
+    return api.reach_of(topology_of(scenario.cluster)).ingress_Bps
 
 
-def step_lower_bound(scenario: Scenario, ingress: float | None = None):
+def reach(scenario: Scenario):
+    """What a GPU of the scenario's cluster can receive per second, from anywhere and from
+    other hosts (:func:`simulator.api.reach_of`)."""
+    return api.reach_of(topology_of(scenario.cluster))
+
+
+def step_lower_bound(scenario: Scenario, reach=None):
     """A lower bound on the simulated step (:func:`simulator.api.step_lower_bound`)."""
-    return api.step_lower_bound(scenario, ingress)
+    return api.step_lower_bound(scenario, reach)

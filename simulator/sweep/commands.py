@@ -291,7 +291,8 @@ def plan(
     write them as scenario files."""
     from simulator.sweep import adapter
     from simulator.sweep.explain import set_line, why, write_plans
-    from simulator.sweep.search import OBJECTIVES, SearchOptions, search_plans
+    from simulator.sweep.objectives import OBJECTIVES
+    from simulator.sweep.search import SearchOptions, search_plans
     from simulator.sweep.space import SpaceError
     from simulator.sweep.tables import format_table
 
@@ -369,7 +370,7 @@ def plan(
             typer.echo(f"      = trainsim run {scenario} {r['set']}")
     typer.echo("")
     typer.echo("screened out or not ranked:")
-    from simulator.sweep.search import rejection_summary
+    from simulator.sweep.plan_result import rejection_summary
 
     typer.echo(rejection_summary(result.candidate_frame()).to_string(index=False))
     if ranked.empty or not (ranked["status"] == "ok").any():

@@ -11,7 +11,7 @@ import pandas as pd
 import yaml
 
 from simulator.scenario import scenario_data
-from simulator.sweep.search import PlanSearch, choice_of_row
+from simulator.sweep.plan_result import PlanSearch, choice_of_row
 from simulator.sweep.space import overrides_of
 from simulator.sweep.spec import override_text
 

@@ -181,7 +181,7 @@ def test_estimate_puts_a_folded_expert_group_on_nvlink():
 
 def test_plan_search_tries_folded_experts_under_tp():
     from simulator.scenario import load_scenario_text
-    from simulator.sweep.search import machine_of
+    from simulator.sweep.candidates import machine_of
     from simulator.sweep.space import Knobs, _expert_degrees, enumerate_space, overrides_of
 
     s = load_scenario_text("""
@@ -208,7 +208,7 @@ def test_the_estimate_computes_at_the_sustained_rate():
     # the simulation runs a step's GEMMs at sustained_compute x the burst rate; the estimate
     # that ranks the candidates does too (H100: 755/850 of the datasheet's 989.4 TFLOP/s)
     from simulator.scenario import load_scenario_text
-    from simulator.sweep.search import machine_of
+    from simulator.sweep.candidates import machine_of
 
     text = """
 model: {{name: llama3-8b, layers: 2}}

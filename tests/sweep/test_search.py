@@ -15,7 +15,7 @@ from simulator.scenario import load_scenario_text
 from simulator.schedule.costs import layer_cost
 from simulator.stages.bounds import step_lower_bound
 from simulator.sweep import adapter
-from simulator.sweep.search import _with_batch, extrapolate, reduced_counts
+from simulator.sweep.plan_runs import extrapolate, reduced_counts, with_batch
 from simulator.sweep.space import Choice, Knobs, SpaceError, applied, enumerate_space
 from tests.sweep.conftest import TINY_BASE
 
@@ -32,6 +32,14 @@ ASYNC_TP = load_scenario_text(
 MOE = load_scenario_text("""
 model: {name: mixtral-8x7b, layers: 4}
 cluster: {accelerator: H100, topology: {include: topologies/dgx-h100.yaml}}
+training: {global_batch: 32, micro_batch: 1, seq_len: 1024}
+""")
+
+MOE_2_NODES = load_scenario_text("""
+model: {name: mixtral-8x7b, layers: 4}
+cluster:
+  accelerator: H100
+  topology: {include: topologies/dgx-h100-superpod.yaml, nodes: 2}
 training: {global_batch: 32, micro_batch: 1, seq_len: 1024}
 """)
 
@@ -53,13 +61,22 @@ SAMPLE = [
     (ASYNC_TP, Choice(4, 2, 1, 1, 1, 0, "1f1b", 1, "none", sequence_parallel=False)),
     (MOE, Choice(2, 2, 1, 2, 2, 1, "1f1b", 1, "none")),
     (MOE, Choice(1, 2, 1, 4, 4, 1, "dualpipe", 1, "full")),
+    (MOE, Choice(1, 2, 1, 4, 4, 1, "interleaved", 1, "none", virtual_stages=2)),
+    (MOE, Choice(2, 2, 1, 2, 2, 1, "zb-h1", 1, "selective", expert_tp=1)),  # folded
+    (MOE, Choice(2, 1, 1, 8, 4, 1, "1f1b", 1, "none", expert_tp=1)),  # EP over the node
+    (MOE, Choice(4, 1, 1, 2, 2, 1, "1f1b", 2, "none", sequence_parallel=False)),
+    # expert groups across the two hosts: their all-to-alls through each GPU's NIC
+    (MOE_2_NODES, Choice(4, 1, 1, 4, 4, 1, "1f1b", 1, "none")),
+    (MOE_2_NODES, Choice(2, 2, 1, 4, 4, 1, "interleaved", 1, "none", virtual_stages=2)),
+    (MOE_2_NODES, Choice(1, 2, 1, 8, 8, 1, "zb-h1", 1, "none")),
+    (MOE_2_NODES, Choice(2, 1, 1, 8, 8, 1, "1f1b", 1, "selective", expert_tp=1)),
 ]
 
 
 def _simulated(s, c: Choice) -> tuple[float, float]:
     """(the bound, the simulated step) of choice ``c`` on scenario ``s``, both in s."""
     scenario = applied(s, c)
-    bound = adapter.step_lower_bound(scenario, adapter.ingress_Bps(scenario)).seconds
+    bound = adapter.step_lower_bound(scenario, adapter.reach(scenario)).seconds
     return bound, api.run(scenario).metrics.step_time_s
 
 
@@ -71,6 +88,51 @@ def test_the_bound_never_exceeds_the_simulated_step(s, c):
     # and not vacuous: compute, fill and drain make up most of these small steps, whose
     # communication runs on NVLink (the loosest here, ZeRO-3 over 4 ranks, is above 0.4)
     assert bound >= 0.4 * step
+
+
+def test_the_bound_waits_for_the_expert_all_to_alls():
+    from simulator.stages.bounds import Reach, _expert_exchange_s
+
+    # Mixtral 8x7B: top-2 of hidden 4,096 in BF16, a micro-batch of 1 x 1,024 tokens. EP 4:
+    # a rank receives 3/4 of its 2 x 1,024 x 4,096 x 2 B dispatch, and as much at the
+    # combine, over links of 100 GB/s in all
+    message = 2 * 1024 * 4096.0
+    s = applied(MOE, Choice(1, 1, 1, 4, 8, 1, "1f1b", 1, "none"))
+    fast = Reach(100e9)  # links of 100 GB/s in all, nothing known of hosts
+    assert _expert_exchange_s(s, message, fast) == pytest.approx(2 * 0.75 * 2 * message / 100e9)
+    # each rank dispatches its own sequence-parallel tokens: a TP-th of them
+    s = applied(MOE, Choice(2, 1, 1, 4, 4, 1, "1f1b", 1, "none"))
+    assert _expert_exchange_s(s, message, fast) == pytest.approx(0.75 * 2 * message / 100e9)
+    # not under DeepEP (routed bytes), without EP, or without a capacity to divide by
+    deepep = s.model_copy(update={"parallelism": s.parallelism.model_copy(
+        update={"moe_dispatcher": "deepep"})})  # fmt: skip
+    assert _expert_exchange_s(deepep, message, fast) == 0.0
+    assert _expert_exchange_s(applied(MOE, Choice(1, 1, 1, 1, 8, 1, "1f1b", 1, "none")),
+                              message, fast) == 0.0  # fmt: skip
+    assert _expert_exchange_s(s, message, Reach()) == 0.0
+    # two hosts of 8: TP 4 puts an EP-4 group's members 4 ranks apart, two on the other host;
+    # their half of the dispatch comes through the NIC at 50 GB/s, slower than all 4 x 100
+    s = applied(MOE_2_NODES, Choice(4, 1, 1, 4, 4, 1, "1f1b", 1, "none"))
+    nic = Reach(400e9, 50e9, 8)
+    assert _expert_exchange_s(s, message, nic) == pytest.approx(
+        2 * (2 / 4) * 2 / 4 * message / 50e9
+    )
+
+
+def test_what_a_gpu_can_receive_from_its_own_host_and_from_others():
+    from simulator.stages.bounds import Reach
+
+    # DGX H100 SuperPOD: NVLink 450 GB/s and PCIe 64 GB/s into a GPU; from other hosts the
+    # NIC's 400 Gb/s (50 GB/s) behind that PCIe link; 8 GPUs a host
+    assert adapter.reach(MOE_2_NODES) == Reach(514e9, 50e9, 8)
+    assert adapter.reach(MOE) == Reach(450e9, None, 8)  # one DGX: nothing from outside
+    torus = load_scenario_text(
+        "model: {name: llama3-8b, layers: 2}\n"
+        "cluster: {accelerator: v5p, topology: {kind: torus, shape: [4, 4, 4]}}\n"
+        "training: {global_batch: 64, micro_batch: 1, seq_len: 1024}\n"
+    )
+    reach = adapter.reach(torus)
+    assert reach.off_host_Bps is None and reach.per_host == 0 and reach.ingress_Bps > 0
 
 
 def test_the_bound_of_1f1b_holds_the_textbook_bubble():
@@ -109,7 +171,7 @@ def test_the_cheap_simulation_extrapolates_to_the_full_step(c):
     m = s.training.global_batch // s.dp // s.training.micro_batch
     counts = reduced_counts(c, m)
     assert counts == (4, 6)  # 2 and 3 times the stages, far fewer than m = 32 or 64
-    t1, t2 = (api.run(_with_batch(s, n)).metrics.step_time_s for n in counts)
+    t1, t2 = (api.run(with_batch(s, n)).metrics.step_time_s for n in counts)
     full = api.run(s).metrics.step_time_s
     # the steady state adds one period per micro-batch: within 0.3% (the search simulates
     # in full any candidate within EXTRAPOLATION_MARGIN = 2% of the best, so this is the

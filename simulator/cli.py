@@ -7,7 +7,6 @@ out-of-memory run under ``run --fail-on-oom``. Output paths are checked before s
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import sys
@@ -16,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from simulator import cli_catalog, cli_network
 from simulator.cli_args import Format as Format
 from simulator.cli_args import (
     FormatOpt,
@@ -23,11 +23,10 @@ from simulator.cli_args import (
     ScenarioArg,
     SetOpt,
     StepsOpt,
-    TopoSetOpt,
 )
+from simulator.cli_common import GB, api, checked, fail, load
 from simulator.cli_options import (
     LINKS_DEFAULT_MAX_GPUS,
-    OptionError,
     check_out_dir,
     check_out_file,
     parse_ranks,
@@ -41,20 +40,6 @@ from simulator.sweep import commands as sweep_commands
 log = logging.getLogger("trainsim")
 
 
-class _OnFirstUse:
-    """A module imported when one of its names is first read: ``trainsim --version`` and
-    ``--help`` then cost the Python start and typer (about 0.1 s), not numpy, pandas,
-    networkx and the engine (about 0.7 s)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str):
-        return getattr(importlib.import_module(self._name), attr)
-
-
-api = _OnFirstUse("simulator.api")
-
 app = typer.Typer(
     name="trainsim",
     help="Discrete-event simulator of large-language-model training clusters.",
@@ -63,30 +48,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain click help and errors: no rich import on --help's path
 )
-
-
-def _fail(message: str | Exception) -> None:
-    """Exit 2 with ``message`` (a ScenarioError's names the file, line and field)."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
-
-
-def _checked(check, *args):
-    """Run an option check from :mod:`simulator.cli_options`; a bad option exits 2."""
-    try:
-        return check(*args)
-    except OptionError as exc:
-        _fail(str(exc))
-
-
-def _load(path: Path, overrides: list[str] | None):
-    try:
-        return api.load(path, overrides or [])
-    except ScenarioError as exc:
-        _fail(exc)
-
-
-GB = 1e9
 
 
 @app.command()
@@ -102,7 +63,7 @@ def memory(
     ] = False,
 ) -> None:
     """Per-GPU memory of each kind of rank: parameters, gradients, optimizer, activations."""
-    s = _load(scenario, set_)
+    s = load(scenario, set_)
     report = api.memory_report(s)
     for caveat in report.caveats:
         log.warning("%s", caveat)
@@ -137,158 +98,13 @@ def memory(
         )
 
 
-TopologyOpt = Annotated[Path, typer.Option("--topology", help="Topology YAML (topologies/).")]
-AccelOpt = Annotated[
-    str,
-    typer.Option(
-        "--accelerator", help="Accelerator whose NVLink rate applies where the file gives none."
-    ),
-]
-
-
-def _topology(path: Path, accelerator: str, overrides: list[str] | None):
-    try:
-        return api.topology_from_file(path, accelerator, overrides or [])
-    except ScenarioError as exc:
-        _fail(exc)
-    except (KeyError, ValueError) as exc:
-        typer.echo(f"error: {path}: {exc.args[0] if exc.args else exc}", err=True)
-        raise typer.Exit(2) from None
-
-
-def _built_shape(meta: dict) -> str:
-    """ " AxBxC": the torus shape built, beside the file's name (which --set may contradict)."""
-    shape = meta.get("shape")
-    return " " + "x".join(map(str, shape)) if shape else ""
-
-
-@app.command()
-def topology(
-    file: Annotated[Path, typer.Argument(help="Topology YAML.", show_default=False)],
-    accelerator: AccelOpt = "H100-SXM",
-    set_: TopoSetOpt = None,
-    draw: Annotated[
-        Path | None,
-        typer.Option("--draw", help="Write a PNG: the graph if small, a per-level summary if not."),
-    ] = None,
-    format: FormatOpt = Format.table,
-) -> None:
-    """Devices, links per level, and bisection bandwidth of a topology."""
-    _checked(check_out_file, draw, "--draw")
-    topo = _topology(file, accelerator, set_)
-    info, levels = api.topology_report(topo)
-    if draw is not None:
-        from simulator.topology.draw import draw_topology
-
-        draw_topology(topo, draw)
-        log.info("wrote %s", draw)
-    if format is Format.json:
-        typer.echo(json.dumps({**info, "levels": levels.to_dict("records")}, indent=2, default=str))
-        return
-    typer.echo(
-        f"{info['name']} ({info['kind']}{_built_shape(info)}): {info['devices']:,} devices on "
-        f"{info['hosts']:,} hosts, {info['links']:,} directed links"
-    )
-    switches = ", ".join(f"{v:,} {k}" for k, v in info["switches"].items()) or "none"
-    typer.echo(f"switches: {switches}; NICs: {info['nics']:,}")
-    if info.get("kind") == "fat_tree":
-        typer.echo(api.fabric_line(info))
-    typer.echo(f"bisection bandwidth: {info['bisection_Bps'] / 1e12:,.2f} TB/s per direction")
-    shown = levels.copy()
-    shown["link_GBps"] = shown["link_Bps"].map(
-        lambda v: f"{v / 1e9:,.1f}" if isinstance(v, float) else v
-    )
-    shown["total_TBps"] = (shown["total_Bps"] / 1e12).map(lambda v: f"{v:,.2f}")
-    typer.echo(
-        shown[["level", "links", "link_GBps", "total_TBps", "efficiency"]].to_string(index=False)
-    )
-
-
-@app.command()
-def collective(
-    topology: TopologyOpt,
-    op: Annotated[
-        str,
-        typer.Option(
-            "--op",
-            help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce, send_recv",
-        ),
-    ] = "all_reduce",
-    ranks: Annotated[
-        int | None,
-        typer.Option("--ranks", min=2, help="Ranks (the first N devices, 2 or more); default all."),
-    ] = None,
-    algo: Annotated[
-        str | None,
-        typer.Option(
-            "--algo",
-            help="ring, tree, direct, halving_doubling, hierarchical, "
-            "torus, nvls, or auto (NCCL's choice by size: NVLS, ring or tree); default ring "
-            "(direct for all_to_all).",
-        ),
-    ] = None,
-    sizes: Annotated[
-        str, typer.Option("--sizes", help="MIN:MAX[:FACTOR] or one size, e.g. 1MiB:8GiB.")
-    ] = "1MiB:8GiB",
-    groups: Annotated[
-        int,
-        typer.Option(
-            "--groups", min=1, help="Identical groups running at once (next device blocks)."
-        ),
-    ] = 1,
-    accelerator: AccelOpt = "H100-SXM",
-    set_: TopoSetOpt = None,
-    format: FormatOpt = Format.table,
-) -> None:
-    """Time one collective over a topology for a range of sizes, like nccl-tests."""
-    try:
-        size_list = api.parse_sizes(sizes)
-    except ValueError as exc:
-        _fail(f"--sizes {sizes}: {exc}")
-    topo = _topology(topology, accelerator, set_)
-    try:
-        table = api.collective_table(topo, op, ranks, algo, size_list, groups)
-    except ValueError as exc:
-        _fail(str(exc))
-    if format is Format.json:
-        typer.echo(table.to_json(orient="records", indent=2))
-        return
-    shown = table.copy()
-    shown["size"] = shown["size_bytes"].map(_human_bytes)
-    shown["time_us"] = (shown["time_s"] * 1e6).map(lambda v: f"{v:,.1f}")
-    shown["algbw_GBps"] = (shown["algbw_Bps"] / 1e9).map(lambda v: f"{v:,.2f}")
-    shown["busbw_GBps"] = (shown["busbw_Bps"] / 1e9).map(lambda v: f"{v:,.2f}")
-    n = ranks or topo.num_devices
-    shape = _built_shape(topo.meta)
-    name = f"{topo.name} ({topo.meta['kind']}{shape})" if shape else topo.name
-    chosen = table["algorithm"].unique()
-    how = f"algorithm {chosen[0]}" if len(chosen) == 1 else "algorithm chosen per size"
-    typer.echo(
-        f"{op} over {n} ranks of {name}, {how}"
-        + ("" if algo else " (the default; --algo chooses)")
-        + (f", {groups} groups at once" if groups > 1 else "")
-    )
-    columns = ["size", "time_us", "algbw_GBps", "busbw_GBps", "protocol"]
-    if len(chosen) > 1:
-        columns.insert(4, "algorithm")
-    typer.echo(shown[columns].to_string(index=False))
-
-
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if n == int(n) else f"{n:,.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def _check_stragglers(s, topo, path: Path, overrides) -> None:
     """Straggler links must be links of the topology: exit 2 at the field's line if not."""
     findings = api.straggler_link_findings(s, topo)
     if findings:
         from simulator.scenario.located import located_error
 
-        _fail(located_error(path, overrides, findings))
+        fail(located_error(path, overrides, findings))
 
 
 @app.command()
@@ -326,8 +142,8 @@ def run(
     from simulator.cli_progress import Stages
     from simulator.report.run_report import oom_message
 
-    _checked(check_out_dir, out)
-    s = _load(scenario, set_)
+    checked(check_out_dir, out)
+    s = load(scenario, set_)
     track, note = track_links(s.num_gpus, out is not None, links)
     if note:
         log.info("%s", note)
@@ -395,23 +211,23 @@ def gantt(
     from simulator.report.run_report import load_run
 
     path = out or run_dir / "gantt.png"
-    _checked(check_out_file, path, "--out")
-    shown = _checked(parse_ranks, ranks) if ranks else None
-    span = _checked(parse_window, window)
+    checked(check_out_file, path, "--out")
+    shown = checked(parse_ranks, ranks) if ranks else None
+    span = checked(parse_window, window)
     try:
         summary, trace, _ = load_run(run_dir)
     except (OSError, ValueError) as exc:
-        _fail(f"{run_dir}: {exc}")
+        fail(f"{run_dir}: {exc}")
     simulated = sorted(int(r) for r in trace["rank"].unique())
     for r in shown or []:
         if r not in simulated:
-            _fail(
+            fail(
                 f"--ranks: rank {r} was not simulated; this run simulated ranks "
                 f"{', '.join(map(str, simulated))}"
             )
     end = float(trace["end_s"].max()) if len(trace) else 0.0
     if span is not None and span[0] >= end:
-        _fail(f"--window {window}: starts after the step ends (at {end:.6g} s): nothing to draw")
+        fail(f"--window {window}: starts after the step ends (at {end:.6g} s): nothing to draw")
     draw_gantt(
         trace,
         [path],
@@ -434,7 +250,7 @@ def compare(
     from simulator.report.compare import comparison_frame, draw_comparison
     from simulator.report.run_report import load_run
 
-    _checked(check_out_file, out, "--out")
+    checked(check_out_file, out, "--out")
 
     runs = []
     try:
@@ -468,212 +284,6 @@ def compare(
     if "oom" in shown:
         shown["oom"] = shown["oom"].map({True: "OOM", False: ""})
     typer.echo(shown.to_string(index=False))
-
-
-@app.command()
-def validate(
-    format: FormatOpt = Format.table,
-    group: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--group",
-            help="megatron, megatron_table2, nccl, nccl_time, zero_bubble, throughput, llama3, "
-            "zero, korthikanti, layer_timing, nvidia_h100, nvidia_gb200, moe_folding, deepep, "
-            "moe_recipes (repeatable; default all).",
-        ),
-    ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            min=1,
-            help="Processes simulating rows side by side (default: one per usable core).",
-        ),
-    ] = None,
-) -> None:
-    """Reproduce published results: per row the published value, ours, and the error."""
-    from simulator.validation import UnknownGroup, summary_frame
-    from simulator.validation import validate as run_validation
-
-    try:
-        frame = run_validation(group, workers)
-    except UnknownGroup as exc:
-        typer.echo(f"error: --group: {exc}", err=True)
-        raise typer.Exit(2) from None
-    if format is Format.json:
-        typer.echo(
-            json.dumps(
-                {
-                    "rows": frame.to_dict("records"),
-                    "groups": summary_frame(frame).to_dict("records"),
-                },
-                indent=2,
-                default=float,
-            )
-        )
-        return
-    shown = frame.copy()
-    for col in ("published", "simulated"):
-        shown[col] = shown[col].map(lambda v: f"{v:,.4g}")
-    shown["error"] = shown["error"].map(lambda v: f"{v:+.2%}")
-    shown["tolerance"] = shown["tolerance"].map(lambda v: f"{v:.0%}" if v else "printed")
-    shown["within"] = [
-        ("yes" if w else ("expected miss" if e else "NO"))
-        for w, e in zip(frame["within"], frame["expected_miss"], strict=True)
-    ]
-    typer.echo(shown.drop(columns=["expected_miss"]).to_string(index=False))
-    for row in frame[(~frame["within"]) & (frame["expected_miss"] != "")].itertuples():
-        typer.echo(f"expected miss, {row.row}: {row.expected_miss}")
-    typer.echo("")
-    summary = summary_frame(frame)
-    for col in ("median_abs_error", "worst_abs_error"):
-        summary[col] = summary[col].map(lambda v: f"{v:.2%}")
-    typer.echo(summary.to_string(index=False))
-    if not (frame["within"] | (frame["expected_miss"] != "")).all():
-        raise typer.Exit(1)
-
-
-@app.command()
-def calibrate(
-    out: Annotated[Path, typer.Option("--out", help="Folder to write.")],
-    peak: Annotated[
-        str, typer.Option("--peak", help="The GPU's dense bf16 peak, e.g. '989 TFLOP/s'.")
-    ],
-    hbm: Annotated[str, typer.Option("--hbm", help="Its HBM bandwidth, e.g. '3.35 TB/s'.")],
-    repeats: int = 10,
-    warmup: int = 3,
-) -> None:
-    """Measure GEMM, copy, GeLU and fused AdamW kernels with PyTorch on this GPU; write a
-    calibration folder that an accelerator can name (``calibration: DIR``); print the fitted
-    efficiencies."""
-    from simulator.calibrate import CalibrationUnavailable, run_microbenchmarks, torch_timer
-    from simulator.model.calibration import CalibrationError, device_fits
-    from simulator.units import UnitError, parse_quantity
-
-    try:
-        peak_flops = parse_quantity(peak, "flops_rate")
-        hbm_bps = parse_quantity(hbm, "bandwidth")
-        timer, meta = torch_timer(repeats, warmup)
-    except (UnitError, CalibrationUnavailable) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    run_microbenchmarks(out, timer, meta)
-    try:
-        gemm, mem = device_fits(str(out), peak_flops, hbm_bps)
-    except CalibrationError as exc:  # e.g. copies faster than the --hbm given
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    typer.echo(
-        f"wrote {out}: GEMM e_max {gemm.e_max:.2f}, x {gemm.x_half:.0f}, "
-        f"RMS log error {gemm.rms_log_error:.1%}; HBM efficiency: copies {mem.e_mem:.2f}, "
-        f"GeLU {mem.efficiency(2.0):.2f}, fused AdamW {mem.optimizer:.2f}"
-    )
-
-
-@app.command()
-def check(scenario: ScenarioArg, set_: SetOpt = None) -> None:
-    """Validate a scenario and print it with every default filled in, as JSON."""
-    s = _load(scenario, set_)
-    typer.echo(s.model_dump_json(indent=2))
-
-
-@app.command()
-def models(format: FormatOpt = Format.table) -> None:
-    """The model catalog: names usable as ``model: NAME`` and their parameter counts."""
-    from simulator.model.params import count_params
-
-    rows = []
-    from simulator.scenario.model_catalog import MODEL_CATALOG
-    from simulator.scenario.schema import ModelConfig
-
-    for name in sorted(MODEL_CATALOG):
-        m = ModelConfig(name=name)
-        c = count_params(m)
-        rows.append(
-            {
-                "name": name,
-                "layers": m.layers,
-                "hidden": m.hidden,
-                "heads": m.heads,
-                "kv_heads": m.n_kv_heads,
-                "experts": m.moe.experts if m.moe else 0,
-                "params": c.total,
-                "active_params": c.active,
-            }
-        )
-    if format is Format.json:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    import pandas as pd
-
-    frame = pd.DataFrame(rows)
-    frame["params"] = (frame["params"] / 1e9).map(lambda v: f"{v:,.2f}B")
-    frame["active_params"] = (frame["active_params"] / 1e9).map(lambda v: f"{v:,.2f}B")
-    typer.echo(frame.to_string(index=False))
-
-
-@app.command()
-def costs(
-    scenario: ScenarioArg,
-    set_: SetOpt = None,
-    layer: Annotated[int, typer.Option("--layer", help="Layer index (default 0).")] = 0,
-    format: FormatOpt = Format.table,
-) -> None:
-    """One layer's kernels for one micro-batch on one rank, per pass (forward, input gradient,
-    weight gradient, recompute): FLOPs, bytes, time and whether compute or memory bounds each,
-    to hold against a profiler trace."""
-    s = _load(scenario, set_)
-    try:
-        frame = api.layer_costs(s, layer)
-    except ValueError as exc:
-        typer.echo(f"error: --layer: {exc}", err=True)
-        raise typer.Exit(2) from None
-    if format is Format.json:
-        typer.echo(frame.to_json(orient="records", indent=2))
-        return
-    shown = frame.assign(
-        GFLOP=frame["flops"] / 1e9, MB=frame["bytes"] / 1e6, us=frame["seconds"] * 1e6
-    )[["pass", "op", "kind", "GFLOP", "MB", "us", "bound"]]
-    typer.echo(f"{s.name or scenario.name}: layer {layer}, one micro-batch on one rank")
-    typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    totals = frame.groupby("pass", sort=False)["seconds"].sum() * 1e6
-    typer.echo("per pass (us): " + ", ".join(f"{k} {v:,.1f}" for k, v in totals.items()))
-    for note in api.costs_notes(s, frame):
-        typer.echo(note)
-
-
-@app.command()
-def accelerators(format: FormatOpt = Format.json) -> None:
-    """The accelerator catalog (SI units in json: FLOP/s, bytes, B/s; the table in TFLOP/s,
-    GB and GB/s)."""
-    from simulator.hardware import CATALOG
-
-    entries = [a.model_dump() for a in CATALOG.values()]
-    if format is Format.json:
-        typer.echo(json.dumps(entries, indent=2))
-        return
-    import pandas as pd
-
-    rows = [
-        {
-            "name": a["name"],
-            "kind": a["kind"],
-            "architecture": a["architecture"],
-            "bf16 TFLOP/s": a["peak_flops_per_s"].get("bf16", float("nan")) / 1e12,
-            "fp8 TFLOP/s": a["peak_flops_per_s"].get("fp8", float("nan")) / 1e12,
-            "HBM GB": a["hbm_bytes"] / 1e9,
-            "HBM GB/s": a["hbm_bandwidth_Bps"] / 1e9,
-            "scale-up GB/s": a["scale_up_bandwidth_Bps"] / 1e9,
-        }
-        for a in entries
-    ]
-    frame = pd.DataFrame(rows)
-    for col in frame.columns[3:]:  # the numbers; "-": the accelerator has no such format
-        frame[col] = frame[col].map(lambda v: "-" if v != v else f"{v:,.0f}")
-    # a long run's compute-bound rate / the burst's, and GEMMs against the calibrated H200's
-    frame["sustained"] = [f"{a['sustained_compute']:.3f}" for a in entries]
-    frame["matmul"] = [f"{a['matmul_efficiency']:.3f}" for a in entries]
-    typer.echo(frame.to_string(index=False))
 
 
 def _version(value: bool) -> None:
@@ -712,9 +322,11 @@ def _options(
         try:
             limits.raise_limits(raise_limits)
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
 
 
+cli_network.register(app)  # trainsim topology, collective
+cli_catalog.register(app)  # trainsim validate, calibrate, check, models, costs, accelerators
 register_goodput(app)
 sweep_commands.register(app)  # trainsim sweep, trainsim plan (simulator/sweep/commands.py)
 

@@ -8,14 +8,17 @@ Rows (``scenarios/validation/published/rows.yaml`` and the tables in
   TFLOP/s per GPU, counted with the paper's own FLOP
   formula (Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh), full attention and recompute included)
   over the simulated step time;
-- nccl-tests bus bandwidths of single nodes and NICs;
-- nccl-tests all-reduce times from 1 MiB to 4 GiB on one A100 node and two H100 nodes;
+- nccl-tests bus bandwidths of single nodes and NICs, and all-reduce times from 1 MiB to 4 GiB
+  on one A100 node and two H100 nodes (:mod:`simulator.validation_nccl`);
 - the zero-bubble paper's Table 4: throughput of ZB-H1 / ZB-H2 relative to 1F1B, against the
   paper's ZB-1p / ZB-2p (rows the model cannot meet say why, in ``expected_miss``);
 - ZeRO Table 1: model-state memory per device, every cell, at the table's printed precision;
 - Korthikanti et al. 2022: activation memory per layer, formula by formula (22B model), and
   Table 4's forward and backward time of one layer of that model on A100 (TP 8);
-- NVIDIA's DGX Cloud benchmarking recipes: tokens/s per GPU of NeMo runs on H100 (BF16).
+- NVIDIA's DGX Cloud benchmarking recipes: tokens/s per GPU of NeMo runs on H100 and GB200
+  NVL72 (BF16);
+- MoE: parallel folding's gains (ratios), DeepEP's all-to-all bandwidths
+  (:mod:`simulator.validation_deepep`), Qwen3-235B recipes on H100 and GB200.
 
 Each row carries its tolerance; ``within`` says whether it is met.
 A row with ``expected_miss`` is shown but not counted as a failure: the reason says why the
@@ -34,8 +37,6 @@ import yaml
 from tqdm import tqdm
 
 from simulator import api
-from simulator.collectives import bus_bandwidth, plan_collective
-from simulator.engine import time_collective
 from simulator.model.activations import MicroBatch, layer_activation_bytes
 from simulator.model.ops import Sharding
 from simulator.plan.plan import zero_sharded
@@ -43,6 +44,7 @@ from simulator.scenario.loader import PROJECT_ROOT
 from simulator.scenario.schema import ModelConfig
 from simulator.trace import gpu_rows
 from simulator.validation_deepep import deepep_rows
+from simulator.validation_nccl import nccl_rows, nccl_time_rows
 
 VALIDATION = PROJECT_ROOT / "scenarios" / "validation"
 COLUMNS = [
@@ -137,56 +139,6 @@ def megatron_rows(
         )  # fmt: skip
         row["expected_miss"] = r.get("expected_miss", "")
         out.append(row)
-    return out
-
-
-def nccl_rows(spec: dict) -> list[dict]:
-    out = []
-    for r in spec["rows"]:
-        topo = api.topology_from_file(
-            PROJECT_ROOT / r["topology"], r["accelerator"], r.get("set", [])
-        )
-        size = 8 * 2**30
-        if r["op"] == "send_recv":
-            model = api.network_model(topo)
-            seconds, _ = time_collective(model, plan_collective("send_recv", r["pair"], size))
-            busbw = bus_bandwidth("send_recv", 2, size, seconds)[1]
-        else:
-            table = api.collective_table(topo, r["op"], r["ranks"], r["algo"], [size])
-            busbw = float(table["busbw_Bps"].iloc[0])
-        out.append(
-            _row(
-                "nccl-tests bus bandwidth",
-                r["name"],
-                r["published"],
-                busbw / 1e9,
-                spec["tolerance"],
-                "GB/s",
-            )
-        )
-    return out
-
-
-def nccl_time_rows(spec: dict) -> list[dict]:
-    """nccl-tests' out-of-place time (us) of one collective at each of a row's sizes, against
-    :func:`simulator.api.collective_table` on the row's topology (the row's algorithm, a
-    ring without one; the protocol NCCL's model picks by size, as the executor does)."""
-    out = []
-    for r in spec["rows"]:
-        topo = api.topology_from_file(
-            PROJECT_ROOT / r["topology"], r["accelerator"], r.get("set", [])
-        )
-        sizes = [float(size) for size, _ in r["times_us"]]
-        table = api.collective_table(topo, r["op"], r["ranks"], r.get("algo"), sizes)
-        misses = r.get("expected_miss", {})
-        for (size, published), seconds in zip(r["times_us"], table["time_s"], strict=True):
-            label = f"{size / 2**20:g} MiB" if size < 2**30 else f"{size / 2**30:g} GiB"
-            row = _row(
-                "nccl-tests time", f"{r['name']}, {label}", published, seconds * 1e6,
-                spec["tolerance"], "us",
-            )  # fmt: skip
-            row["expected_miss"] = misses.get(size, "")
-            out.append(row)
     return out
 
 
@@ -481,8 +433,8 @@ def _validate(groups: list[str] | None, each: Each) -> pd.DataFrame:
         "megatron_table2": lambda: megatron_rows(
             spec["megatron_table2"], "Megatron SC21 Table 2", each
         ),
-        "nccl": lambda: nccl_rows(spec["nccl_busbw"]),
-        "nccl_time": lambda: nccl_time_rows(spec["nccl_times"]),
+        "nccl": lambda: nccl_rows(spec["nccl_busbw"], _row),
+        "nccl_time": lambda: nccl_time_rows(spec["nccl_times"], _row),
         "zero_bubble": lambda: zero_bubble_rows(spec["zero_bubble"], each),
         "throughput": lambda: throughput_rows(spec["public_throughput"], each=each),
         "llama3": lambda: llama3_rows(spec["llama3_table4"], each),

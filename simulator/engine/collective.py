@@ -40,35 +40,32 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from functools import partial
+from dataclasses import replace
 from operator import itemgetter, ne
 
 import numpy as np
 
 from simulator.collectives.plan import CollectivePlan, Node
-from simulator.engine.kept import KeptWithin
 from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
 from simulator.engine.orbits import LinkOrbits
+from simulator.engine.routed import (  # noqa: F401 - KeptPlans, RoutedShapes, delayed_phase: re-exported
+    UNEVEN_COPIES,
+    Geometry,
+    KeptPlans,
+    RoutedShapes,
+    class_tails,
+    class_tails_at_once,
+    copies_per_link,
+    delayed_phase,
+    device_rows,
+    devices_key,
+    run_phase,
+    segment_sums,
+)
 
 _SHAPES = itertools.count()  # unique pattern ids for rate reuse
 MERGE_ABOVE = 256  # transfers in a phase beyond which equal ones share a flow class
 _first, _second = itemgetter(0), itemgetter(1)
-
-
-@dataclass(frozen=True, eq=False)
-class _Geometry:
-    """A routed phase: one flow class per transfer (or per merged kind of transfer), whose
-    ``bytes_`` is its share of the collective's size (bytes x steps / size); the run scales
-    it by the size. ``latency`` (s, each transfer's path) and ``class_of`` (each transfer's
-    class) give the classes' tails again under another protocol's step latency: lists, or
-    arrays for a phase classed all at once (:meth:`CollectiveRunner._merged_at_once`)."""
-
-    classes: list[FlowClass]
-    latency: list[float] | np.ndarray = field(default_factory=list, repr=False)
-    class_of: list[int] | np.ndarray = field(default_factory=list, repr=False)
-    # whether each transfer crosses hosts (NCCL's per-step floor differs across them)
-    crosses: list[bool] | np.ndarray = field(default_factory=list, repr=False)
 
 
 class CollectiveRunner:
@@ -98,13 +95,13 @@ class CollectiveRunner:
         self.router = router
         self.host_of = host_of if host_of is not None else {}
         self.switch_of_host = switch_of_host if switch_of_host is not None else {}
-        self._geometry: dict[tuple, list[_Geometry]] = (
+        self._geometry: dict[tuple, list[Geometry]] = (
             geometry_cache if geometry_cache is not None else {}
         )
         self._routes: dict[tuple, tuple[list[int], list[float]]] = (
             route_cache if route_cache is not None else {}
         )
-        self._by_plan: dict[tuple, tuple[CollectivePlan, list[_Geometry]]] = {}
+        self._by_plan: dict[tuple, tuple[CollectivePlan, list[Geometry]]] = {}
         # collective plans and groups' bandwidths an executor found for this runner's
         # links, router and locality, for the runs that share ``plan_cache`` (a model's)
         self.plans: dict = plan_cache if plan_cache is not None else KeptPlans()
@@ -113,7 +110,7 @@ class CollectiveRunner:
         # the runs on the network model that pass the same ``copies_cache`` (a sweep's
         # points of one layout, trials that slow ranks); a RoutedShapes keeps them within a
         # budget of bytes
-        self._copies_geometry: dict[tuple, list[_Geometry]] = (
+        self._copies_geometry: dict[tuple, list[Geometry]] = (
             copies_cache if copies_cache is not None else RoutedShapes()
         )
         # this run's: each shape as first met (routed, the size it was routed at) and its
@@ -149,7 +146,7 @@ class CollectiveRunner:
 
     def geometry(
         self, plan: CollectivePlan, copies: Sequence[Sequence[int]] = (), copies_key=None
-    ) -> list[_Geometry]:
+    ) -> list[Geometry]:
         """Route ``plan`` for its group and every copy; cached by shape. ``copies_key``, when
         given, names the set of copies uniquely within this run: its classes then carry the
         run's orbits and fold their routes, and the shape is kept with the copies' devices,
@@ -170,7 +167,7 @@ class CollectiveRunner:
                 return hit[1]
             devices = self._copies_ids.get((copies_key, plan.group))
             if devices is None:
-                devices = _devices_key(plan.group, copies)
+                devices = devices_key(plan.group, copies)
                 self._copies_ids[(copies_key, plan.group)] = devices
             orbits = None if self.orbits is None else self.orbits.token
             copies_id = (devices, orbits, self.network.track_links)
@@ -215,7 +212,7 @@ class CollectiveRunner:
 
     def _route_plan(
         self, plan: CollectivePlan, copies: Sequence[Sequence[int]], run_copies: bool = False
-    ) -> list[_Geometry]:
+    ) -> list[Geometry]:
         """Each phase routed (every copy), its classes' tails from the paths' latency alone;
         ``run_copies``: the copies are a run's, named by its ``copies_key`` (its classes may
         carry the run's orbits and fold their routes: kept under a key that names both)."""
@@ -263,7 +260,7 @@ class CollectiveRunner:
                         mappings = [dict(zip(plan.group, g, strict=True)) for g in groups]
                     routes = self._route_phase(groups, mappings, phase, class_of, len(tails))
                 n_links = len(self.links)
-                per_link = [_copies_per_link(ids, shares, n_links) for ids, shares in routes]
+                per_link = [copies_per_link(ids, shares, n_links) for ids, shares in routes]
             flows = []
             for (links, counts), tail, factor in zip(per_link, tails, factors, strict=True):
                 rating = self._rating(links, counts, same, firsts)
@@ -272,7 +269,7 @@ class CollectiveRunner:
                 if orbits is not None:
                     symmetric = orbits.reduce(*(rating or (links, counts)))
                 flows.append(FlowClass(links, counts, factor, tail, pattern, rating, symmetric))
-            out.append(_Geometry(flows, latency, class_of, crosses))
+            out.append(Geometry(flows, latency, class_of, crosses))
         return out
 
     def _crosses(self, transfers, ends: tuple[np.ndarray, np.ndarray] | None):
@@ -306,7 +303,7 @@ class CollectiveRunner:
             if k == len(factors):
                 factors.append(factor)
             class_of.append(k)
-        return factors, class_of, latency, _tails(latency, phase, class_of, len(factors))
+        return factors, class_of, latency, class_tails(latency, phase, class_of, len(factors))
 
     def _merged_at_once(self, phase, size: float):
         """:meth:`_classes` of a merged phase as arrays, every transfer at once, plus the
@@ -349,18 +346,18 @@ class CollectiveRunner:
         class_of = np.empty(order.size, np.int64)
         class_of[order] = number[np.cumsum(new) - 1]
         factors = factor[np.sort(first)].tolist()
-        tails = _tails_at_once(latency, phase, class_of, len(factors))
+        tails = class_tails_at_once(latency, phase, class_of, len(factors))
         return factors, class_of, latency, tails, (src, dst)
 
-    def _floored(self, routed: _Geometry, phase, floor: tuple[float, float]) -> _Geometry:
+    def _floored(self, routed: Geometry, phase, floor: tuple[float, float]) -> Geometry:
         """``routed`` with its classes' tails under NCCL's per-step latency ``floor``."""
         latency = self._at_least(routed.latency, routed.crosses, floor)
         at_once = isinstance(latency, np.ndarray)  # routed by _merged_at_once
-        tails = (_tails_at_once if at_once else _tails)(
+        tails = (class_tails_at_once if at_once else class_tails)(
             latency, phase, routed.class_of, len(routed.classes)
         )
         classes = [replace(c, tail_s=t) for c, t in zip(routed.classes, tails, strict=True)]
-        return _Geometry(classes, routed.latency, routed.class_of, routed.crosses)
+        return Geometry(classes, routed.latency, routed.class_of, routed.crosses)
 
     def _relayed(self, transfers) -> list[bool]:
         """Whether each transfer crosses NVLink to a PXN relay first (a relayed route under
@@ -461,7 +458,7 @@ class CollectiveRunner:
         if found is None:
             return None
         ids, lengths = found
-        return lengths, _segment_sums(self.links.latency[ids], lengths)
+        return lengths, segment_sums(self.links.latency[ids], lengths)
 
     def _same_links(self) -> np.ndarray | None:
         """The router's groups of links that routes cross all or none of with equal shares
@@ -522,7 +519,7 @@ class CollectiveRunner:
     def _counted(
         self, connections, class_of, n_classes: int
     ) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """Each class's (links ascending, copies per link) as :func:`_copies_per_link` of
+        """Each class's (links ascending, copies per link) as :func:`copies_per_link` of
         :meth:`_spread_phase`'s folded routes gives them, to the bit, counted by the router's
         ``spread_counts`` from the endpoints of ``connections`` (:meth:`_connections`); None
         when there are none, the router has no ``spread_counts`` or declines."""
@@ -542,7 +539,7 @@ class CollectiveRunner:
         if ends is None and not all(type(t.src) is int and type(t.dst) is int for t in transfers):
             return None
         width = len(group)
-        devices = _device_rows(group, copies)
+        devices = device_rows(group, copies)
         n_groups = devices.shape[0]
         if ends is not None and len(set(group)) == width:  # positions by an array
             # over every device named (ends are devices, >= 0: path_ids accepted them)
@@ -572,7 +569,7 @@ class CollectiveRunner:
 
     def run_routed(
         self,
-        geometry: list[_Geometry],
+        geometry: list[Geometry],
         scale: float,
         base_latency_s: float,
         on_done: Callable[[], None],
@@ -581,171 +578,9 @@ class CollectiveRunner:
         each class's bytes (the plan's size over its efficiency) after ``base_latency_s``."""
         network = self.network
         classes = delayed_phase(geometry, base_latency_s)
-        if classes is not None:  # one phase: submit it after the latency (as _run_phase would)
+        if classes is not None:  # one phase: submit it after the latency (as run_phase would)
             network.submit_later(base_latency_s, classes, on_done, scale)
         elif base_latency_s > 0:  # NCCL's per-collective latency, before any data moves
-            network.call_in(base_latency_s, _run_phase, network, geometry, 0, scale, on_done)
+            network.call_in(base_latency_s, run_phase, network, geometry, 0, scale, on_done)
         else:
-            _run_phase(network, geometry, 0, scale, on_done)
-
-
-_UNEVEN_COPIES = "a collective's copies must have as many members as its group"
-# bytes of the arrays of the routed shapes a RoutedShapes keeps: a 16K-GPU Llama 3 step's
-# 192 shapes hold 16 MB, a 1,024-rank data-parallel tree with its 7 copies 2.3 MB a phase
-ROUTED_SHAPES_BYTES = 256 * 2**20
-# transfers of the collective plans a KeptPlans keeps (a transfer: a tuple of about 80 bytes)
-PLANNED_TRANSFERS = 1_000_000
-
-
-class RoutedShapes(KeptWithin):
-    """Routed collective shapes (key -> list of :class:`_Geometry`) within ``budget`` bytes of
-    their arrays and of the copies' devices in their keys (arrays and keys an entry shares
-    with another counted for each: an upper bound), the least recently used dropped first.
-    Runs that share one (a network model's) find the shapes their layout routed before; a
-    run keeps its own in hand (``CollectiveRunner._here``), so one dropped mid-run is not
-    routed again by it."""
-
-    def __init__(self, budget: int = ROUTED_SHAPES_BYTES):
-        super().__init__(budget, _shape_bytes)
-
-
-class KeptPlans(KeptWithin):
-    """Collective plans (and a group's bandwidths) kept for later runs on a network model,
-    within ``budget`` transfers (a plan counts its transfers, anything else 1): a 1,024-rank
-    data-parallel tree is 8K transfers, a 16K-GPU Llama 3 step's 100 plans 5K in all."""
-
-    def __init__(self, budget: int = PLANNED_TRANSFERS):
-        super().__init__(budget, _transfers_in)
-
-
-def _transfers_in(key, value) -> int:
-    """Transfers in a kept plan's phases (1 for a value that is no plan)."""
-    phases = getattr(value, "phases", None)
-    return 1 if phases is None else max(1, sum(len(p.transfers) for p in phases))
-
-
-def _shape_bytes(key, geometry: list[_Geometry]) -> int:
-    """Bytes of a kept shape of a run's copies: its arrays (:func:`_geometry_bytes`) and the
-    devices' bytes its key holds (the key: ``(shape, size)`` or ``((shape, size), floor)``,
-    the shape's fourth item ``((rows, bytes), orbits, tracked)``: see
-    :meth:`CollectiveRunner.geometry`)."""
-    shape = key[0][0] if len(key[0]) == 2 else key[0]
-    return _geometry_bytes(geometry) + len(shape[3][0][1])
-
-
-def _geometry_bytes(geometry: list[_Geometry]) -> int:
-    """Bytes of the arrays a routed shape holds (its classes' links, counts and reduced
-    forms; its transfers' latencies and classes when arrays)."""
-    total = 0
-    for g in geometry:
-        for c in g.classes:
-            for part in (c.links, c.counts, *(c.rating or ()), *(c.symmetric or ())):
-                total += getattr(part, "nbytes", 0)
-        total += sum(getattr(a, "nbytes", 0) for a in (g.latency, g.class_of, g.crosses))
-    return total
-
-
-def _devices_key(group: Sequence[int], copies: Sequence[Sequence[int]]) -> tuple:
-    """The devices of a collective's group and copies as a hashable key: the shape and the
-    bytes of their rows (:func:`_device_rows`; 8,191 pipeline pairs in microseconds)."""
-    rows = _device_rows(group, copies)
-    return rows.shape, rows.tobytes()
-
-
-def _device_rows(group: Sequence[int], copies: Sequence[Sequence[int]]) -> np.ndarray:
-    """The group and its copies as rows of devices (copy x position, the group first): a
-    :class:`~simulator.plan.grid.RankGroups`' array as it is (a stage's 8,191 pipeline
-    pairs), other copies through one flat iterator, in C."""
-    width = len(group)
-    array = getattr(copies, "array", None)
-    if array is None:
-        if any(len(c) != width for c in copies):
-            raise ValueError(_UNEVEN_COPIES)
-        flat = itertools.chain.from_iterable(copies)
-        array = np.fromiter(flat, np.int64, width * len(copies)).reshape(-1, width)
-    elif len(copies) and array.shape[1] != width:
-        raise ValueError(_UNEVEN_COPIES)
-    return np.concatenate([np.array([group], np.int64), array.reshape(-1, width)])
-
-
-def delayed_phase(geometry: list[_Geometry], base_latency_s: float) -> list[FlowClass] | None:
-    """The classes of a routed collective that :meth:`CollectiveRunner.run_routed` submits in
-    one delayed submit (one phase after a base latency, > 0 s), else None: a caller that
-    keeps them may submit them itself (the executor, once per collective)."""
-    return geometry[0].classes if base_latency_s > 0 and len(geometry) == 1 else None
-
-
-def _tails(latency: list[float], phase, class_of: list[int], n_classes: int) -> list[float]:
-    """Each class's tail (s): the latency its steps pay after its bytes, the most of its
-    transfers'. A ring's chunk pays each hop's latency in turn (the mean: Phase.ring); a
-    phase's fast hops pay its least latency, the rest each transfer's own."""
-    if phase.ring:
-        latency = [sum(latency) / len(latency)] * len(latency)
-    slow_hops = phase.latency_count - phase.fast_hops
-    fast = phase.fast_hops * min(latency) if phase.fast_hops else 0.0
-    tails: list[float | None] = [None] * n_classes
-    for lat, k in zip(latency, class_of, strict=True):
-        tail = slow_hops * lat + fast
-        tails[k] = tail if tails[k] is None else max(tails[k], tail)
-    return tails
-
-
-def _tails_at_once(latency: np.ndarray, phase, class_of: np.ndarray, n_classes: int) -> list[float]:
-    """:func:`_tails` over arrays (a phase that is no ring): the same products and sums
-    element-wise, each class's most by ``np.maximum.at``."""
-    slow_hops = phase.latency_count - phase.fast_hops
-    fast = phase.fast_hops * float(latency.min()) if phase.fast_hops else 0.0
-    tails = np.full(n_classes, -np.inf)
-    np.maximum.at(tails, class_of, slow_hops * latency + fast)
-    return tails.tolist()
-
-
-def _segment_sums(values: np.ndarray, lengths: np.ndarray) -> list[float]:
-    """``float(values[a:b].sum())`` for the consecutive segments of ``lengths``, summing each
-    distinct segment (by its bytes) once, as its own 1-D array."""
-    out = np.empty(lengths.size)
-    start = np.cumsum(lengths) - lengths
-    for n in np.unique(lengths).tolist():
-        sel = np.flatnonzero(lengths == n)
-        rows = np.ascontiguousarray(values[start[sel][:, None] + np.arange(n)])
-        keys = rows.view(np.dtype((np.void, 8 * n))).ravel() if n else np.zeros(sel.size, "V1")
-        distinct, first, which = np.unique(keys, return_index=True, return_inverse=True)
-        out[sel] = np.array([float(rows[i].sum()) for i in first.tolist()])[which.ravel()]
-    return out.tolist()
-
-
-def _copies_per_link(
-    ids: np.ndarray, shares: np.ndarray, n_links: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The links ``ids`` name (ascending) and the sum of the ``shares`` on each, added in
-    route order by ``np.bincount`` either way: over a sorted unique for few entries, over
-    every link of the topology (no sort) for many."""
-    if ids.size * 16 < n_links:
-        links, which = np.unique(ids, return_inverse=True)
-        return links, np.bincount(which, weights=shares)
-    crossed = np.zeros(n_links, dtype=bool)
-    crossed[ids] = True
-    links = np.flatnonzero(crossed)
-    return links, np.bincount(ids, weights=shares, minlength=n_links)[links]
-
-
-def _run_phase(
-    network: FlowNetwork,
-    geometry: list[_Geometry],
-    i: int,
-    scale: float,
-    on_done: Callable[[], None],
-) -> None:
-    """Submit phase ``i`` of ``geometry`` (the next one when it ends, ``on_done`` after the
-    last). A module function rather than a closure that names itself: such a closure is a
-    reference cycle per collective, freed only by the cyclic collector (100 MB of peak memory
-    in a 760K-task run)."""
-    if i == len(geometry):
-        on_done()
-        return
-    if i + 1 == len(geometry):  # the last phase: its end is the collective's
-        network.submit(geometry[i].classes, on_done, scale)
-        return
-    network.submit(
-        geometry[i].classes, partial(_run_phase, network, geometry, i + 1, scale, on_done), scale
-    )
+            run_phase(network, geometry, 0, scale, on_done)

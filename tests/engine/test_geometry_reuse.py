@@ -9,6 +9,7 @@ import numpy as np
 from simulator import api
 from simulator.engine import collective
 from simulator.engine.placement import DeviceLabels
+from simulator.engine.routed import Geometry, devices_key, geometry_bytes, shape_bytes
 from simulator.engine.simulate import ORBIT_LABELLINGS
 from simulator.stages import facts
 
@@ -93,16 +94,16 @@ def test_routed_shapes_keep_a_budget_of_bytes_oldest_dropped_first():
     def shape(n):  # one phase, one class over n links: 2 x 8 n bytes (+ its rating, the same)
         links = np.arange(n, dtype=np.int64)
         cls = FlowClass(links, np.ones(n), 1.0, 0.0, None)
-        return [collective._Geometry([cls])]
+        return [Geometry([cls])]
 
     def key(name, devices=((1, 2), b"")):  # (shape, first size), as geometry names a run's
         return (("all_reduce", "ring", (0, 1), (devices, 7, False), ((2, 1, 1, True, 0, 2),)), name)
 
-    assert collective._geometry_bytes(shape(10)) == 4 * 8 * 10  # links, counts, rating's two
-    assert collective._shape_bytes(key(1.0), shape(10)) == 320
-    rows = collective._devices_key((0, 1), [(2, 3), (4, 5)])  # the group and two copies
+    assert geometry_bytes(shape(10)) == 4 * 8 * 10  # links, counts, rating's two
+    assert shape_bytes(key(1.0), shape(10)) == 320
+    rows = devices_key((0, 1), [(2, 3), (4, 5)])  # the group and two copies
     assert rows == ((3, 2), np.arange(6, dtype=np.int64).tobytes())
-    assert collective._shape_bytes((key(1.0, rows), (0.0, 0.0)), shape(10)) == 320 + 48  # floored
+    assert shape_bytes((key(1.0, rows), (0.0, 0.0)), shape(10)) == 320 + 48  # floored
     kept = collective.RoutedShapes(budget=1000)
     kept[key("a")] = shape(10)  # 320 bytes
     kept[key("b")] = shape(10)

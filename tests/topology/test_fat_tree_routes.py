@@ -182,13 +182,13 @@ def test_pxn_keeps_an_all_to_all_off_oversubscribed_uplinks():
 
 def _counts_from_routes(router, links, src, dst, klass, n_classes):
     """Each class's (links, summed shares) as the engine makes them from folded routes:
-    ``_copies_per_link`` of the class's route entries, in route order."""
-    from simulator.engine.collective import _copies_per_link
+    ``copies_per_link`` of the class's route entries, in route order."""
+    from simulator.engine.routed import copies_per_link
 
     ids, shares, lengths = router.spread_ids(src, dst, links, folded=True)
     entry = np.repeat(klass, lengths)
     return [
-        _copies_per_link(ids[entry == k], shares[entry == k], len(links)) for k in range(n_classes)
+        copies_per_link(ids[entry == k], shares[entry == k], len(links)) for k in range(n_classes)
     ]
 
 
@@ -276,10 +276,10 @@ def test_spread_counts_look_again_at_shared_links_when_devices_are_learned():
 def _latencies_from_paths(topo, links, src, dst):
     """The path latencies the runner took before path_latencies: each hashed path built
     (connection ``j`` keyed ``j``) and its row of latencies summed."""
-    from simulator.engine.collective import _segment_sums
+    from simulator.engine.routed import segment_sums
 
     ids, lengths = topo.router.path_ids(src, dst, np.arange(src.size), links)
-    return lengths, _segment_sums(links.latency[ids], lengths)
+    return lengths, segment_sums(links.latency[ids], lengths)
 
 
 @settings(max_examples=40, deadline=None)

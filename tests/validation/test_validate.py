@@ -25,7 +25,7 @@ DOCS_TABLE = Path(__file__).resolve().parents[2] / "docs" / "data" / "validation
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 10 + 6 + 5 + 10 + 51 + 54 + 6 + 3 + 3 + 10 + 8 + 7 + 2 + 8 + 4
+    assert len(frame) == 10 + 6 + 5 + 10 + 51 + 54 + 6 + 3 + 3 + 10 + 8 + 7 + 2 + 8 + 5
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: one ZB-1p row at the 5%
@@ -38,10 +38,14 @@ def test_every_row_within_tolerance():
     # + Llama 3's 8K-GPU row (out of memory),
     # + NVIDIA's Llama 3.1 8B, Nemotron-4 340B and Llama 3.1 405B recipes (throughput within
     # 2%, 4% and 8%, but over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB
-    # on both systems, + DeepEP's eight all-to-all bandwidths and the four Qwen3 MoE recipes
+    # on both systems, + DeepEP's eight all-to-all bandwidths and the five Qwen3 MoE recipes
     # (their reasons in rows.yaml: the kernels' copy rate; the layouts' host work and
     # grouped GEMMs)
-    assert len(failing) <= 25 + 12
+    assert len(failing) <= 25 + 13
+    # the GB200 Qwen3 recipe: optimistic like the H100 ones with small experts (+20% today);
+    # a bound on the gap, so that a change that widens it shows
+    qwen = frame[frame["row"] == "mbridge-qwen3-235b-256xgb200"]
+    assert len(qwen) == 1 and 0.10 < qwen["error"].iloc[0] < 0.25
     # DeepEP: every row optimistic, by 11-28% today (the kernels' own copy rate, 24 SMs, is
     # not modelled): a bound on the gap, so that a change that widens it shows
     deepep = frame[frame["group"] == "DeepEP all-to-all bandwidth"]

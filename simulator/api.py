@@ -25,6 +25,7 @@ from simulator.hardware import get_accelerator
 from simulator.infeasible import InfeasibleError
 from simulator.model.compute import ComputeModel
 from simulator.pipelines import SteadyState, steady_state
+from simulator.plan.nccl_memory import nccl_bytes
 from simulator.plan.plan import Plan
 from simulator.plan.plan import build_plan as make_plan
 from simulator.plan.topology_warnings import topology_warnings as plan_topology_warnings
@@ -217,6 +218,7 @@ def step_metrics(
         stage_of=step.stage_of,
         runtime_bytes=s.framework.runtime_bytes,
         allocator_reserve=s.framework.allocator_reserve,
+        nccl_bytes={r: nccl_bytes(step.plan, r) for r in step.plan.ranks},
     )
     return metrics.step_metrics(
         sim.frame, sim.memory_events, facts, sim.stats.rerates, timeline=timeline
@@ -427,6 +429,7 @@ def _result(scenario, step, sim, track_links) -> RunResult:
     """The simulated step's metrics, trace, memory timeline and (tracked) link loads."""
     memory = metrics.memory_timeline(sim.memory_events, step.static_memory)
     m = step_metrics(sim, step, memory)
+    nccl = {r: nccl_bytes(step.plan, r) for r in step.plan.ranks}
     links = None
     if track_links:
         links, busiest = _link_report(sim, m.step_time_s)
@@ -435,7 +438,7 @@ def _result(scenario, step, sim, track_links) -> RunResult:
     return RunResult(
         m,
         sim.frame,
-        _on_device(memory, scenario.framework),
+        _on_device(memory, scenario.framework, nccl),
         links,
         energy=energy[0] if energy else None,
         power=energy[1] if energy else None,

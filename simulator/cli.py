@@ -72,11 +72,12 @@ def memory(
         return
     frame = api.memory_frame(report)
     tensors = frame[["params", "grads", "optimizer", "activations", "buffers"]].sum(axis=1)
-    frame["reserve"] = frame["total"] - frame["runtime"] - tensors  # the allocator's
+    outside = frame["runtime"] + frame["nccl"]  # outside the allocator
+    frame["reserve"] = frame["total"] - outside - tensors  # the allocator's
     columns = ["rank_kind", "params", "grads", "optimizer", "activations", "buffers"]
     if (frame["reserve"] > 0).any():
         columns.append("reserve")
-    shown = frame[[*columns, "runtime", "total", "capacity"]].copy()
+    shown = frame[[*columns, "runtime", "nccl", "total", "capacity"]].copy()
     for col in shown.columns[1:]:
         shown[col] = (shown[col] / GB).map(lambda v: f"{v:,.2f}")
     shown["fits"] = frame["fits"].map({True: "yes", False: "OOM"})

@@ -20,7 +20,7 @@ Definitions (per simulated rank, then averaged over ranks; T = step time):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -278,6 +278,7 @@ class StepFacts:
     stage_of: dict[int, int]
     runtime_bytes: float = 0.0  # per GPU outside the allocator (framework.runtime_bytes)
     allocator_reserve: float = 0.0  # reserved = allocated / (1 - reserve)
+    nccl_bytes: dict[int, float] = field(default_factory=dict)  # per rank, outside it too
 
 
 def step_time(frame: pd.DataFrame, overlapping_steps: bool):
@@ -305,8 +306,10 @@ def step_metrics(
     parts = rank_breakdown(frame, spans, step_end=t)
     if timeline is None:
         timeline = memory_timeline(memory_events, facts.static_memory)
-    peaks = {  # the timeline counts live tensors only
-        r: device_bytes(v, facts.runtime_bytes, facts.allocator_reserve)
+    outside = facts.runtime_bytes  # the timeline counts live tensors only: add what is not
+    nccl = facts.nccl_bytes
+    peaks = {
+        r: device_bytes(v, outside + nccl.get(r, 0.0), facts.allocator_reserve)
         for r, v in peak_memory(timeline, facts.static_memory).items()
     }
     peak = facts.peak_flops_per_s

@@ -18,7 +18,8 @@ gradient of one unit before its reduce-scatter; ZeRO-2's double-buffered gradien
 full-recompute working set (one layer's activations rebuilt during backward); pipeline send and
 receive buffers; on the last stage the logits' gradients while the loss runs backward.
 The framework (:mod:`simulator.scenario.framework`) adds the caching allocator's reserve over
-all of that and the runtime's own memory (CUDA context, cuBLAS workspace).
+all of that and the runtime's own memory (CUDA context, cuBLAS workspace); NCCL's buffers
+(:mod:`simulator.plan.nccl_memory`) sit outside the allocator beside it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from simulator.model.activations import (
     output_weight_grad_bytes,
 )
 from simulator.pipelines import peak_held
+from simulator.plan.nccl_memory import nccl_bytes
 from simulator.plan.plan import Plan, StagePlan, build_plan, zero_sharded
 from simulator.scenario.schema import Scenario
 
@@ -60,6 +62,7 @@ class RankMemory:
     in_flight_micro_batches: float
     runtime: float = 0.0  # CUDA context and library workspaces, outside the allocator
     reserve_fraction: float = 0.0  # the caching allocator's reserve (framework)
+    nccl: float = 0.0  # NCCL's buffers, outside the allocator (simulator.plan.nccl_memory)
 
     @property
     def allocated(self) -> float:
@@ -69,7 +72,7 @@ class RankMemory:
     @property
     def total(self) -> float:
         """Device memory in use at the peak (:func:`device_bytes`): what must fit in HBM."""
-        return device_bytes(self.allocated, self.runtime, self.reserve_fraction)
+        return device_bytes(self.allocated, self.runtime + self.nccl, self.reserve_fraction)
 
     @property
     def fits(self) -> bool:
@@ -210,6 +213,7 @@ def memory_ledger(s: Scenario | Plan) -> list[RankMemory]:
                 in_flight_micro_batches=stage.in_flight,
                 runtime=s.framework.runtime_bytes,
                 reserve_fraction=s.framework.allocator_reserve,
+                nccl=nccl_bytes(plan, plan.grid.rank(pp=stage.stage, dp=0, cp=0, tp=0)),
             )
         )
     return out

@@ -81,8 +81,10 @@ launches ahead):
 
 ``runtime_bytes`` (every preset): the CUDA context (about 300 MB with lazy module loading
 since CUDA 11.7; ptrblck on pytorch/pytorch#107667) and PyTorch's cuBLAS workspace (32 MiB on
-Hopper, ``CublasHandlePool.cpp``): 334 MB. NCCL's own buffers (4 MiB per channel and peer,
-measured from 0.5 GB to 4 GB per GPU) are not counted: they depend on channels and peers.
+Hopper, ``CublasHandlePool.cpp``): 334 MB. NCCL's own buffers are counted beside it, per
+rank, from the communicators its step uses (:mod:`simulator.plan.nccl_memory`; about 12 MiB
+per channel of a ring inside a host, 18 MiB across hosts, and up to 384 MiB per send/receive
+peer inside a host): ``nccl_buffers`` (on in every preset) and ``nccl_channels`` (24).
 """
 
 from __future__ import annotations
@@ -199,7 +201,9 @@ class FrameworkConfig(Frozen):
     - ``weight_casts``: autocast casts fp32 weights per micro-batch (only with fp32 weights);
     - ``allocator_reserve``: the caching allocator's fragmentation, 1 - allocated / reserved
       (so reserved = allocated / (1 - reserve));
-    - ``runtime_bytes``: per-GPU memory outside the allocator's tensors (B).
+    - ``runtime_bytes``: per-GPU memory outside the allocator's tensors (B);
+    - ``nccl_buffers``: count NCCL's buffers (outside the allocator too), ``nccl_channels``
+      per ring (:mod:`simulator.plan.nccl_memory`).
     """
 
     name: Literal["megatron", "fsdp-eager", "pytorch-eager", "fused"] = "megatron"
@@ -221,6 +225,8 @@ class FrameworkConfig(Frozen):
     weight_casts: bool = False
     allocator_reserve: Annotated[Real, Field(ge=0, lt=0.9)] = 0.0
     runtime_bytes: Annotated[Real, Field(ge=0, le=1e12)] = RUNTIME_BYTES
+    nccl_buffers: bool = True
+    nccl_channels: Annotated[int, Field(ge=1, le=64)] = 24
 
     @model_validator(mode="before")
     @classmethod

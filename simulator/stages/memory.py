@@ -87,6 +87,7 @@ def memory_frame(report: MemoryReport) -> pd.DataFrame:
         "activations",
         "buffers",
         "runtime",
+        "nccl",
         "reserve_fraction",
         "total",
         "capacity",

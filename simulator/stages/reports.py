@@ -10,12 +10,14 @@ from simulator.plan.memory import (
 )
 
 
-def _on_device(memory: pd.DataFrame, framework) -> pd.DataFrame:
+def _on_device(memory: pd.DataFrame, framework, nccl: dict[int, float]) -> pd.DataFrame:
     """The timeline of live tensors as device memory in use, the way the peak is reported:
-    the allocator's reserve over the tensors, plus the runtime's own memory (B)."""
+    the allocator's reserve over the tensors, plus the runtime's own memory and each rank's
+    NCCL buffers (``nccl``, B)."""
     out = memory.copy()
+    outside = framework.runtime_bytes + out["rank"].map(nccl).fillna(0.0)
     for col in ("bytes", "static_bytes"):
-        out[col] = device_bytes(out[col], framework.runtime_bytes, framework.allocator_reserve)
+        out[col] = device_bytes(out[col], outside, framework.allocator_reserve)
     return out
 
 

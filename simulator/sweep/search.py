@@ -59,8 +59,8 @@ EXTRAPOLATION_MARGIN = 0.02
 ROUND = 8
 DEFAULT_BUDGET = 64
 # B: what a plan must leave free beyond the ledger (the caching allocator's fragmentation,
-# NCCL's and the framework's buffers): a convention of this tool, not a measurement; the
-# table shows each plan's peak so a user can judge
+# NCCL's trees and NVLS, the framework's own buffers): a convention of this tool, not a
+# measurement; the table shows each plan's peak so a user can judge
 DEFAULT_HEADROOM = 2e9
 # Degree combinations whose most frugal variant the ledger checks for the candidates a budget
 # left (each a few to tens of milliseconds); the rest are reported as not reached.

@@ -36,12 +36,12 @@ def test_every_row_within_tolerance():
     assert (failing["expected_miss"] != "").all(), failing.to_string()
     # 5 + two public FSDP throughput rows (MPT-7B on H100 +11%, torchtitan on A100 +16.5%),
     # + Llama 3's 8K-GPU row (out of memory),
-    # + NVIDIA's Llama 3.1 8B, Nemotron-4 340B and Llama 3.1 405B recipes (throughput within
-    # 2%, 4% and 8%, but over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB
+    # + NVIDIA's Llama 3.1 8B, Nemotron-4 340B, Llama 3.1 405B and Grok-1 recipes (throughput
+    # within 2%, 4%, 8% and 4%, but over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB
     # on both systems, + DeepEP's eight all-to-all bandwidths and the five Qwen3 MoE recipes
     # (their reasons in rows.yaml: the kernels' copy rate; the layouts' host work and
     # grouped GEMMs)
-    assert len(failing) <= 25 + 13
+    assert len(failing) <= 26 + 13
     # the GB200 Qwen3 recipe: optimistic like the H100 ones with small experts (+20% today);
     # a bound on the gap, so that a change that widens it shows
     qwen = frame[frame["row"] == "mbridge-qwen3-235b-256xgb200"]
@@ -57,11 +57,12 @@ def test_every_row_within_tolerance():
     assert (hopper["error"].abs() <= 0.10).all()
     nvidia = frame[frame["group"] == "NVIDIA H100 recipes (BF16)"].set_index("row")
     ok = ["nvidia-gpt3-175b-128xh100", "nvidia-llama31-70b-64xh100", "nvidia-nemotron4-15b-16xh100"]
-    ok.append("nvidia-grok1-314b-512xh100")  # MoE, expert TP 1 under TP 4 (folded)
     ok.append("nvidia-llama4-maverick-512xh100")  # MoE, EP 128 over 64 nodes
     assert nvidia.loc[ok, "within"].all()  # within 10%
-    # the two larger recipes miss on memory only: their throughput is within 10%
+    # the larger recipes miss on memory only: their throughput is within 10% (Grok-1: MoE,
+    # expert TP 1 under TP 4; over 80 GB with NCCL's all-to-all buffers)
     big = ["nvidia-nemotron4-340b-128xh100", "nvidia-llama31-405b-576xh100"]
+    big.append("nvidia-grok1-314b-512xh100")
     assert (nvidia.loc[big, "error"].abs() <= 0.10).all() and not nvidia.loc[big, "within"].any()
     # GB200: its sustained GEMM rate predicted from the B200's by the power model, nothing
     # measured on it: every dense recipe row within 10% and in memory

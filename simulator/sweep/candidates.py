@@ -43,7 +43,7 @@ def shape_of(s: Scenario) -> ModelShape:
     """The estimate's view of the model and batch."""
     m, report = s.model, adapter.memory_report(s)
     moe_layers = sum(m.is_moe_layer(i) for i in range(m.layers))
-    _, grads, _ = s.precision.bytes_per_param(s.training.optimizer)
+    weights, grads, _ = s.precision.bytes_per_param(s.training.optimizer)
     return ModelShape(
         layers=m.layers,
         moe_layers=moe_layers,
@@ -56,6 +56,7 @@ def shape_of(s: Scenario) -> ModelShape:
         global_batch=s.training.global_batch,
         seq_len=s.training.seq_len,
         grad_bytes=grads,
+        param_bytes=weights,
     )
 
 

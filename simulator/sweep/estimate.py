@@ -16,8 +16,11 @@ Terms, each from the lecture 8 ledger (docs/design.md):
 - CP: the K/V ring, ``cp - 1`` steps forward and twice that backward; EP: four all-to-alls
   per MoE layer of the routed tokens, factor ``(e-1)/e``, over NVLink when the EP group's
   GPUs fit in one domain (folded with expert TP 1, a TP group's neighbours); both exposed;
-- DP: the gradient reduction ``2(d-1)/d`` x gradient bytes (ZeRO-3 x 1.5: two all-gathers and
-  a reduce-scatter), hidden behind one micro-batch's backward; PP: two sends per micro-batch.
+- DP: the gradient reduction ``2(d-1)/d`` x gradient bytes over the NICs of the group's
+  members on one NVLink domain (a node's share crosses once), hidden behind one micro-batch's
+  backward (ZeRO-2: a reduce-scatter per micro-batch); ZeRO-3 gathers the weights twice and
+  reduce-scatters the gradients every micro-batch, ``(d-1)/d`` x (2 x weight + gradient
+  bytes), under that micro-batch's compute; PP: two sends per micro-batch.
 
 Links: NVLink per GPU (x 0.8 payload efficiency) when a group fits in the NVLink domain, else
 the NIC capped by its PCIe link.
@@ -62,6 +65,7 @@ class ModelShape:
     global_batch: int
     seq_len: int
     grad_bytes: float  # per parameter
+    param_bytes: float = 2.0  # per parameter, as the weights are gathered (ZeRO-3)
 
 
 def bubble_fraction(c: Choice, micro_batches: int) -> float:
@@ -80,15 +84,16 @@ def bubble_fraction(c: Choice, micro_batches: int) -> float:
 
 
 def _expert_span(c: Choice) -> int:
-    """Consecutive GPUs an EP group spans with the layout tp, cp, pp, dp: one rank of each
-    TP group over ep data-parallel replicas with the experts split over TP; with expert TP
-    other than TP (folded), ep x etp places of a stage, within its tp x cp ranks or over
-    replicas (pp x tp x cp GPUs apart) beyond them. Megatron's default order is assumed
-    whatever the scenario's ``order``: the span only picks NVLink or the NIC for the
-    estimate's all-to-alls, which rank candidates; the simulation places the groups as
-    ordered."""
+    """Consecutive GPUs an EP group spans with the layout tp, cp, pp, dp: with the experts
+    split over TP, one rank of each of ep consecutive (dp, cp) places' TP groups (cp inner:
+    inside the CP group when ep <= cp, else over ep / cp replicas, tp x cp x pp GPUs apart);
+    with expert TP other than TP (folded), ep x etp places of a stage, within its tp x cp
+    ranks or over replicas beyond them. The default order is assumed whatever the scenario's
+    ``order``: the span only picks NVLink or the NIC for the estimate's all-to-alls, which
+    rank candidates; the simulation places the groups as ordered
+    (:meth:`simulator.plan.grid.RankGrid.ep_group`)."""
     if c.etp == c.tp:
-        return c.ep * c.tp * c.cp * c.pp
+        return c.ep * c.tp if c.ep <= c.cp else c.ep * c.tp * c.pp
     places = c.ep * c.etp
     return places if places <= c.tp * c.cp else places * c.pp
 
@@ -139,10 +144,15 @@ def _estimate(c: Choice, m: ModelShape, hw: Machine) -> tuple[float, float]:
     else:  # folded: the experts split etp ways, the rest tp ways
         per_rank = (m.active_params / c.tp + experts / (c.ep * c.etp)) / c.pp
     d = c.dp * c.cp
+    # the group's members on one NVLink domain (tp apart) share its crossing: each NIC
+    # carries a k-th of it (a node's data crosses once, NCCL's rings and trees per channel)
+    nic = hw.nic_Bps * max(1, min(d, hw.domain // c.tp))
     dp = 0.0
-    if d > 1:
-        dp = 2 * (d - 1) / d * per_rank * m.grad_bytes / hw.nic_Bps
-        dp *= 1.5 if c.zero == 3 else 1.0
+    if d > 1 and c.zero == 3:  # every micro-batch's gathers and reduce-scatter, under it
+        each = (d - 1) / d * per_rank * (2 * m.param_bytes + m.grad_bytes) / nic
+        dp = micro * max(0.0, each - compute / micro)
+    elif d > 1:
+        dp = 2 * (d - 1) / d * per_rank * m.grad_bytes / nic
         if c.zero == 2:  # a reduce-scatter per micro-batch (half of the 2x), one all-gather
             dp *= (micro + 1) / 2
         dp = max(0.0, dp - (2 / 3) * compute / micro)

@@ -120,10 +120,11 @@ def test_estimate_of_one_gpu_is_the_flop_count():
 
 
 def test_estimate_counts_zero2_reduce_scatters_per_micro_batch():
-    # DP 64 over a 50 GB/s NIC, 8 micro-batches per replica: ZeRO-1 moves an all-reduce's
+    # DP 64 over 5 GB/s NICs, 8 micro-batches per replica: ZeRO-1 moves an all-reduce's
     # bytes once, 2 (d - 1)/d x 2 GB; ZeRO-2 a reduce-scatter per micro-batch and one
-    # all-gather, (8 + 1)(d - 1)/d x 2 GB; each less what hides under 2/3 of a micro-batch
-    hw = Machine(gpus=64, domain=8, nvlink_Bps=450e9, nic_Bps=50e9, peak_flops=1e15)
+    # all-gather, (8 + 1)(d - 1)/d x 2 GB; each over the 8 NICs of the group's 8 GPUs in a
+    # domain (a node's share crosses once), less what hides under 2/3 of a micro-batch
+    hw = Machine(gpus=64, domain=8, nvlink_Bps=450e9, nic_Bps=5e9, peak_flops=1e15)
     shape = ModelShape(
         layers=2, moe_layers=0, hidden=1024, attn_dim=1024, kv_dim=1024, params=1e9,
         active_params=1e9, top_k=0, global_batch=512, seq_len=2048, grad_bytes=2,
@@ -131,8 +132,27 @@ def test_estimate_counts_zero2_reduce_scatters_per_micro_batch():
     base = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "dp": 64, "schedule": "1f1b", "micro_batch": 1}
     z1 = estimate_step_s(Choice(**base, zero=1, recompute="none"), shape, hw)
     z2 = estimate_step_s(Choice(**base, zero=2, recompute="none"), shape, hw)
-    one = 2 * 63 / 64 * 1e9 * 2 / 50e9  # s: ZeRO-1's data-parallel time before hiding
+    one = 2 * 63 / 64 * 1e9 * 2 / (8 * 5e9)  # s: ZeRO-1's data-parallel time before hiding
     assert z2 - z1 == pytest.approx(one * (9 / 2 - 1), rel=1e-9)
+
+
+def test_estimate_hides_zero3_traffic_under_each_micro_batch():
+    from simulator.sweep.estimate import exposed_comm_s
+
+    # ZeRO-3 over DP 64 (8 GPUs a domain, 5 GB/s NICs), 8 micro-batches: each gathers the
+    # weights twice (2 B) and reduce-scatters the gradients (2 B), 63/64 of 1e9 parameters,
+    # over the domain's 8 NICs; what its micro-batch's compute does not cover is exposed
+    hw = Machine(gpus=64, domain=8, nvlink_Bps=450e9, nic_Bps=5e9, peak_flops=1e15)
+    shape = ModelShape(
+        layers=2, moe_layers=0, hidden=1024, attn_dim=1024, kv_dim=1024, params=1e9,
+        active_params=1e9, top_k=0, global_batch=512, seq_len=2048, grad_bytes=2,
+    )  # fmt: skip
+    c = Choice(tp=1, pp=1, cp=1, ep=1, dp=64, zero=3, schedule="1f1b", micro_batch=1,
+               recompute="none")  # fmt: skip
+    compute = 512 * 2048 * (6e9 + 6 * 2 * 2048 * 1024) / (64 * 1e15 * GEMM_EFFICIENCY)
+    each = 63 / 64 * 1e9 * (2 * 2 + 2) / (8 * 5e9)
+    assert each > compute / 8  # exposed, so the test sees the term
+    assert exposed_comm_s(c, shape, hw) == pytest.approx(8 * (each - compute / 8), rel=1e-9)
 
 
 def test_plan_for_fewer_gpus_than_the_scenarios_own_layout_needs(tmp_path):
@@ -172,10 +192,11 @@ def test_estimate_puts_a_folded_expert_group_on_nvlink():
     nic, nv = a2a / 50e9, a2a / (450e9 * 0.8)
     # the folded rank holds 2x the expert parameters (experts whole over EP 8, not split over
     # EP 8 x TP 2) and the same dense ones; the estimate reduces every gradient a rank holds over
-    # its dp x cp peers (16 here), experts included (it does not tell the expert data-parallel
-    # group apart, 4 ranks here: a ranking estimate, not the simulation)
+    # its dp x cp peers (16 here, 4 of them in a domain: over 4 NICs), experts included (it
+    # does not tell the expert data-parallel group apart, 4 ranks here: a ranking estimate,
+    # not the simulation)
     gap = estimate_step_s(split, shape, hw) - estimate_step_s(folded, shape, hw)
-    dp_gap = 2 * 15 / 16 * 2 * ((2e9 + 6e9 / 8) / 4 - (2e9 / 2 + 6e9 / 8) / 2) / 50e9
+    dp_gap = 2 * 15 / 16 * 2 * ((2e9 + 6e9 / 8) / 4 - (2e9 / 2 + 6e9 / 8) / 2) / (4 * 50e9)
     assert gap == pytest.approx((nic - nv) / bubble + dp_gap, rel=1e-9)
 
 

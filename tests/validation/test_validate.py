@@ -37,10 +37,10 @@ def test_every_row_within_tolerance():
     # 5 + two public FSDP throughput rows (MPT-7B on H100 +11%, torchtitan on A100 +16.5%),
     # + Llama 3's 8K-GPU row (out of memory),
     # + NVIDIA's Llama 3.1 8B, Nemotron-4 340B, Llama 3.1 405B and Grok-1 recipes (throughput
-    # within 2%, 4%, 8% and 4%, but over 80 GB in our memory ledger) + nccl-tests' times at 1 and 8 MiB
-    # on both systems, + DeepEP's eight all-to-all bandwidths and the five Qwen3 MoE recipes
-    # (their reasons in rows.yaml: the kernels' copy rate; the layouts' host work and
-    # grouped GEMMs)
+    # within 2%, 4%, 8% and 4%, but over 80 GB in our memory ledger) + nccl-tests' times at
+    # 1 and 8 MiB on both systems, + DeepEP's eight all-to-all bandwidths and the five Qwen3
+    # MoE recipes (their reasons in rows.yaml: the kernels' copy rate; the layouts' host work
+    # and grouped GEMMs)
     assert len(failing) <= 26 + 13
     # the GB200 Qwen3 recipe: optimistic like the H100 ones with small experts (+20% today);
     # a bound on the gap, so that a change that widens it shows

@@ -199,11 +199,20 @@ def build_step(
     return dataclasses.replace(reduced, plan=plan, steady=steady)
 
 
+def nccl_of(plan: Plan) -> dict[int, float]:
+    """Each simulated rank's NCCL buffers (B; :mod:`simulator.plan.nccl_memory`)."""
+    return {r: nccl_bytes(plan, r) for r in plan.ranks}
+
+
 def step_metrics(
-    sim: Simulation, step: StepGraph, timeline: pd.DataFrame | None = None
+    sim: Simulation,
+    step: StepGraph,
+    timeline: pd.DataFrame | None = None,
+    nccl: dict[int, float] | None = None,
 ) -> metrics.StepMetrics:
     """The headline metrics of a simulated step (:class:`simulator.metrics.StepMetrics`);
-    ``timeline`` is its memory timeline when the caller has it already."""
+    ``timeline`` is its memory timeline and ``nccl`` its ranks' NCCL buffers
+    (:func:`nccl_of`) when the caller has them already."""
     s = step.plan.scenario
     acc = s.cluster.accelerator
     facts = metrics.StepFacts(
@@ -218,7 +227,7 @@ def step_metrics(
         stage_of=step.stage_of,
         runtime_bytes=s.framework.runtime_bytes,
         allocator_reserve=s.framework.allocator_reserve,
-        nccl_bytes={r: nccl_bytes(step.plan, r) for r in step.plan.ranks},
+        nccl_bytes=nccl_of(step.plan) if nccl is None else nccl,
     )
     return metrics.step_metrics(
         sim.frame, sim.memory_events, facts, sim.stats.rerates, timeline=timeline
@@ -428,8 +437,8 @@ class StepCache:
 def _result(scenario, step, sim, track_links) -> RunResult:
     """The simulated step's metrics, trace, memory timeline and (tracked) link loads."""
     memory = metrics.memory_timeline(sim.memory_events, step.static_memory)
-    m = step_metrics(sim, step, memory)
-    nccl = {r: nccl_bytes(step.plan, r) for r in step.plan.ranks}
+    nccl = nccl_of(step.plan)
+    m = step_metrics(sim, step, memory, nccl)
     links = None
     if track_links:
         links, busiest = _link_report(sim, m.step_time_s)

@@ -166,7 +166,7 @@ SUSTAINED_COMPUTE = {"H100": 755 / 850, "H200": 755 / 850, "B200": 1439 / 1737}
 # both: ml-engineering's "Maximum Achievable Matmul FLOPS comparison table" (a mean of 100
 # iterations after 50 warm-up ones, the best shape of a sweep), where the H100 SXM (the
 # H200's die) reaches 794.5 of 989 TFLOP/s (80.3%) and the B200 SXM 1745 of 2250 (77.6%):
-# 0.966. The GB200 is the B200's die: the same factor; its own row there (1822 of its nominal
+# 0.965. The GB200 is the B200's die: the same factor; its own row there (1822 of its nominal
 # 2500, 72.9%) is the B200's rate per clock at the GB200's 2062 MHz maximum SM clock (1745 x
 # 2062 / 1965 = 1831, the same table's clocks), so it agrees. Others: 1.0 (the Hopper parts
 # are the calibration's die; the A100 and TPUs are not compared).
@@ -187,7 +187,10 @@ MATMUL_EFFICIENCY = {"B200": (1745 / 2250) / (794.5 / 989), "GB200": (1745 / 225
 #   HBM streaming); H100 the same die and HBM power class. A100 and B200: not published; the
 #   H200's share of the limit (43%), 171 W and 429 W.
 # A100 at 400 W: no long-run GEMM rate is measured (SUSTAINED_COMPUTE 1.0), so its GEMM draw
-# is taken as the limit (it does not throttle).
+# is taken as the limit (it does not throttle). GB200 1200 W (NVIDIA Mission Control's
+# per-GPU maximum): static and memory-bound draws at the H100's and H200's shares of the
+# limit as for the B200 (209 W and 514 W; the B200's 174 W static would be the same die's,
+# and gives a sustained fraction 1.2% higher).
 POWER = {
     "H100": (700.0, 121.7, 300.0),
     "H200": (700.0, 121.7, 300.0),

@@ -5,7 +5,7 @@
 
 ``e_gemm`` and ``e_mem`` come from :mod:`simulator.model.calibration` (fitted once to the H200
 microbenchmarks); other GPUs keep the same efficiencies against their own peaks, GEMMs scaled
-by the device's measured ``matmul_efficiency`` (Blackwell: 0.966). The attention
+by the device's measured ``matmul_efficiency`` (Blackwell: 0.965). The attention
 core runs as a fused kernel (flash attention) whose efficiency is that of a GEMM of its inner
 shape (rows ``b x heads x s_q``, columns ``s_k``, depth ``d``), its backward's that times the
 kernel's published backward/forward ratio (``Op.b_efficiency``). Elementwise ops are

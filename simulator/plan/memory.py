@@ -259,7 +259,7 @@ def distinct_rank_kinds(ledger: list[RankMemory], rel_tol: float = 1e-9) -> list
 
 
 def _same(a: RankMemory, b: RankMemory, rel_tol: float) -> bool:
-    fields = ("params", "grads", "optimizer", "activations", "buffers")
+    fields = ("params", "grads", "optimizer", "activations", "buffers", "nccl")
     return all(
         abs(getattr(a, f) - getattr(b, f)) <= rel_tol * max(1.0, abs(getattr(a, f))) for f in fields
     )

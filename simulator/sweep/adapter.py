@@ -77,12 +77,6 @@ def memory_report(scenario: Scenario):
     return api.memory_report(scenario)
 
 
-def ingress_Bps(scenario: Scenario) -> float:
-    """The most a GPU of the scenario's cluster can receive per second (B/s): the summed
-    capacity of the links into its first device (devices of a cluster are alike)."""
-    return api.reach_of(topology_of(scenario.cluster)).ingress_Bps
-
-
 def reach(scenario: Scenario):
     """What a GPU of the scenario's cluster can receive per second, from anywhere and from
     other hosts (:func:`simulator.api.reach_of`)."""

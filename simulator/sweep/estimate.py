@@ -89,8 +89,9 @@ def _expert_span(c: Choice) -> int:
     inside the CP group when ep <= cp, else over ep / cp replicas, tp x cp x pp GPUs apart);
     with expert TP other than TP (folded), ep x etp places of a stage, within its tp x cp
     ranks or over replicas beyond them. The default order is assumed whatever the scenario's
-    ``order``: the span only picks NVLink or the NIC for the estimate's all-to-alls, which
-    rank candidates; the simulation places the groups as ordered
+    ``order``, and a group inside the CP group when ep <= cp (where cp is not a multiple of
+    ep one may straddle two): the span only picks NVLink or the NIC for the estimate's
+    all-to-alls, which rank candidates; the simulation places the groups as ordered
     (:meth:`simulator.plan.grid.RankGrid.ep_group`)."""
     if c.etp == c.tp:
         return c.ep * c.tp if c.ep <= c.cp else c.ep * c.tp * c.pp
@@ -144,9 +145,11 @@ def _estimate(c: Choice, m: ModelShape, hw: Machine) -> tuple[float, float]:
     else:  # folded: the experts split etp ways, the rest tp ways
         per_rank = (m.active_params / c.tp + experts / (c.ep * c.etp)) / c.pp
     d = c.dp * c.cp
-    # the group's members on one NVLink domain (tp apart) share its crossing: each NIC
-    # carries a k-th of it (a node's data crosses once, NCCL's rings and trees per channel)
-    nic = hw.nic_Bps * max(1, min(d, hw.domain // c.tp))
+    # the group's members on one NVLink domain share its crossing: each NIC carries a k-th
+    # of it (a node's data crosses once); with the order tp, cp, pp, dp the CP members are tp
+    # apart, the DP ones tp x cp x pp; never faster than NVLink
+    k = min(d, min(c.cp, hw.domain // c.tp) * max(1, hw.domain // (c.tp * c.cp * c.pp)))
+    nic = min(nv, hw.nic_Bps * max(1, k))
     dp = 0.0
     if d > 1 and c.zero == 3:  # every micro-batch's gathers and reduce-scatter, under it
         each = (d - 1) / d * per_rank * (2 * m.param_bytes + m.grad_bytes) / nic

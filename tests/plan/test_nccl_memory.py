@@ -58,6 +58,33 @@ def test_pipeline_neighbours_and_the_expert_all_to_all():
     assert 7 * PEER_IN == pytest.approx(3.3e9, rel=0.20)
 
 
+def test_v_shaped_pipelines_context_rings_and_rings_across_hosts():
+    # ZB-V: stage 0 holds the first and the last chunk, so its only neighbour is stage 1
+    v = _plan("{tp: 2, pp: 4, pipeline: {schedule: zb-v}}")
+    assert nccl_bytes(v, 0) == pytest.approx(24 * RING_IN + PEER_IN)
+    # CP 2 runs all-gathers and reduce-scatters over its group: a ring like TP's
+    assert nccl_bytes(_plan("{tp: 4, cp: 2}"), 0) == pytest.approx(2 * 24 * RING_IN)
+    # DP 8 over two hosts with TP 2 inside: 4 of the ring's members on each host enter and
+    # leave it once a channel, so each holds a quarter of a network channel's extra
+    two = nccl_bytes(_plan("{tp: 2}", nodes=2), 0)
+    dp = 24 * (RING_IN + (RING_ACROSS - RING_IN) / 4)
+    assert two == pytest.approx(24 * RING_IN + dp)
+
+
+def test_without_a_topology_the_default_8_gpu_nodes():
+    s = load_scenario_text("""
+model: {name: llama3-8b, layers: 2}
+cluster: {accelerator: H100-SXM, gpus: 16}
+parallelism: {tp: 8}
+training: {global_batch: 16, micro_batch: 1, seq_len: 1024}
+""")
+    [rank] = api.memory_report(s).ranks
+    assert rank.nccl == pytest.approx(24 * RING_IN + 24 * RING_ACROSS)  # DP 2 across nodes
+    # the run's plan (with the built fabric's facts) counts the same
+    plan = api.build_plan(s, api.build_topology(s.cluster))
+    assert api.nccl_of(plan)[0] == pytest.approx(rank.nccl)
+
+
 def test_in_the_ledger_and_the_simulated_peak_and_off_when_asked():
     s = load_scenario_text("""
 model: {name: llama3-8b, layers: 4}

@@ -30,9 +30,10 @@ whose steps do not overlap (GPipe, 1F1B, the interleaved ones, ZB-H1); the other
 ZB-1p, ZB-2p and ZB-V overlap consecutive steps, whose step time is a stage's own span, or fold
 the pipeline; DualPipe feeds both ends
 and overlaps a forward with a backward) get the busiest stage alone, and DualPipe's busy time
-leaves the tensor-parallel and expert collectives out (its pairs run one pass's collectives
-under the other's compute) and counts each micro-batch on one of a stage's two chunks (half
-go each way).
+leaves the tensor-parallel and expert collectives out of the compute chain (its pairs run one
+pass's collectives under the other's compute) and counts each micro-batch on one of a stage's
+two chunks (half go each way); its expert all-to-alls still run one at a time on the rank's
+expert stream, so a stage is busy at least as long as they take.
 
 For 1F1B over equal stages the bound is the textbook step ``(m + p - 1)(f + b)``: the fill
 ``(p - 1) f`` and drain ``(p - 1) b`` around the last stage's ``m (f + b)``.
@@ -153,13 +154,18 @@ def step_lower_bound(s: Scenario, reach: Reach | float | None = None) -> StepBou
     p, v = par.pp, par.pipeline.virtual_stages
     c = schedule.chunks_per_stage(v)
     mb_count = micro_batches_per_step(s)
-    f_k, b_k, w_k = _chunk_times(s, schedule, reach)
+    f_k, b_k, w_k, x_k = _chunk_times(s, schedule, reach)
     busy = []
-    # DualPipe sends half the micro-batches each way, each through one of a stage's chunks
-    share = 0.5 if schedule.name == "dualpipe" else 1.0
+    # DualPipe sends half the micro-batches each way, each through one of a stage's chunks;
+    # its expert all-to-alls hide under the other pass's compute, but run one at a time on
+    # the rank's expert stream: the busier of the two streams bounds the stage
+    overlapped = schedule.name == "dualpipe"
+    share = 0.5 if overlapped else 1.0
     for r in range(p):
         ks = [schedule.model_chunk(p, v, r, j) for j in range(c)]
-        busy.append(share * mb_count * sum(f_k[k] + b_k[k] + w_k[k] for k in ks))
+        compute = share * mb_count * sum(f_k[k] + b_k[k] + w_k[k] for k in ks)
+        experts = share * mb_count * sum(x_k[k] for k in ks) if overlapped else 0.0
+        busy.append(max(compute, experts))
     best, limit = max(busy), "compute"
     if schedule.name in FILLED and not schedule.overlapping_steps and p > 1:
         split = schedule.split_backward
@@ -184,10 +190,11 @@ def step_lower_bound(s: Scenario, reach: Reach | float | None = None) -> StepBou
     return StepBound(best, tuple(busy), limit)
 
 
-def _chunk_times(s: Scenario, schedule, reach: Reach) -> tuple[dict, dict, dict]:
+def _chunk_times(s: Scenario, schedule, reach: Reach) -> tuple[dict, dict, dict, dict]:
     """Per model chunk: the forward, input-gradient and weight-gradient seconds of one
     micro-batch (its layers' kernels with the collectives they wait for, and the embedding
-    or the output layer on the end chunks)."""
+    or the output layer on the end chunks), and its expert all-to-alls' (forward and
+    backward, at least: :func:`_expert_exchange_s`)."""
     par, m = s.parallelism, s.model
     p, v = par.pp, par.pipeline.virtual_stages
     per_param = s.precision.bytes_per_param(s.training.optimizer)
@@ -202,6 +209,7 @@ def _chunk_times(s: Scenario, schedule, reach: Reach) -> tuple[dict, dict, dict]
     one_tp = (par.tp - 1) / par.tp * message / ingress_Bps if ingress_Bps else 0.0
     overlapped = schedule.name == "dualpipe"
     per_layer: dict[bool, tuple[float, float, float]] = {}
+    exchange: dict[bool, float] = {}
 
     def layer_times(layer: int) -> tuple[float, float, float]:
         moe = m.is_moe_layer(layer)
@@ -213,9 +221,10 @@ def _chunk_times(s: Scenario, schedule, reach: Reach) -> tuple[dict, dict, dict]
             again = _recomputed_s(cost, blk, par.recompute)
             tp_f = 0.0 if overlapped else _tp_collectives(s, moe, False) * one_tp
             tp_b = 0.0 if overlapped else _tp_collectives(s, moe, True) * one_tp
-            if cost.experts is not None and not overlapped:
-                a2a = _expert_exchange_s(s, message, reach)
+            a2a = _expert_exchange_s(s, message, reach) if cost.experts is not None else 0.0
+            if not overlapped:
                 tp_f, tp_b = tp_f + a2a, tp_b + a2a
+            exchange[moe] = 2 * a2a  # the expert stream's, forward and backward
             per_layer[moe] = (blk.f + tp_f, blk.b + again + tp_b, blk.w)
         return per_layer[moe]
 
@@ -224,16 +233,19 @@ def _chunk_times(s: Scenario, schedule, reach: Reach) -> tuple[dict, dict, dict]
     f_k: dict[int, float] = {}
     b_k: dict[int, float] = {}
     w_k: dict[int, float] = {}
+    x_k: dict[int, float] = {}
     for (stage, local), ls in layers.items():
         k = schedule.model_chunk(p, v, stage, local)
         blk = Block()
-        f = b = w = 0.0
+        f = b = w = x = 0.0
         for layer in ls:
             lf, lb, lw = layer_times(layer)
             f, b, w = f + lf, b + lb, w + lw
+            x += exchange[m.is_moe_layer(layer)]
+        x_k[k] = x
         if k == 0:
             blk = blk + emb
         if k == last_chunk:
             blk = blk + head
         f_k[k], b_k[k], w_k[k] = f + blk.f, b + blk.b, w + blk.w
-    return f_k, b_k, w_k
+    return f_k, b_k, w_k, x_k

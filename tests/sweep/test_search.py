@@ -70,6 +70,9 @@ SAMPLE = [
     (MOE_2_NODES, Choice(2, 2, 1, 4, 4, 1, "interleaved", 1, "none", virtual_stages=2)),
     (MOE_2_NODES, Choice(1, 2, 1, 8, 8, 1, "zb-h1", 1, "none")),
     (MOE_2_NODES, Choice(2, 1, 1, 8, 8, 1, "1f1b", 1, "selective", expert_tp=1)),
+    # DualPipe: the all-to-alls hide under compute but queue on the expert stream
+    (MOE_2_NODES, Choice(2, 2, 1, 4, 4, 1, "dualpipe", 1, "none")),
+    (MOE_2_NODES, Choice(1, 2, 1, 8, 8, 1, "dualpipe", 1, "none")),
 ]
 
 

@@ -31,6 +31,7 @@ of the stage share in shape.
 from __future__ import annotations
 
 from simulator.plan.plan import Plan
+from simulator.topology.build import DEFAULT_NODE_GPUS
 
 MiB = 2**20
 RING_IN_HOST = 12 * MiB  # per channel: receiver's 10 MiB + sender's 2 MiB
@@ -47,7 +48,7 @@ def gpus_per_host(plan: Plan) -> int | None:
         return None if plan.network.torus else plan.network.gpus_per_host
     topo = plan.scenario.cluster.topology
     if topo is None:
-        return min(8, plan.scenario.num_gpus)
+        return min(DEFAULT_NODE_GPUS, plan.scenario.num_gpus)
     node = getattr(topo, "node", None)
     return None if node is None else node.gpus
 

@@ -204,6 +204,20 @@ def _layer_blocks(pre, core, post, ffn, experts, cm: ComputeModel, cp: int, imba
     )
 
 
+def routed_tokens_bytes(m: ModelConfig, mb: MicroBatch, sh: Sharding) -> tuple[float, bool]:
+    """(B, local) of an MoE layer's dispatch (or combine) on one rank per micro-batch: its
+    tokens x top-k x hidden values (capacity factor included), and whether it dispatches its
+    own sequence-parallel tokens - a TP-th of them - as Megatron-core's all-to-all dispatcher
+    does under expert, tensor and sequence parallelism, and always with an expert TP other
+    than TP (MoE parallel folding). The step builder's all-to-alls
+    (:func:`simulator.schedule.layer_tasks.experts`) and the step bound
+    (:mod:`simulator.stages.bounds`) size them from this."""
+    moe = m.moe
+    tokens = mb.b * mb.s / sh.cp
+    size = mb.act_bytes * tokens * moe.top_k * (moe.capacity_factor or 1.0) * m.hidden
+    return size, (sh.sp and sh.tp > 1 and sh.ep > 1) or sh.etp != sh.tp
+
+
 @lru_cache(maxsize=1024)
 def embedding_block(m: ModelConfig, mb: MicroBatch, sh: Sharding, cm: ComputeModel) -> Block:
     return Block.of(embedding_ops(m, mb.b, mb.s, sh, mb.act_bytes), cm)

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 from simulator.collectives import deepep
 from simulator.schedule.builder import Dep, GraphBuilder
-from simulator.schedule.costs import Block, LayerCost, grad_accumulate_block, layer_cost
+from simulator.schedule.costs import (
+    Block,
+    LayerCost,
+    grad_accumulate_block,
+    layer_cost,
+    routed_tokens_bytes,
+)
 
 Emitter = Generator[None, None, list[Dep]]  # emits tasks, pausing after each compute task
 
@@ -210,10 +216,9 @@ def _local_dispatch(b: GraphBuilder, cost: LayerCost) -> bool:
     With an expert TP degree other than tp (MoE parallel folding, :mod:`simulator.plan.grid`)
     the dispatch is always of the rank's own tokens (the checks ask for sequence parallelism
     with tp > 1), the gather and scatter over the expert-TP group."""
-    par = b.plan.grid
     if cost.experts is None:
         return False
-    return (b.plan.sharding.sp and par.tp > 1 and par.ep > 1) or par.expert_tp != par.tp
+    return routed_tokens_bytes(b.plan.model, b.plan.micro_batch, b.plan.sharding)[1]
 
 
 def _mlp_gathers(b: GraphBuilder, cost: LayerCost) -> bool:
@@ -235,11 +240,8 @@ def experts(b: GraphBuilder, rank: int, cost: LayerCost, phase: str, deps, tag, 
     outputs before the combine (the TP group when expert TP = TP; none when expert TP is 1;
     the backward runs the same shapes: the combine's all-to-all, the reduce-scatter's
     all-gather twin, ..., so one sequence serves both passes)."""
-    m, mb, grid = b.plan.model, b.plan.micro_batch, b.plan.grid
-    moe = m.moe
-    tokens = mb.b * mb.s / grid.cp
-    size = mb.act_bytes * tokens * moe.top_k * (moe.capacity_factor or 1.0) * m.hidden
-    local = _local_dispatch(b, cost)
+    moe, grid = b.plan.model.moe, b.plan.grid
+    size, local = routed_tokens_bytes(b.plan.model, b.plan.micro_batch, b.plan.sharding)
     grp = b.group(rank, "ep")
     common = {
         "rank": rank,

@@ -48,7 +48,13 @@ from simulator.pipelines import get_schedule
 from simulator.plan.grid import RankGrid
 from simulator.plan.plan import grid_of, micro_batch_of, micro_batches_per_step, sharding_of
 from simulator.scenario.schema import Scenario
-from simulator.schedule.costs import Block, embedding_block, head_block, layer_cost
+from simulator.schedule.costs import (
+    Block,
+    embedding_block,
+    head_block,
+    layer_cost,
+    routed_tokens_bytes,
+)
 from simulator.stages.costs import compute_model_of
 
 # Schedules whose micro-batches all enter at stage 0 and whose steps end together.
@@ -116,21 +122,18 @@ def _away_in(grid: RankGrid, per_host: int) -> int:
     )
 
 
-def _expert_exchange_s(s: Scenario, message: float, reach: Reach) -> float:
-    """Seconds an MoE layer's pass waits at least for its dispatch and combine all-to-alls
-    (:func:`~simulator.schedule.layer_tasks.experts` sizes them): a rank's tokens times top-k
-    hidden states (``message`` is its tokens' hidden states, B), divided over TP where it
-    dispatches its own sequence-parallel tokens, of which ``(e - 1) / e`` come from the other
-    ranks of its group through all its links, and the share of the members on other hosts
-    through its network links (:class:`Reach`). None under DeepEP or without expert
-    parallelism."""
+def _expert_exchange_s(s: Scenario, mb, sh, reach: Reach) -> float:
+    """Seconds an MoE layer's pass waits at least for its dispatch and combine all-to-alls,
+    sized as the step builder sizes them (:func:`~simulator.schedule.costs.routed_tokens_bytes`):
+    ``(e - 1) / e`` of them come from the other ranks of its group through all its links, and
+    the share of the members on other hosts through its network links (:class:`Reach`). None
+    under DeepEP or without expert parallelism."""
     par, moe = s.parallelism, s.model.moe
     e = par.ep
     if not reach.ingress_Bps or moe is None or e == 1 or par.moe_dispatcher == "deepep":
         return 0.0
-    size = message * moe.top_k * (moe.capacity_factor or 1.0)
-    if (par.sequence_parallel and par.tp > 1) or par.etp != par.tp:  # local tokens
-        size /= par.tp
+    size, local = routed_tokens_bytes(s.model, mb, sh)
+    size = size / par.tp if local else size
     one = (e - 1) / e * size / reach.ingress_Bps
     if reach.off_host_Bps and reach.per_host:
         one = max(one, _away(s, reach.per_host) / e * size / reach.off_host_Bps)
@@ -221,7 +224,7 @@ def _chunk_times(s: Scenario, schedule, reach: Reach) -> tuple[dict, dict, dict,
             again = _recomputed_s(cost, blk, par.recompute)
             tp_f = 0.0 if overlapped else _tp_collectives(s, moe, False) * one_tp
             tp_b = 0.0 if overlapped else _tp_collectives(s, moe, True) * one_tp
-            a2a = _expert_exchange_s(s, message, reach) if cost.experts is not None else 0.0
+            a2a = _expert_exchange_s(s, mb, sh, reach) if cost.experts is not None else 0.0
             if not overlapped:
                 tp_f, tp_b = tp_f + a2a, tp_b + a2a
             exchange[moe] = 2 * a2a  # the expert stream's, forward and backward

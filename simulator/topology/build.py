@@ -14,6 +14,8 @@ from simulator.topology.graph import Topology
 from simulator.topology.nvswitch import nvswitch_topology
 from simulator.topology.torus import torus_topology
 
+DEFAULT_NODE_GPUS = 8  # GPUs per NVSwitch node of the fabric built without a topology
+
 
 def build_topology(cluster: ClusterConfig) -> Topology:
     """The cluster's topology graph. Without one, GPUs form NVSwitch nodes of 8 on a
@@ -30,7 +32,7 @@ def _build(cluster: ClusterConfig) -> Topology:
     acc = cluster.accelerator
     t = cluster.topology
     if t is None:
-        nodes = -(-cluster.num_gpus // 8)
+        nodes = -(-cluster.num_gpus // DEFAULT_NODE_GPUS)
         if nodes == 1:
             return nvswitch_topology(
                 cluster.num_gpus,

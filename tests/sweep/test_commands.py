@@ -119,16 +119,22 @@ def test_estimate_of_one_gpu_is_the_flop_count():
     )
 
 
-def test_estimate_counts_zero2_reduce_scatters_per_micro_batch():
-    # DP 64 over 5 GB/s NICs, 8 micro-batches per replica: ZeRO-1 moves an all-reduce's
-    # bytes once, 2 (d - 1)/d x 2 GB; ZeRO-2 a reduce-scatter per micro-batch and one
-    # all-gather, (8 + 1)(d - 1)/d x 2 GB; each over the 8 NICs of the group's 8 GPUs in a
-    # domain (a node's share crosses once), less what hides under 2/3 of a micro-batch
+def _dp64():
+    """DP 64 in 8-GPU domains with 5 GB/s NICs; a 2-layer 1B model, 512 sequences of 2,048."""
     hw = Machine(gpus=64, domain=8, nvlink_Bps=450e9, nic_Bps=5e9, peak_flops=1e15)
     shape = ModelShape(
         layers=2, moe_layers=0, hidden=1024, attn_dim=1024, kv_dim=1024, params=1e9,
         active_params=1e9, top_k=0, global_batch=512, seq_len=2048, grad_bytes=2,
     )  # fmt: skip
+    return hw, shape
+
+
+def test_estimate_counts_zero2_reduce_scatters_per_micro_batch():
+    # DP 64 over 5 GB/s NICs, 8 micro-batches per replica: ZeRO-1 moves an all-reduce's
+    # bytes once, 2 (d - 1)/d x 2 GB; ZeRO-2 a reduce-scatter per micro-batch and one
+    # all-gather, (8 + 1)(d - 1)/d x 2 GB; each over the 8 NICs of the group's 8 GPUs in a
+    # domain (a node's share crosses once), less what hides under 2/3 of a micro-batch
+    hw, shape = _dp64()
     base = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "dp": 64, "schedule": "1f1b", "micro_batch": 1}
     z1 = estimate_step_s(Choice(**base, zero=1, recompute="none"), shape, hw)
     z2 = estimate_step_s(Choice(**base, zero=2, recompute="none"), shape, hw)
@@ -142,11 +148,7 @@ def test_estimate_hides_zero3_traffic_under_each_micro_batch():
     # ZeRO-3 over DP 64 (8 GPUs a domain, 5 GB/s NICs), 8 micro-batches: each gathers the
     # weights twice (2 B) and reduce-scatters the gradients (2 B), 63/64 of 1e9 parameters,
     # over the domain's 8 NICs; what its micro-batch's compute does not cover is exposed
-    hw = Machine(gpus=64, domain=8, nvlink_Bps=450e9, nic_Bps=5e9, peak_flops=1e15)
-    shape = ModelShape(
-        layers=2, moe_layers=0, hidden=1024, attn_dim=1024, kv_dim=1024, params=1e9,
-        active_params=1e9, top_k=0, global_batch=512, seq_len=2048, grad_bytes=2,
-    )  # fmt: skip
+    hw, shape = _dp64()
     c = Choice(tp=1, pp=1, cp=1, ep=1, dp=64, zero=3, schedule="1f1b", micro_batch=1,
                recompute="none")  # fmt: skip
     compute = 512 * 2048 * (6e9 + 6 * 2 * 2048 * 1024) / (64 * 1e15 * GEMM_EFFICIENCY)

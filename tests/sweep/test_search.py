@@ -94,7 +94,12 @@ def test_the_bound_never_exceeds_the_simulated_step(s, c):
 
 
 def test_the_bound_waits_for_the_expert_all_to_alls():
+    from simulator.plan.plan import micro_batch_of, sharding_of
     from simulator.stages.bounds import Reach, _expert_exchange_s
+
+    def exchange(s, reach):
+        mb = micro_batch_of(s, s.precision.bytes_per_param(s.training.optimizer)[0])
+        return _expert_exchange_s(s, mb, sharding_of(s), reach)
 
     # Mixtral 8x7B: top-2 of hidden 4,096 in BF16, a micro-batch of 1 x 1,024 tokens. EP 4:
     # a rank receives 3/4 of its 2 x 1,024 x 4,096 x 2 B dispatch, and as much at the
@@ -102,24 +107,22 @@ def test_the_bound_waits_for_the_expert_all_to_alls():
     message = 2 * 1024 * 4096.0
     s = applied(MOE, Choice(1, 1, 1, 4, 8, 1, "1f1b", 1, "none"))
     fast = Reach(100e9)  # links of 100 GB/s in all, nothing known of hosts
-    assert _expert_exchange_s(s, message, fast) == pytest.approx(2 * 0.75 * 2 * message / 100e9)
+    assert exchange(s, fast) == pytest.approx(2 * 0.75 * 2 * message / 100e9)
     # each rank dispatches its own sequence-parallel tokens: a TP-th of them
     s = applied(MOE, Choice(2, 1, 1, 4, 4, 1, "1f1b", 1, "none"))
-    assert _expert_exchange_s(s, message, fast) == pytest.approx(0.75 * 2 * message / 100e9)
+    assert exchange(s, fast) == pytest.approx(0.75 * 2 * message / 100e9)
     # not under DeepEP (routed bytes), without EP, or without a capacity to divide by
     deepep = s.model_copy(update={"parallelism": s.parallelism.model_copy(
         update={"moe_dispatcher": "deepep"})})  # fmt: skip
-    assert _expert_exchange_s(deepep, message, fast) == 0.0
-    assert _expert_exchange_s(applied(MOE, Choice(1, 1, 1, 1, 8, 1, "1f1b", 1, "none")),
-                              message, fast) == 0.0  # fmt: skip
-    assert _expert_exchange_s(s, message, Reach()) == 0.0
+    assert exchange(deepep, fast) == 0.0
+    no_ep = applied(MOE, Choice(1, 1, 1, 1, 8, 1, "1f1b", 1, "none"))
+    assert exchange(no_ep, fast) == 0.0
+    assert exchange(s, Reach()) == 0.0
     # two hosts of 8: TP 4 puts an EP-4 group's members 4 ranks apart, two on the other host;
     # their half of the dispatch comes through the NIC at 50 GB/s, slower than all 4 x 100
     s = applied(MOE_2_NODES, Choice(4, 1, 1, 4, 4, 1, "1f1b", 1, "none"))
     nic = Reach(400e9, 50e9, 8)
-    assert _expert_exchange_s(s, message, nic) == pytest.approx(
-        2 * (2 / 4) * 2 / 4 * message / 50e9
-    )
+    assert exchange(s, nic) == pytest.approx(2 * (2 / 4) * 2 / 4 * message / 50e9)
 
 
 def test_what_a_gpu_can_receive_from_its_own_host_and_from_others():

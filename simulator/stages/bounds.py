@@ -26,14 +26,19 @@ the simulated step. It is the longest of three chains that no schedule can short
   below, and stage 0's weight gradient of it where W is a pass of its own.
 
 Fill and drain apply to the schedules whose micro-batches all enter at the first stage and
-whose steps do not overlap (GPipe, 1F1B, the interleaved ones, ZB-H1); the others (ZB-H2,
-ZB-1p, ZB-2p and ZB-V overlap consecutive steps, whose step time is a stage's own span, or fold
-the pipeline; DualPipe feeds both ends
-and overlaps a forward with a backward) get the busiest stage alone, and DualPipe's busy time
-leaves the tensor-parallel and expert collectives out of the compute chain (its pairs run one
-pass's collectives under the other's compute) and counts each micro-batch on one of a stage's
-two chunks (half go each way); its expert all-to-alls still run one at a time on the rank's
-expert stream, so a stage is busy at least as long as they take.
+whose steps do not overlap (GPipe, 1F1B, the interleaved ones, ZB-H1); ZB-H2, ZB-1p, ZB-2p and
+ZB-V overlap consecutive steps, whose step time is a stage's own span, or fold the pipeline,
+and get the busiest stage alone. DualPipe feeds both ends and overlaps a forward with a
+backward: its bound follows each rank's order (the step builder adds a rank's compute in that
+order, one task after another). An overlapped pair costs its two passes' compute (one pass's
+collectives run under the other's compute); a forward or input-gradient pass of its own also
+waits for its TP collectives and expert all-to-alls, less the first and the last of them
+(which may wait only for, or feed only, another stage); the rank starts when its first
+forward's micro-batch has gone through the model chunks below, and its last input-gradient
+pass still has the chunks below to go through, then chunk 0's weight gradient. Its expert
+all-to-alls run one at a time on the rank's expert stream, so a stage is busy at least as
+long as they take. The tests set it beside the DeepSeek-V3 report's step on equal chunks
+without communication, ``m (F + B + W) + (p/2 - 1)(F&B + B - 3W)``.
 
 For 1F1B over equal stages the bound is the textbook step ``(m + p - 1)(f + b)``: the fill
 ``(p - 1) f`` and drain ``(p - 1) b`` around the last stage's ``m (f + b)``.
@@ -41,10 +46,11 @@ For 1F1B over equal stages the bound is the textbook step ``(m + p - 1)(f + b)``
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from simulator.pipelines import get_schedule
+from simulator.pipelines import Overlapped, get_schedule
 from simulator.plan.grid import RankGrid
 from simulator.plan.plan import grid_of, micro_batch_of, micro_batches_per_step, sharding_of
 from simulator.scenario.schema import Scenario
@@ -155,20 +161,15 @@ def step_lower_bound(s: Scenario, reach: Reach | float | None = None) -> StepBou
     par = s.parallelism
     schedule = get_schedule(par.pipeline.schedule)
     p, v = par.pp, par.pipeline.virtual_stages
-    c = schedule.chunks_per_stage(v)
     mb_count = micro_batches_per_step(s)
-    f_k, b_k, w_k, x_k = _chunk_times(s, schedule, reach)
-    busy = []
-    # DualPipe sends half the micro-batches each way, each through one of a stage's chunks;
-    # its expert all-to-alls hide under the other pass's compute, but run one at a time on
-    # the rank's expert stream: the busier of the two streams bounds the stage
-    overlapped = schedule.name == "dualpipe"
-    share = 0.5 if overlapped else 1.0
-    for r in range(p):
-        ks = [schedule.model_chunk(p, v, r, j) for j in range(c)]
-        compute = share * mb_count * sum(f_k[k] + b_k[k] + w_k[k] for k in ks)
-        experts = share * mb_count * sum(x_k[k] for k in ks) if overlapped else 0.0
-        busy.append(max(compute, experts))
+    times = _chunk_times(s, schedule, reach)
+    f_k, b_k, w_k = times.f, times.b, times.w
+    if schedule.name == "dualpipe":
+        return _dualpipe_bound(times, p, mb_count)
+    busy = [
+        mb_count * sum(f_k[k] + b_k[k] + w_k[k] for k in _stage_chunks(schedule, p, v, r))
+        for r in range(p)
+    ]
     best, limit = max(busy), "compute"
     if schedule.name in FILLED and not schedule.overlapping_steps and p > 1:
         split = schedule.split_backward
@@ -182,7 +183,7 @@ def step_lower_bound(s: Scenario, reach: Reach | float | None = None) -> StepBou
                 best, limit = fill + busy[r], "fill"
             below = range(first)
             if split:  # F and B of every micro-batch, then B down the chunks and stage 0's W
-                ks = [schedule.model_chunk(p, v, r, j) for j in range(c)]
+                ks = _stage_chunks(schedule, p, v, r)
                 own = mb_count * sum(f_k[k] + b_k[k] for k in ks)
                 drain = sum(b_k[k] for k in below) + (w_k[0] if first > 0 else 0.0)
             else:
@@ -193,11 +194,30 @@ def step_lower_bound(s: Scenario, reach: Reach | float | None = None) -> StepBou
     return StepBound(best, tuple(busy), limit)
 
 
-def _chunk_times(s: Scenario, schedule, reach: Reach) -> tuple[dict, dict, dict, dict]:
-    """Per model chunk: the forward, input-gradient and weight-gradient seconds of one
-    micro-batch (its layers' kernels with the collectives they wait for, and the embedding
-    or the output layer on the end chunks), and its expert all-to-alls' (forward and
-    backward, at least: :func:`_expert_exchange_s`)."""
+def _stage_chunks(schedule, p: int, v: int, r: int) -> list[int]:
+    """The model chunks stage ``r`` holds."""
+    return [schedule.model_chunk(p, v, r, j) for j in range(schedule.chunks_per_stage(v))]
+
+
+@dataclass(frozen=True)
+class ChunkTimes:
+    """Per model chunk (dicts keyed by chunk, s): one micro-batch's forward ``f``,
+    input-gradient ``b`` and weight-gradient ``w`` (its layers' kernels with the collectives
+    they wait for, and the embedding or the output layer on the end chunks), its expert
+    all-to-alls ``x`` (forward and backward, at least: :func:`_expert_exchange_s`); under
+    DualPipe, whose ``f`` and ``b`` leave the collectives out, ``fx`` and ``bx``: the
+    collectives a forward or input-gradient pass of its own waits for (not in a pair)."""
+
+    f: dict[int, float]
+    b: dict[int, float]
+    w: dict[int, float]
+    x: dict[int, float]
+    fx: dict[int, float]
+    bx: dict[int, float]
+
+
+def _chunk_times(s: Scenario, schedule, reach: Reach) -> ChunkTimes:
+    """Each model chunk's times (:class:`ChunkTimes`) under ``s``."""
     par, m = s.parallelism, s.model
     p, v = par.pp, par.pipeline.virtual_stages
     per_param = s.precision.bytes_per_param(s.training.optimizer)
@@ -212,7 +232,9 @@ def _chunk_times(s: Scenario, schedule, reach: Reach) -> tuple[dict, dict, dict,
     one_tp = (par.tp - 1) / par.tp * message / ingress_Bps if ingress_Bps else 0.0
     overlapped = schedule.name == "dualpipe"
     per_layer: dict[bool, tuple[float, float, float]] = {}
-    exchange: dict[bool, float] = {}
+    # per layer kind: (the expert stream's seconds, a pass's collectives forward and
+    # backward, the longest one of them)
+    waits: dict[bool, tuple[float, float, float, float]] = {}
 
     def layer_times(layer: int) -> tuple[float, float, float]:
         moe = m.is_moe_layer(layer)
@@ -222,33 +244,117 @@ def _chunk_times(s: Scenario, schedule, reach: Reach) -> tuple[dict, dict, dict,
             if cost.experts is not None:
                 blk = blk + cost.experts
             again = _recomputed_s(cost, blk, par.recompute)
-            tp_f = 0.0 if overlapped else _tp_collectives(s, moe, False) * one_tp
-            tp_b = 0.0 if overlapped else _tp_collectives(s, moe, True) * one_tp
+            n_f, n_b = _tp_collectives(s, moe, False), _tp_collectives(s, moe, True)
             a2a = _expert_exchange_s(s, mb, sh, reach) if cost.experts is not None else 0.0
-            if not overlapped:
-                tp_f, tp_b = tp_f + a2a, tp_b + a2a
-            exchange[moe] = 2 * a2a  # the expert stream's, forward and backward
+            tp_f, tp_b = n_f * one_tp + a2a, n_b * one_tp + a2a
+            longest = max(one_tp if n_f or n_b else 0.0, a2a / 2)
+            waits[moe] = (2 * a2a, tp_f, tp_b, longest)
+            if overlapped:  # a pair runs one pass's collectives under the other's compute
+                tp_f = tp_b = 0.0
             per_layer[moe] = (blk.f + tp_f, blk.b + again + tp_b, blk.w)
         return per_layer[moe]
 
     emb, head = embedding_block(m, mb, sh, cm), head_block(m, mb, sh, cm)
     last_chunk = schedule.model_chunks(p, v) - 1
-    f_k: dict[int, float] = {}
-    b_k: dict[int, float] = {}
-    w_k: dict[int, float] = {}
-    x_k: dict[int, float] = {}
+    t = ChunkTimes({}, {}, {}, {}, {}, {})
     for (stage, local), ls in layers.items():
         k = schedule.model_chunk(p, v, stage, local)
         blk = Block()
-        f = b = w = x = 0.0
+        f = b = w = x = wait_f = wait_b = longest = 0.0
         for layer in ls:
             lf, lb, lw = layer_times(layer)
             f, b, w = f + lf, b + lb, w + lw
-            x += exchange[m.is_moe_layer(layer)]
-        x_k[k] = x
+            lx, lwf, lwb, ll = waits[m.is_moe_layer(layer)]
+            x, wait_f, wait_b, longest = x + lx, wait_f + lwf, wait_b + lwb, max(longest, ll)
         if k == 0:
             blk = blk + emb
         if k == last_chunk:
             blk = blk + head
-        f_k[k], b_k[k], w_k[k] = f + blk.f, b + blk.b, w + blk.w
-    return f_k, b_k, w_k, x_k
+        t.f[k], t.b[k], t.w[k], t.x[k] = f + blk.f, b + blk.b, w + blk.w, x
+        # a pass's first collective may wait only for the previous stage's message, and its
+        # last may feed only the next stage's: either can run under the rank's other work
+        t.fx[k] = max(0.0, wait_f - 2 * longest)
+        t.bx[k] = max(0.0, wait_b - 2 * longest)
+    return t
+
+
+def _dualpipe_bound(t: ChunkTimes, p: int, m: int) -> StepBound:
+    """DualPipe's bound (module doc) from its ranks' orders: a rank's compute stream runs its
+    items one after another in their order (the step builder adds them so), an overlapped
+    pair at its two passes' compute, a pass of its own also waiting for its collectives; it
+    starts no earlier than its first forward's micro-batch has gone through the model chunks
+    below it, and its last input-gradient pass still has the chunks below to go through
+    (and chunk 0's weight gradient)."""
+    busy, best, limit = [], 0.0, "compute"
+    for r in range(p):
+        tally = _dualpipe_tally(p, r, m)
+        ks = (r, p - 1 - r)  # the model chunks of local chunks 0 and 1
+
+        experts = m / 2 * (t.x[ks[0]] + t.x[ks[1]])  # half the micro-batches go each way
+        stage = max(_items_s(t, ks, tally.every), experts)
+        busy.append(stage)
+        first, last = ks[tally.first_chunk], ks[tally.last_b_chunk]
+        fill = sum(t.f[k] for k in range(first))
+        drain = sum(t.b[k] for k in range(last)) + (t.w[0] if last > 0 else 0.0)
+        for value, name in (
+            (stage, "compute"),
+            (fill + stage, "fill"),
+            (fill + _items_s(t, ks, tally.to_last_b) + drain, "drain"),
+        ):
+            if value > best:
+                best, limit = value, name
+    return StepBound(best, tuple(busy), limit)
+
+
+def _items_s(t: ChunkTimes, ks: tuple[int, int], counts) -> float:
+    """Seconds of compute stream a DualPipe rank's counted items take (:class:`_Tally`), its
+    local chunks being model chunks ``ks``."""
+    total = 0.0
+    for (kind, c, alone), n in counts:
+        k = ks[c]
+        if kind == "F":
+            total += n * (t.f[k] + (t.fx[k] if alone else 0.0))
+        elif kind == "B":
+            total += n * (t.b[k] + (t.bx[k] if alone else 0.0))
+        else:
+            total += n * t.w[k]
+    return total
+
+
+@dataclass(frozen=True)
+class _Tally:
+    """One DualPipe rank's order counted: ``every`` item and those up to its last
+    input-gradient pass (``to_last_b``; of a pair holding it, its backward alone), each as
+    ((kind, local chunk, a pass of its own), count) pairs; the local chunks of its first
+    pass and of its last input-gradient pass."""
+
+    every: tuple[tuple[tuple[str, int, bool], int], ...]
+    to_last_b: tuple[tuple[tuple[str, int, bool], int], ...]
+    first_chunk: int
+    last_b_chunk: int
+
+
+@lru_cache(maxsize=4096)
+def _dualpipe_tally(p: int, r: int, m: int) -> _Tally:
+    order = get_schedule("dualpipe").order(p, r, m, 1)
+    last_b = max(
+        i
+        for i, item in enumerate(order)
+        if (item.backward if isinstance(item, Overlapped) else item)[0] == "B"
+    )
+    every: Counter = Counter()
+    to_last_b: Counter = Counter()
+    for i, item in enumerate(order):
+        if isinstance(item, Overlapped):
+            keys = [(item.forward[0], item.forward[1], False), ("B", item.backward[1], False)]
+        else:
+            keys = [(item[0], item[1], True)]
+        every.update(keys)
+        if i < last_b:
+            to_last_b.update(keys)
+        elif i == last_b:
+            to_last_b.update(key for key in keys if key[0] == "B")
+    first = order[0].forward if isinstance(order[0], Overlapped) else order[0]
+    end = order[last_b]
+    end = end.backward if isinstance(end, Overlapped) else end
+    return _Tally(tuple(every.items()), tuple(to_last_b.items()), first[1], end[1])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.infeasible import InfeasibleError
+from simulator.model.params import count_params
 from simulator.model.power import step_clock
 from simulator.scenario import Scenario, ScenarioError
 from simulator.scenario.errors import Position, Problem
@@ -41,7 +42,8 @@ def machine_of(s: Scenario) -> Machine:
 
 def shape_of(s: Scenario) -> ModelShape:
     """The estimate's view of the model and batch."""
-    m, report = s.model, adapter.memory_report(s)
+    m = s.model
+    counts = count_params(m)
     moe_layers = sum(m.is_moe_layer(i) for i in range(m.layers))
     weights, grads, _ = s.precision.bytes_per_param(s.training.optimizer)
     return ModelShape(
@@ -50,13 +52,14 @@ def shape_of(s: Scenario) -> ModelShape:
         hidden=m.hidden,
         attn_dim=m.heads * m.d_head,
         kv_dim=m.n_kv_heads * m.d_head,
-        params=float(report.parameter_count),
-        active_params=float(report.active_parameter_count),
+        params=float(counts.total),
+        active_params=float(counts.active),
         top_k=m.moe.top_k if m.moe else 0,
         global_batch=s.training.global_batch,
         seq_len=s.training.seq_len,
         grad_bytes=grads,
         param_bytes=weights,
+        expert_params=float(sum(layer.expert for layer in counts.layers)),
     )
 
 

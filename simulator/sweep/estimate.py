@@ -66,6 +66,7 @@ class ModelShape:
     seq_len: int
     grad_bytes: float  # per parameter
     param_bytes: float = 2.0  # per parameter, as the weights are gathered (ZeRO-3)
+    expert_params: float = 0.0  # every routed expert's (``params`` holds them too)
 
 
 def bubble_fraction(c: Choice, micro_batches: int) -> float:
@@ -105,10 +106,11 @@ def estimate_step_s(c: Choice, m: ModelShape, hw: Machine) -> float:
 
 
 def exposed_comm_s(c: Choice, m: ModelShape, hw: Machine) -> float:
-    """The estimate's communication that the step bound leaves out (s): context- and
-    expert-parallel traffic stretched by the bubble, the data-parallel synchronisation not
-    hidden under a micro-batch's backward, and the pipeline sends
-    (:func:`simulator.stages.bounds.step_lower_bound` counts compute and TP)."""
+    """The estimate's communication that the step bound leaves out (s): context-parallel
+    traffic stretched by the bubble, the data-parallel synchronisation not hidden under a
+    micro-batch's backward, and the pipeline sends
+    (:func:`simulator.stages.bounds.step_lower_bound` counts compute, TP and the expert
+    all-to-alls)."""
     return _estimate(c, m, hw)[1]
 
 
@@ -139,11 +141,12 @@ def _estimate(c: Choice, m: ModelShape, hw: Machine) -> tuple[float, float]:
         bw = nv if _expert_span(c) <= hw.domain else hw.nic_Bps
         routed = tokens_mb / c.tp * m.top_k * m.hidden * 2
         ep = m.moe_layers / c.pp * micro * 4 * (c.ep - 1) / c.ep * routed / bw
-    experts = m.params - m.active_params
+    experts = m.expert_params
+    dense = m.params - experts
     if c.etp == c.tp:
-        per_rank = (m.active_params + experts / c.ep) / (c.tp * c.pp)
+        per_rank = (dense + experts / c.ep) / (c.tp * c.pp)
     else:  # folded: the experts split etp ways, the rest tp ways
-        per_rank = (m.active_params / c.tp + experts / (c.ep * c.etp)) / c.pp
+        per_rank = (dense / c.tp + experts / (c.ep * c.etp)) / c.pp
     d = c.dp * c.cp
     # the group's members on one NVLink domain share its crossing: each NIC carries a k-th
     # of it (a node's data crosses once); with the order tp, cp, pp, dp the CP members are tp
@@ -160,7 +163,5 @@ def _estimate(c: Choice, m: ModelShape, hw: Machine) -> tuple[float, float]:
             dp *= (micro + 1) / 2
         dp = max(0.0, dp - (2 / 3) * compute / micro)
     pp = 2 * micro * tokens_mb * m.hidden * 2 / hw.nic_Bps if c.pp > 1 else 0.0
-    busy = compute + tp + cp + ep
-    return busy / (1 - bubble_fraction(c, micro)) + dp + pp, (cp + ep) / (
-        1 - bubble_fraction(c, micro)
-    ) + dp + pp
+    stretch = 1 - bubble_fraction(c, micro)
+    return (compute + tp + cp + ep) / stretch + dp + pp, cp / stretch + dp + pp

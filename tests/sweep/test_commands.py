@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
+from simulator.scenario import load_scenario
 from simulator.sweep.estimate import (
     GEMM_EFFICIENCY,
     Choice,
@@ -16,6 +17,7 @@ from simulator.sweep.estimate import (
     ModelShape,
     bubble_fraction,
     estimate_step_s,
+    exposed_comm_s,
 )
 from tests.sweep.conftest import TINY_BASE
 
@@ -143,8 +145,6 @@ def test_estimate_counts_zero2_reduce_scatters_per_micro_batch():
 
 
 def test_estimate_hides_zero3_traffic_under_each_micro_batch():
-    from simulator.sweep.estimate import exposed_comm_s
-
     # ZeRO-3 over DP 64 (8 GPUs a domain, 5 GB/s NICs), 8 micro-batches: each gathers the
     # weights twice (2 B) and reduce-scatters the gradients (2 B), 63/64 of 1e9 parameters,
     # over the domain's 8 NICs; what its micro-batch's compute does not cover is exposed
@@ -180,9 +180,11 @@ def test_estimate_puts_a_folded_expert_group_on_nvlink():
     # tp x cp block (NVLink, 0.8 x 450 GB/s payload). The four all-to-alls per MoE layer and
     # micro-batch of the rank's routed tokens differ by exactly that bandwidth.
     hw = Machine(gpus=64, domain=8, nvlink_Bps=450e9, nic_Bps=50e9, peak_flops=1e15)
+    # 8 experts of 0.9e9 parameters and 0.8e9 dense ones: top-2 tokens use 0.8 + 2 x 0.9
     shape = ModelShape(
         layers=4, moe_layers=4, hidden=1024, attn_dim=1024, kv_dim=256, params=8e9,
-        active_params=2e9, top_k=2, global_batch=64, seq_len=4096, grad_bytes=2,
+        active_params=2.6e9, top_k=2, global_batch=64, seq_len=4096, grad_bytes=2,
+        expert_params=7.2e9,
     )  # fmt: skip
     base = {"tp": 2, "pp": 2, "cp": 4, "ep": 8, "dp": 4, "zero": 0, "schedule": "1f1b",
             "micro_batch": 1, "recompute": "none"}  # fmt: skip
@@ -198,8 +200,21 @@ def test_estimate_puts_a_folded_expert_group_on_nvlink():
     # does not tell the expert data-parallel group apart, 4 ranks here: a ranking estimate,
     # not the simulation)
     gap = estimate_step_s(split, shape, hw) - estimate_step_s(folded, shape, hw)
-    dp_gap = 2 * 15 / 16 * 2 * ((2e9 + 6e9 / 8) / 4 - (2e9 / 2 + 6e9 / 8) / 2) / (4 * 50e9)
+    dp_gap = 2 * 15 / 16 * 2 * ((0.8e9 + 7.2e9 / 8) / 4 - (0.8e9 / 2 + 7.2e9 / 8) / 2) / 200e9
     assert gap == pytest.approx((nic - nv) / bubble + dp_gap, rel=1e-9)
+    # the step bound counts the all-to-alls (simulator.stages.bounds): what the search adds
+    # to it differs by the data-parallel part alone
+    exposed = exposed_comm_s(split, shape, hw) - exposed_comm_s(folded, shape, hw)
+    assert exposed == pytest.approx(dp_gap, rel=1e-9)
+
+
+def test_the_estimate_reads_the_experts_parameters_from_the_model():
+    # Mixtral 8x22B: 56 layers of 8 experts, each three 6,144 x 16,384 matrices (SwiGLU)
+    from simulator.sweep.candidates import shape_of
+
+    shape = shape_of(load_scenario("scenarios/examples/mixtral-8x22b.yaml"))
+    assert shape.expert_params == 56 * 8 * 3 * 6144 * 16384
+    assert shape.params - shape.expert_params == pytest.approx(5.34e9, rel=0.01)  # dense
 
 
 def test_plan_search_tries_folded_experts_under_tp():

@@ -73,6 +73,10 @@ SAMPLE = [
     # DualPipe: the all-to-alls hide under compute but queue on the expert stream
     (MOE_2_NODES, Choice(2, 2, 1, 4, 4, 1, "dualpipe", 1, "none")),
     (MOE_2_NODES, Choice(1, 2, 1, 8, 8, 1, "dualpipe", 1, "none")),
+    # four stages: the middle ones wait to fill and drain; TP collectives in lone passes
+    (MOE, Choice(1, 4, 1, 2, 2, 1, "dualpipe", 1, "none")),
+    (MOE, Choice(2, 2, 1, 2, 2, 1, "dualpipe", 1, "selective")),
+    (MOE_2_NODES, Choice(2, 4, 1, 2, 2, 1, "dualpipe", 1, "none")),
 ]
 
 
@@ -91,6 +95,30 @@ def test_the_bound_never_exceeds_the_simulated_step(s, c):
     # and not vacuous: compute, fill and drain make up most of these small steps, whose
     # communication runs on NVLink (the loosest here, ZeRO-3 over 4 ranks, is above 0.4)
     assert bound >= 0.4 * step
+
+
+def test_dualpipe_bound_from_its_ranks_orders():
+    from simulator.stages.bounds import ChunkTimes, _dualpipe_bound
+
+    def bound(p, m, f, b, w, alone=0.0):
+        each = dict.fromkeys(range(p))
+        t = ChunkTimes(*({k: x for k in each} for x in (f, b, w, 0.0, alone, alone)))
+        return _dualpipe_bound(t, p, m)
+
+    # Equal chunks, no communication, T_F = 1, T_B = 2, T_W = 1 (s): a middle rank of four
+    # waits one forward to start and ends with one backward and chunk 0's W still to go,
+    # while two of its own W come after its last B: 8 x 4 + 1 + 2 + 1 - 2 = 34, which is the
+    # DeepSeek-V3 report's m (T_F + T_B + T_W) + (p/2 - 1)(T_F&B + T_B - 3 T_W) exactly
+    assert bound(4, 8, 1, 2, 1).seconds == 34.0
+    assert bound(4, 8, 1, 2, 1).limit == "drain"
+    # with T_B = T_W = T_F the report's bubble is 0, yet a middle rank cannot start before a
+    # forward reaches it: 8 x 3 + 1
+    assert bound(4, 8, 1, 1, 1).seconds == 25.0
+    # two stages, four micro-batches: each rank's order holds one overlapped pair, three
+    # forwards and three input-gradient passes of their own; each of those also waits for
+    # its collectives (0.5 s here): 4 x 4 + 6 x 0.5
+    assert bound(2, 4, 1, 2, 1, alone=0.5).seconds == 19.0
+    assert bound(2, 4, 1, 2, 1, alone=0.5).limit == "compute"
 
 
 def test_the_bound_waits_for_the_expert_all_to_alls():

@@ -46,7 +46,8 @@ from operator import itemgetter, ne
 import numpy as np
 
 from simulator.collectives.plan import CollectivePlan, Node
-from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
+from simulator.engine.links import FlowClass, LinkTable
+from simulator.engine.network import FlowNetwork
 from simulator.engine.orbits import LinkOrbits
 from simulator.engine.routed import (  # noqa: F401 - KeptPlans, RoutedShapes, delayed_phase: re-exported
     UNEVEN_COPIES,

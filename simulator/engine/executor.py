@@ -36,7 +36,7 @@ from simulator.collectives import Locality, plan_collective
 from simulator.collectives.nccl_tuning import channels_per_host
 from simulator.engine.clock import caller
 from simulator.engine.collective import CollectiveRunner, delayed_phase
-from simulator.engine.network import LinkTable
+from simulator.engine.links import LinkTable
 from simulator.engine.placement import RanksOnDevices
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace

@@ -13,7 +13,8 @@ from functools import partial
 import numpy as np
 
 from simulator.engine.kept import KeptWithin
-from simulator.engine.network import FlowClass, FlowNetwork
+from simulator.engine.links import FlowClass
+from simulator.engine.network import FlowNetwork
 
 
 @dataclass(frozen=True, eq=False)

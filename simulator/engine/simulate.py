@@ -15,8 +15,10 @@ from simulator.engine.clock import Clock
 from simulator.engine.collective import CollectiveRunner, KeptPlans, RoutedShapes
 from simulator.engine.executor import Executor
 from simulator.engine.kept import KeptWithin
-from simulator.engine.network import FlowNetwork, LinkTable, NetworkStats, RatingMemory
+from simulator.engine.links import LinkTable
+from simulator.engine.network import FlowNetwork, NetworkStats
 from simulator.engine.orbits import link_orbits
+from simulator.engine.rating_memory import RatingMemory
 from simulator.schedule.taskgraph import TaskGraph
 from simulator.trace import Trace
 

@@ -109,7 +109,8 @@ def test_a_ring_moves_at_its_slowest_hops_pace_and_leaves_the_rest_to_others():
 
     from simulator.collectives.plan import CollectivePlan, Phase, Transfer
     from simulator.engine.collective import CollectiveRunner
-    from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
+    from simulator.engine.links import FlowClass, LinkTable
+    from simulator.engine.network import FlowNetwork
 
     graph = nx.DiGraph()
     for u, v in [(0, 1), (1, 2), (2, 0)]:

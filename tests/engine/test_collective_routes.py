@@ -12,7 +12,8 @@ from simulator.collectives import plan_collective
 from simulator.collectives.plan import CollectivePlan, Phase, Transfer
 from simulator.engine import collective
 from simulator.engine.collective import CollectiveRunner
-from simulator.engine.network import FlowNetwork, LinkTable
+from simulator.engine.links import LinkTable
+from simulator.engine.network import FlowNetwork
 from tests.fat_trees import fat_tree as fat_tree_topology
 
 TOPOLOGY_FILES = [

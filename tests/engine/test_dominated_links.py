@@ -9,7 +9,7 @@ import pytest
 from simulator import api
 from simulator.engine import collective
 from simulator.engine.collective import CollectiveRunner
-from simulator.engine.network import LinkTable
+from simulator.engine.links import LinkTable
 from simulator.topology.fat_tree import FatTreeRouter
 from tests.fat_trees import fat_tree as fat_tree_topology
 from tests.topology.test_fat_tree_routes import SMALL

@@ -89,7 +89,7 @@ def test_one_orbits_object_per_labelling():
 def test_routed_shapes_keep_a_budget_of_bytes_oldest_dropped_first():
     import pytest
 
-    from simulator.engine.network import FlowClass
+    from simulator.engine.links import FlowClass
 
     def shape(n):  # one phase, one class over n links: 2 x 8 n bytes (+ its rating, the same)
         links = np.arange(n, dtype=np.int64)

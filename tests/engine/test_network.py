@@ -10,7 +10,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simulator.engine.clock import Clock
-from simulator.engine.network import FlowClass, FlowNetwork, LinkTable
+from simulator.engine.link_sharing import LinkSharing
+from simulator.engine.links import FlowClass, LinkTable
+from simulator.engine.network import FlowNetwork
 from simulator.topology.graph import add_link
 from simulator.topology.nvswitch import nvswitch_topology
 
@@ -168,12 +170,12 @@ def test_array_groups_match_list_groups_bit_for_bit(transfers, starts, track):
     # Groups of many classes keep their state in numpy arrays (VECTOR_CLASSES); the
     # element-wise operations are the same IEEE ones, so every batch ends at the same time
     # to the last bit as with lists, partial completions and link tracking included.
-    import simulator.engine.network as network
+    import simulator.engine.flow_groups as groups
 
     transfers = [(s, d, b) for s, d, b in transfers if s != d] or [(0, 1, 10.0)]
 
     def run(threshold):
-        old, network.VECTOR_CLASSES = network.VECTOR_CLASSES, threshold
+        old, groups.VECTOR_CLASSES = groups.VECTOR_CLASSES, threshold
         try:
             topo = nvswitch_topology(8, 100.0, latency=0.0)
             links = LinkTable(topo.graph)
@@ -193,7 +195,7 @@ def test_array_groups_match_list_groups_bit_for_bit(transfers, starts, track):
             env.run()
             return ends, net.stats.link_bytes.tolist()
         finally:
-            network.VECTOR_CLASSES = old
+            groups.VECTOR_CLASSES = old
 
     assert run(1) == run(10**9)
 
@@ -214,7 +216,7 @@ def _schedule_of_batches(track_links: bool):
     for k, (t, classes, scale) in enumerate(plan):
         env.call_in(t, net.submit, classes, lambda k=k: done.append((env.now, k)), scale)
     env.run()
-    return (done, net.stats.rerates, net.stats.cache_hits), set(net._alone)
+    return (done, net.stats.rerates, net.stats.cache_hits), set(net.rating.alone)
 
 
 def test_batches_alone_on_their_links_take_the_general_path_s_times():
@@ -256,7 +258,7 @@ def test_a_lone_batch_is_taken_back_when_a_flow_joins_its_links():
     done = {}
     a = _cls(links, topo, 0, 1, 1000.0, pattern="a")
     net.submit([a], _ends(env, done, "a"))
-    assert net._groups_of and next(iter(net._groups_of.values()))[0].lone
+    assert net.sharing.groups_of and next(iter(net.sharing.groups_of.values()))[0].lone
     _submit_at(env, net, 2.0, [_cls(links, topo, 2, 1, 100.0, pattern="b")], done, "b")
     env.run()
     assert done["b"] == pytest.approx(4.0, rel=1e-12)
@@ -537,17 +539,17 @@ def test_a_lone_batch_issued_again_at_another_size_or_tail_runs_as_a_fresh_one()
     assert general[("a", 7)] - 70.0 == pytest.approx(3.45, rel=1e-12)
 
 
-def _component_by_links(net: FlowNetwork, crossed: dict, keys: list) -> list:
+def _component_by_links(sharing: LinkSharing, crossed: dict, keys: list) -> list:
     """The groups in flight linked to ``keys``' through shared links (``crossed``: each
     key's links), walked key by key over sets: in submission order."""
     seen, stack = set(), list(keys)
     while stack:
         mine = crossed[stack.pop()]
-        for other in net._groups_of:
+        for other in sharing.groups_of:
             if other not in seen and crossed[other] & mine:
                 seen.add(other)
                 stack.append(other)
-    return sorted((g for k in seen for g in net._groups_of[k]), key=lambda g: g.seq)
+    return sorted((g for k in seen for g in sharing.groups_of[k]), key=lambda g: g.seq)
 
 
 @settings(max_examples=40, deadline=None)
@@ -564,20 +566,20 @@ def test_the_component_walk_finds_what_a_walk_over_sets_finds(spec):
     env, net, links, topo = _net(track_links=False)
     found_sizes = []
     crossed = {}  # key -> the links its classes cross, as the engine registers it
-    register = net._register
+    sharing = net.sharing
+    add, walk = sharing.add, sharing.component
 
-    def registered(group):
-        crossed[group.key] = set(np.concatenate([c.links for c in group.classes]).tolist())
-        register(group)
+    def added(key, ids):
+        crossed[key] = set(ids.tolist())
+        add(key, ids)
 
     def both(keys):  # the engine's walk, checked against the walk over sets at each call
-        found = FlowNetwork._component(net, keys)
-        assert found == _component_by_links(net, crossed, keys)
+        found = walk(keys)
+        assert found == _component_by_links(sharing, crossed, keys)
         found_sizes.append(len(found))
         return found
 
-    net._register = registered
-    net._component = both
+    sharing.add, sharing.component = added, both
     for t, s, d, size, pattern in spec:
         if s == d:
             continue

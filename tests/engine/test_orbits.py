@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from simulator import api
-from simulator.engine.network import LinkTable
+from simulator.engine.links import LinkTable
 from simulator.engine.orbits import LinkOrbits, link_orbits
 from simulator.engine.placement import DeviceLabels
 from simulator.stages import simulation

@@ -1,5 +1,5 @@
 """Later runs on one network model find the rates earlier runs water-filled
-(:class:`~simulator.engine.network.RatingMemory`) and are the runs a fresh model gives, to
+(:class:`~simulator.engine.rating_memory.RatingMemory`) and are the runs a fresh model gives, to
 the bit and to the engine's counters."""
 
 import networkx as nx
@@ -7,10 +7,12 @@ import numpy as np
 import simpy
 
 from simulator import api
-from simulator.engine import network
+from simulator.engine import rating
 from simulator.engine.clock import Clock
 from simulator.engine.kept import KeptWithin
-from simulator.engine.network import FlowClass, FlowNetwork, LinkTable, RatingMemory
+from simulator.engine.links import FlowClass, LinkTable
+from simulator.engine.network import FlowNetwork
+from simulator.engine.rating_memory import RatingMemory
 
 SCENARIO = "scenarios/examples/gpt3-175b-dgx-a100.yaml"
 # 64 nodes, two stages: data-parallel groups through the spines, sharing links with the
@@ -28,13 +30,13 @@ def _counting(monkeypatch) -> list[str]:
     """Record each water-filling the network runs (the two solvers it calls by name)."""
     filled: list[str] = []
     for name in ("max_min_rates_lists", "max_min_rates_segments"):
-        real = getattr(network, name)
+        real = getattr(rating, name)
 
         def spy(*args, _real=real, _name=name):
             filled.append(_name)
             return _real(*args)
 
-        monkeypatch.setattr(network, name, spy)
+        monkeypatch.setattr(rating, name, spy)
     return filled
 
 

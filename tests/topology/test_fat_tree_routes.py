@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import api
-from simulator.engine.network import LinkTable
+from simulator.engine.links import LinkTable
 from simulator.topology.graph import ecmp_hash, ecmp_hash_array
 from tests.fat_trees import fat_tree as fat_tree_topology
 

@@ -14,7 +14,7 @@ import pytest
 
 from simulator import api
 from simulator.engine.executor import hop_bandwidth
-from simulator.engine.network import LinkTable
+from simulator.engine.links import LinkTable
 from simulator.topology.graph import LinkRecorder
 from simulator.topology.nvswitch import nvswitch_topology
 from simulator.topology.torus import torus_topology

@@ -45,7 +45,8 @@ import numpy as np
 
 from simulator.infeasible import InfeasibleError
 from simulator.scenario.topology_config import FatTreeTopology
-from simulator.topology.fat_tree_routes import FatTreeLinks, SpreadTable
+from simulator.topology.fat_tree_labels import FatTreeLinks
+from simulator.topology.fat_tree_routes import SpreadTable
 from simulator.topology.graph import LinkRecorder, Node, Path, Topology, ecmp_hash
 from simulator.topology.nvswitch import NVSwitchRouter, add_nvswitch_domain
 

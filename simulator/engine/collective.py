@@ -33,7 +33,8 @@ A fat-tree also names the groups of links that every route crosses all or none o
 shares (a leaf's uplinks, a pod's core links); a class keeps one link per group for the
 water-filling (``FlowClass.rating``), which gives the same rates over far fewer entries; and of
 each GPU's two links to (from) its NIC, which routes cross together, the rating keeps the one of
-smaller capacity (:meth:`CollectiveRunner._dominated`: the other never sets a bottleneck).
+smaller capacity (:meth:`~simulator.engine.reduced_rating.ReducedRating.dominated`: the
+other never sets a bottleneck).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from operator import itemgetter, ne
+from operator import itemgetter
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from simulator.collectives.plan import CollectivePlan, Node
 from simulator.engine.links import FlowClass, LinkTable
 from simulator.engine.network import FlowNetwork
 from simulator.engine.orbits import LinkOrbits
+from simulator.engine.reduced_rating import ReducedRating
 from simulator.engine.routed import (  # noqa: F401 - KeptPlans, RoutedShapes, delayed_phase: re-exported
     UNEVEN_COPIES,
     Geometry,
@@ -61,8 +63,8 @@ from simulator.engine.routed import (  # noqa: F401 - KeptPlans, RoutedShapes, d
     device_rows,
     devices_key,
     run_phase,
-    segment_sums,
 )
+from simulator.engine.transfer_paths import TransferPaths
 
 _SHAPES = itertools.count()  # unique pattern ids for rate reuse
 MERGE_ABOVE = 256  # transfers in a phase beyond which equal ones share a flow class
@@ -119,7 +121,8 @@ class CollectiveRunner:
         # each (copy set, group) as a key
         self._here: dict[tuple, object] = {}
         self._copies_ids: dict[object, tuple] = {}
-        self._groups_alike: bool | None = None  # _alike, found once
+        self.rating = ReducedRating(self.links, router)
+        self.paths = TransferPaths(self.links, router, self.host_of)
 
     def _map(self, node: Node, mapping: dict[int, int], first: int) -> Node:
         if isinstance(node, str):
@@ -222,7 +225,7 @@ class CollectiveRunner:
         mappings = None
         out = []
         size = plan.size_bytes or 1.0
-        same = self._same_links()
+        same = self.rating.same_links()
         # Routes with each group of ``same`` folded to its first link, where the copies are a
         # run's (kept under a key that says links are not tracked: folded classes never meet
         # a run that tracks them) and link loads are not tracked (the full links name every
@@ -230,9 +233,8 @@ class CollectiveRunner:
         # links and counts are then the rating the full one would be reduced to, entry for
         # entry in the same order, so the same bits (the 16K connections of a 1,024-rank
         # tree and its copies cross 68 links each through 32 spines, 6 folded)
-        fold = (
-            run_copies and not self.network.track_links and same is not None and self._alike(same)
-        )
+        alike = same is not None and self.rating.alike(same)
+        fold = run_copies and not self.network.track_links and alike
         whole_phase = getattr(self.router, "spread_ids", None) is not None
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE and not phase.lockstep
@@ -244,7 +246,7 @@ class CollectiveRunner:
             else:
                 factors, class_of, latency, tails = self._classes(phase, size, merge)
                 ends = None
-            crosses = self._crosses(phase.transfers, ends)
+            crosses = self.paths.crosses(phase.transfers, ends)
             # every copy's every transfer as device arrays, for a router that takes a whole
             # phase at once (None: it takes none, or an endpoint is not a device)
             whole = self._connections(plan.group, copies, phase, ends) if whole_phase else None
@@ -264,7 +266,7 @@ class CollectiveRunner:
                 per_link = [copies_per_link(ids, shares, n_links) for ids, shares in routes]
             flows = []
             for (links, counts), tail, factor in zip(per_link, tails, factors, strict=True):
-                rating = self._rating(links, counts, same, firsts)
+                rating = self.rating.of(links, counts, same, firsts)
                 pattern = (next(_SHAPES), len(flows))
                 symmetric = None
                 if orbits is not None:
@@ -272,17 +274,6 @@ class CollectiveRunner:
                 flows.append(FlowClass(links, counts, factor, tail, pattern, rating, symmetric))
             out.append(Geometry(flows, latency, class_of, crosses))
         return out
-
-    def _crosses(self, transfers, ends: tuple[np.ndarray, np.ndarray] | None):
-        """Whether each transfer crosses hosts: from ``ends`` (the transfers' device arrays a
-        router's ``path_ids`` accepted) by the router's ``hosts`` when it reads this runner's
-        ``host_of``, else one ``host_of`` lookup per transfer (a device not in it: its own)."""
-        hosts = getattr(self.router, "hosts", None)
-        if ends is not None and hosts and getattr(self.router, "host_of", None) is self.host_of:
-            return hosts(ends[0], self.links) != hosts(ends[1], self.links)
-        host = self.host_of.get
-        src, dst, _ = zip(*transfers, strict=True)  # Transfer: (src, dst, bytes)
-        return list(map(ne, map(host, src, src), map(host, dst, dst)))
 
     def _classes(self, phase, size: float, merge: bool):
         """(factor of each class, class of each transfer, each transfer's path latency s,
@@ -292,8 +283,8 @@ class CollectiveRunner:
         factors: list[float] = []
         class_of: list[int] = []
         numbers: dict[tuple, int] = {}
-        hops, latency = self._paths(phase.transfers)
-        relayed = self._relayed(phase.transfers) if merge else None
+        hops, latency = self.paths.of(phase.transfers)
+        relayed = self.paths.relayed(phase.transfers) if merge else None
         for j, t in enumerate(phase.transfers):
             factor = t.bytes_ * phase.steps / size
             if phase.lockstep:  # a ring moves as one flow over all its hops
@@ -329,7 +320,7 @@ class CollectiveRunner:
         if src.dtype.kind != "i" or dst.dtype.kind != "i":  # an NVLS switch, say
             return None
         src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
-        found = self._path_latency(src, dst)
+        found = self.paths.latency(src, dst)
         if found is None:
             return None
         hops, latency = found[0], np.array(found[1])
@@ -360,117 +351,16 @@ class CollectiveRunner:
         classes = [replace(c, tail_s=t) for c, t in zip(routed.classes, tails, strict=True)]
         return Geometry(classes, routed.latency, routed.class_of, routed.crosses)
 
-    def _relayed(self, transfers) -> list[bool]:
-        """Whether each transfer crosses NVLink to a PXN relay first (a relayed route under
-        one leaf is as long as a direct one through a spine: length alone does not tell)."""
-        relay = getattr(self.router, "relay", None)
-        if relay is None:
-            return [False] * len(transfers)
-        return [relay(t.src, t.dst) is not None for t in transfers]
-
     @staticmethod
     def _at_least(latency: list[float] | np.ndarray, crosses, floor: tuple[float, float]):
         """Each transfer's path latency, at least NCCL's per-step latency of its protocol on
         its kind of hop (``floor``: inside a host, across hosts; s); ``crosses``: whether
-        each transfer crosses hosts (:meth:`_crosses`)."""
+        each transfer crosses hosts (:meth:`TransferPaths.crosses
+        <simulator.engine.transfer_paths.TransferPaths.crosses>`)."""
         inside, across = floor
         if isinstance(latency, np.ndarray):  # np.maximum picks as max() does, element-wise
             return np.maximum(latency, np.where(crosses, across, inside))
         return [max(lat, across if c else inside) for lat, c in zip(latency, crosses, strict=True)]
-
-    def _alike(self, same: np.ndarray) -> bool:
-        """Every link has the capacity of its group's first under ``same`` (the router's
-        representatives, every switch's groups); once per runner."""
-        if self._groups_alike is None:
-            capacity = self.links.capacity
-            self._groups_alike = bool((capacity[same] == capacity).all())
-        return self._groups_alike
-
-    def _rating(
-        self, links: np.ndarray, counts: np.ndarray, same: np.ndarray | None, firsts: bool = False
-    ):
-        """A class's (links, counts) for the water-filling with one link of each group of
-        ``same`` (:meth:`_same_links`) whose capacity is the group's first's, and without
-        the links the router names dominated (:meth:`_dominated`); None: all. ``firsts``:
-        every link is its group's first already (folded routes), so only the dominated
-        ones go."""
-        if same is None:
-            return None
-        dominated = self._dominated()
-        if firsts:  # first == links for every link: the groups keep them all
-            if dominated is None:
-                return None
-            keep = ~dominated[links]
-        else:
-            first = same[links]
-            capacity = self.links.capacity
-            keep = (first == links) | (capacity[links] != capacity[first])
-            if dominated is not None:
-                keep &= ~dominated[links]
-        return None if keep.all() else (links[keep], counts[keep])
-
-    def _dominated(self) -> np.ndarray | None:
-        """Link id -> whether a water-filling may leave the link out (the router's
-        ``spread_dominated``; None: none).
-
-        Such a link comes in a pair that every route crosses both or neither of with one
-        share (a GPU's link to its NIC and its NIC's to the leaf), and has the larger
-        capacity of the two: in every round of a water-filling it carries the same weight as
-        its twin (the same counts summed in the same order) and at least as much capacity
-        left (the same subtractions from a capacity no smaller; IEEE subtraction and
-        division are monotone), so its share is never below its twin's and it never sets a
-        class's bottleneck or the level: the same rates to the bit, with a tree's device
-        links halved. Any subset of such links may be left out, so a router that names
-        more of them as it learns its devices changes no rate."""
-        find = getattr(self.router, "spread_dominated", None)
-        return None if find is None else find(self.links)
-
-    def _paths(self, transfers) -> tuple[list[int], list[float]]:
-        """Links on each transfer's own path (``router.path(src, dst, j)``, transfer ``j``)
-        and the sum of their latencies (s), as ``latency[ids].sum()`` gives it.
-
-        All at once when the router has ``path_ids`` (the sums taken once per distinct row
-        of latencies, each over its own 1-D array, so bit for bit the same), else one by one.
-        """
-        if all(type(t.src) is int and type(t.dst) is int for t in transfers):
-            src = np.array([t.src for t in transfers], dtype=np.int64)
-            dst = np.array([t.dst for t in transfers], dtype=np.int64)
-            found = self._path_latency(src, dst)
-            if found is not None:
-                return found[0].tolist(), found[1]
-        hops, latency = [], []
-        for j, t in enumerate(transfers):
-            ids = self.links.ids(self.router.path(t.src, t.dst, j))
-            hops.append(ids.size)
-            latency.append(float(self.links.latency[ids].sum()))
-        return hops, latency
-
-    def _path_latency(self, src: np.ndarray, dst: np.ndarray):
-        """(links on each connection's own path, the sum of their latencies s, as a list) by
-        the router's ``path_latencies`` (the same sums without the paths, where it can), else
-        its ``path_ids`` (connection ``j`` keyed ``j``), the sums taken once per distinct row
-        of latencies; None when the router has neither or declines."""
-        latencies = getattr(self.router, "path_latencies", None)
-        found = None if latencies is None else latencies(src, dst, self.links)
-        if found is not None:  # the sums without the paths (a fat-tree of even latencies)
-            return found
-        path_ids = getattr(self.router, "path_ids", None)
-        found = None if path_ids is None else path_ids(src, dst, np.arange(src.size), self.links)
-        if found is None:
-            return None
-        ids, lengths = found
-        return lengths, segment_sums(self.links.latency[ids], lengths)
-
-    def _same_links(self) -> np.ndarray | None:
-        """The router's groups of links that routes cross all or none of with equal shares
-        (link id -> its group's first); None if it has none.
-
-        Such links carry the same load and have the same capacity (checked per link), so the
-        water-filling needs one of each group: the same shares, the same level, the same
-        rates to the bit, over a fraction of the entries (an inter-pod route on the 24K-GPU
-        cluster crosses 548 links, 4 groups and 36 links of its own)."""
-        same = getattr(self.router, "spread_representatives", None)
-        return None if same is None else same(self.links)
 
     def _route_phase(
         self, groups, mappings, phase, class_of: list[int] | np.ndarray, n_classes: int

@@ -74,7 +74,7 @@ class FlowClass:
     (a :class:`~simulator.engine.rating_memory.RatingMemory` reuses rates across runs by it);
     ``rating``: the (links, counts) the water-filling needs, when fewer: links that every
     class crosses all or none of, with equal counts and capacities, share one entry (see
-    :meth:`~simulator.engine.collective.CollectiveRunner._same_links`).
+    :meth:`~simulator.engine.reduced_rating.ReducedRating.same_links`).
     ``symmetric``: ``rating`` with one link of each orbit of equivalent GPUs' own links
     (:class:`~simulator.engine.orbits.LinkOrbits`), when the class crosses every link of
     each orbit it touches, as often (None otherwise); used when every class of a

@@ -8,8 +8,9 @@ import pytest
 
 from simulator import api
 from simulator.engine import collective
-from simulator.engine.collective import CollectiveRunner
 from simulator.engine.links import LinkTable
+from simulator.engine.reduced_rating import ReducedRating
+from simulator.engine.transfer_paths import TransferPaths
 from simulator.topology.fat_tree import FatTreeRouter
 from tests.fat_trees import fat_tree as fat_tree_topology
 from tests.topology.test_fat_tree_routes import SMALL
@@ -101,7 +102,7 @@ def test_runs_leaving_dominated_links_out_equal_runs_keeping_them(case, monkeypa
     s = api.load(path, overrides)
     step = api.build_step(api.build_plan(s, api.build_topology(s.cluster)))
     entries, reduced = [], []
-    real_rating, real_class = CollectiveRunner._rating, collective.FlowClass
+    real_rating, real_class = ReducedRating.of, collective.FlowClass
 
     def counting(self, links, counts, same, firsts=False):
         out = real_rating(self, links, counts, same, firsts)
@@ -113,7 +114,7 @@ def test_runs_leaving_dominated_links_out_equal_runs_keeping_them(case, monkeypa
         reduced.append(c.symmetric is not None)
         return c
 
-    monkeypatch.setattr(CollectiveRunner, "_rating", counting)
+    monkeypatch.setattr(ReducedRating, "of", counting)
     monkeypatch.setattr(collective, "FlowClass", made)
     # each on a topology of its own: no routed geometry shared between the two
     kept = api.simulate(step, api.build_topology(s.cluster), slowed)
@@ -131,7 +132,7 @@ def test_runs_leaving_dominated_links_out_equal_runs_keeping_them(case, monkeypa
 
 def test_hops_found_by_the_routers_hosts_are_the_ones_looked_up(monkeypatch):
     # a merged phase's transfers across hosts (NCCL's per-step floor) from the fat-tree's
-    # host array (CollectiveRunner._crosses) against one host_of lookup per transfer
+    # host array (TransferPaths.crosses) against one host_of lookup per transfer
     path, overrides, _ = CASES["data-parallel trees"]
     # TP 4, no pipeline, DP 512 on 256 hosts: two members of a data-parallel group per host,
     # so the trees between hosts carry a chain inside each host (NCCL's shape); a phase of
@@ -143,7 +144,7 @@ def test_hops_found_by_the_routers_hosts_are_the_ones_looked_up(monkeypatch):
     s = api.load(path, overrides + wider)
     step = api.build_step(api.build_plan(s, api.build_topology(s.cluster)))
     found = []
-    real = CollectiveRunner._crosses
+    real = TransferPaths.crosses
 
     def recording(self, transfers, ends):
         out = real(self, transfers, ends)
@@ -151,11 +152,11 @@ def test_hops_found_by_the_routers_hosts_are_the_ones_looked_up(monkeypatch):
             found.append((bool(out.any()), bool(out.all())))
         return out
 
-    monkeypatch.setattr(CollectiveRunner, "_crosses", recording)
+    monkeypatch.setattr(TransferPaths, "crosses", recording)
     by_array = api.simulate(step, api.build_topology(s.cluster))
     # not vacuous: hops found as arrays, across hosts and inside them in one phase
     assert any(some and not every for some, every in found)
     # the same transfers without their device arrays: one host_of lookup each
-    monkeypatch.setattr(CollectiveRunner, "_crosses", lambda self, t, ends: real(self, t, None))
+    monkeypatch.setattr(TransferPaths, "crosses", lambda self, t, ends: real(self, t, None))
     by_lookup = api.simulate(step, api.build_topology(s.cluster))
     assert by_array.frame.equals(by_lookup.frame)  # task for task, to the bit

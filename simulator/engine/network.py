@@ -27,7 +27,6 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from heapq import heappop
 from operator import attrgetter, truediv
 
@@ -38,24 +37,13 @@ from simulator.engine.clock import caller
 from simulator.engine.flow_groups import Batch, FlowGroup
 from simulator.engine.link_sharing import LinkSharing
 from simulator.engine.links import FlowClass, LinkTable, distinct_links
+from simulator.engine.network_stats import NetworkStats
 from simulator.engine.rating import Rating
 from simulator.engine.rating_memory import RatingMemory
 
 _EPS = 1e-12
 _amin = np.minimum.reduce
 _by_seq = attrgetter("seq")
-
-
-@dataclass
-class NetworkStats:
-    """Counters for benchmarks and tests."""
-
-    rerates: int = 0
-    cache_hits: int = 0
-    symmetric_fillings: int = 0  # water-fillings over one link per orbit (engine/orbits.py)
-    link_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    # (time s, [(flow class, rate B/s), ...]) from each re-rating on, while links are tracked
-    link_samples: list = field(default_factory=list)
 
 
 def _overflow(rem: float, rate: float, now: float) -> ValueError:

@@ -30,7 +30,7 @@ SMALL_COMPONENT = 96
 class Rating:
     """Rates over links of ``capacity`` (B/s each), with a run's caches and, when given, the
     ``memory`` of earlier runs; counts its fillings and reuses in ``stats`` (a
-    :class:`~simulator.engine.network.NetworkStats`)."""
+    :class:`~simulator.engine.network_stats.NetworkStats`)."""
 
     def __init__(self, capacity: np.ndarray, memory: RatingMemory | None, stats):
         self.capacity = capacity

@@ -16,7 +16,8 @@ from simulator.engine.collective import CollectiveRunner, KeptPlans, RoutedShape
 from simulator.engine.executor import Executor
 from simulator.engine.kept import KeptWithin
 from simulator.engine.links import LinkTable
-from simulator.engine.network import FlowNetwork, NetworkStats
+from simulator.engine.network import FlowNetwork
+from simulator.engine.network_stats import NetworkStats
 from simulator.engine.orbits import link_orbits
 from simulator.engine.rating_memory import RatingMemory
 from simulator.schedule.taskgraph import TaskGraph

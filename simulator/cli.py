@@ -108,31 +108,33 @@ def _check_stragglers(s, topo, path: Path, overrides) -> None:
         fail(located_error(path, overrides, findings))
 
 
+RunOutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="Write summary.json, the trace table and the memory timeline here."),
+]
+FailOnOomOpt = Annotated[
+    bool, typer.Option("--fail-on-oom", help="Exit 3 when a rank runs out of memory.")
+]
+LinksOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--links/--no-links",
+        help="With --out: track every link's load for links.parquet and links.png "
+        f"(default: on up to {LINKS_DEFAULT_MAX_GPUS:,} GPUs; it slows a larger step "
+        "about 2x).",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def run(
     scenario: ScenarioArg,
     set_: SetOpt = None,
     format: FormatOpt = Format.table,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", help="Write summary.json, the trace table and the memory timeline here."
-        ),
-    ] = None,
-    fail_on_oom: Annotated[
-        bool,
-        typer.Option("--fail-on-oom", help="Exit 3 when a rank runs out of memory."),
-    ] = False,
-    links: Annotated[
-        bool | None,
-        typer.Option(
-            "--links/--no-links",
-            help="With --out: track every link's load for links.parquet and links.png "
-            f"(default: on up to {LINKS_DEFAULT_MAX_GPUS:,} GPUs; it slows a larger step "
-            "about 2x).",
-            show_default=False,
-        ),
-    ] = None,
+    out: RunOutOpt = None,
+    fail_on_oom: FailOnOomOpt = False,
+    links: LinksOpt = None,
     progress: ProgressOpt = None,
     steps: StepsOpt = 0,
 ) -> None:
@@ -156,20 +158,7 @@ def run(
         s.simulation.mode,
     )
     stages = Stages(3 if out is not None else 2, enabled=progress)
-    try:
-        # built once, for the warnings and the run (a 16K-GPU fabric takes longer to build
-        # than its step takes to simulate); released after (its graph's reference cycles)
-        with stages.stage("building the topology"):
-            topo = api.build_topology(s.cluster)
-        with topo:
-            _check_stragglers(s, topo, scenario, set_)
-            for warning in api.topology_warnings(s, topo):
-                log.warning("%s", warning)
-            with stages.stage(f"simulating the step on {s.num_gpus:,} GPUs"):
-                result = api.run(s, topo, track_links=track, samples=steps)
-    except api.InfeasibleError as exc:  # anything else is a bug: exit 1, see main()
-        typer.echo(f"error: {scenario}: {exc}", err=True)
-        raise typer.Exit(2) from None
+    result = _simulate(s, scenario, set_, stages, track, steps)
     if out is not None:
         with stages.stage(f"writing the report to {out}") as stage:
             written = api.write_run(result, out, on_file=stage.item)
@@ -177,16 +166,38 @@ def run(
     summary = result.summary
     if summary["oom"]:
         typer.echo(oom_message(summary, s.cluster.accelerator.name), err=True)
-    if format is Format.json:
-        typer.echo(json.dumps(summary, indent=2, default=float))
-    else:
-        from simulator.report.run_report import headline_rows
-
-        typer.echo(f"{s.name or scenario.name}")
-        for name, value in headline_rows(summary):
-            typer.echo(f"  {name:<26} {value}")
+    _print_run(summary, s.name or scenario.name, format)
     if summary["oom"] and fail_on_oom:
         raise typer.Exit(3)
+
+
+def _simulate(s, scenario: Path, set_, stages, track: bool, steps: int):
+    """``s`` run on its topology, built once for the warnings and the run (a 16K-GPU fabric
+    takes longer to build than its step takes to simulate) and released after (its graph's
+    reference cycles); an infeasible plan exits 2."""
+    try:
+        with stages.stage("building the topology"):
+            topo = api.build_topology(s.cluster)
+        with topo:
+            _check_stragglers(s, topo, scenario, set_)
+            for warning in api.topology_warnings(s, topo):
+                log.warning("%s", warning)
+            with stages.stage(f"simulating the step on {s.num_gpus:,} GPUs"):
+                return api.run(s, topo, track_links=track, samples=steps)
+    except api.InfeasibleError as exc:  # anything else is a bug: exit 1, see main()
+        typer.echo(f"error: {scenario}: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _print_run(summary: dict, name: str, format: Format) -> None:
+    if format is Format.json:
+        typer.echo(json.dumps(summary, indent=2, default=float))
+        return
+    from simulator.report.run_report import headline_rows
+
+    typer.echo(name)
+    for label, value in headline_rows(summary):
+        typer.echo(f"  {label:<26} {value}")
 
 
 @app.command()

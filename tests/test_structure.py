@@ -12,18 +12,15 @@ FUNCTION_LINES = 60
 LARGE_MODULES: dict[str, int] = {}
 LONG_FUNCTIONS = {
     "simulator/cli_network.py:collective": 67,
-    "simulator/cli.py:run": 81,
-    "simulator/engine/collective.py:_route_plan": 61,
     "simulator/engine/collective.py:geometry": 65,
     "simulator/engine/executor.py:__init__": 64,
     "simulator/engine/rating.py:rates": 62,
-    "simulator/failures/commands.py:goodput": 90,
     "simulator/failures/model.py:resolve_job": 72,
     "simulator/report/gantt.py:draw_rows": 61,
     "simulator/report/perfetto.py:_flows": 61,
     "simulator/scenario/checks.py:_model_split": 66,
     "simulator/stages/collective_table.py:collective_table": 64,
-    "simulator/sweep/commands.py:sweep": 68,
+    "simulator/sweep/commands.py:sweep": 67,
     "simulator/sweep/plots.py:heatmap": 69,
     "simulator/topology/fat_tree.py:fat_tree_topology": 84,
     "simulator/topology/fat_tree_labels.py:__init__": 91,
@@ -54,3 +51,11 @@ def test_no_function_grows_past_its_limit():
     _, functions = _sizes()
     over = {f: n for f, n in functions.items() if n > LONG_FUNCTIONS.get(f, FUNCTION_LINES)}
     assert over == {}, "split these functions (or lower their figures here when they shrink)"
+
+
+def test_the_lists_name_only_what_is_still_over():
+    # an entry split below its limit leaves the list, so the list is the debt as it stands
+    modules, functions = _sizes()
+    stale = [m for m in LARGE_MODULES if modules.get(m, 0) <= MODULE_LINES]
+    stale += [f for f in LONG_FUNCTIONS if functions.get(f, 0) <= FUNCTION_LINES]
+    assert stale == [], "drop these from the lists: they are within the limit now"

@@ -109,52 +109,55 @@ def parse_seeds(value: str) -> int | None:
     return n
 
 
+DaysOpt = Annotated[float, typer.Option("--days", min=0.001, help="Wall-clock days.")]
+SeedsOpt = Annotated[
+    str,
+    typer.Option(
+        "--seeds",
+        help="Random seeds, or auto: seeds in tens (at least 20) until the 95% confidence "
+        "interval of the mean ETTR is within --ci on each side.",
+    ),
+]
+CiOpt = Annotated[
+    float, typer.Option("--ci", min=1e-6, max=1.0, help="With --seeds auto: the ETTR interval.")
+]
+GoodputSetOpt = Annotated[
+    list[str] | None, typer.Option("--set", help="Override a field (repeatable).")
+]
+GoodputFormatOpt = Annotated[Format, typer.Option("--format", help="table or json.")]
+GoodputOutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="Write the timeline, the ETTR distribution (PNG, Parquet)."),
+]
+IntervalSweepOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sweep-checkpoint-interval",
+        help="A:B[:N]: ETTR against N (12) intervals from A to B, e.g. 5min:4h.",
+    ),
+]
+KeySweepOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sweep",
+        help="KEY=V1,V2,...: ETTR against one field of failures: (e.g. "
+        "failures.spares=0,16,64), the same seeds at every value.",
+    ),
+]
+
+
 def goodput(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML with a failures: section.")],
-    days: Annotated[float, typer.Option("--days", min=0.001, help="Wall-clock days.")] = 54.0,
-    seeds: Annotated[
-        str,
-        typer.Option(
-            "--seeds",
-            help="Random seeds, or auto: seeds in tens (at least 20) until the 95% confidence "
-            "interval of the mean ETTR is within --ci on each side.",
-        ),
-    ] = "100",
-    ci: Annotated[
-        float,
-        typer.Option("--ci", min=1e-6, max=1.0, help="With --seeds auto: the ETTR interval."),
-    ] = 0.005,
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="Override a field (repeatable).")
-    ] = None,
-    format: Annotated[Format, typer.Option("--format", help="table or json.")] = Format.table,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Write the timeline, the ETTR distribution (PNG, Parquet)."),
-    ] = None,
-    sweep: Annotated[
-        str | None,
-        typer.Option(
-            "--sweep-checkpoint-interval",
-            help="A:B[:N]: ETTR against N (12) intervals from A to B, e.g. 5min:4h.",
-        ),
-    ] = None,
-    key_sweep: Annotated[
-        str | None,
-        typer.Option(
-            "--sweep",
-            help="KEY=V1,V2,...: ETTR against one field of failures: (e.g. "
-            "failures.spares=0,16,64), the same seeds at every value.",
-        ),
-    ] = None,
+    days: DaysOpt = 54.0,
+    seeds: SeedsOpt = "100",
+    ci: CiOpt = 0.005,
+    set_: GoodputSetOpt = None,
+    format: GoodputFormatOpt = Format.table,
+    out: GoodputOutOpt = None,
+    sweep: IntervalSweepOpt = None,
+    key_sweep: KeySweepOpt = None,
 ) -> None:
     """Effective training time over days of failures, checkpoints and restarts (Monte Carlo)."""
-    from simulator.failures.montecarlo import (
-        simulate_seeds,
-        simulate_until,
-        summarise,
-        sweep_intervals,
-    )
     from simulator.units import UnitError
 
     overrides = set_ or []
@@ -173,6 +176,20 @@ def goodput(
         _key_sweep(scenario, s, overrides, key_sweep, days, count, ci, format, out)
         return
     model, _ = _job_model(scenario, s, overrides, days, count, intervals, sweep)
+    name = s.name or scenario.stem
+    _run_goodput(model, name, days, count, ci, intervals, format, out)
+
+
+def _run_goodput(model, name: str, days: float, count, ci: float, intervals, format, out):
+    """The Monte Carlo of ``model`` over ``count`` seeds (None: until the ETTR is known within
+    ``ci``), its summary printed (a table or JSON) and with ``out`` written."""
+    from simulator.failures.montecarlo import (
+        simulate_seeds,
+        simulate_until,
+        summarise,
+        sweep_intervals,
+    )
+
     record = 0 if out else None
     if count is None:
         result = simulate_until(model, days, ci, record_seed=record)
@@ -185,7 +202,7 @@ def goodput(
     if out is not None:
         from simulator.failures.report import write_goodput
 
-        written = write_goodput(result, summary, out, s.name or scenario.stem, table)
+        written = write_goodput(result, summary, out, name, table)
         log.info("wrote %s", ", ".join(str(p) for p in written))
     if format is Format.json:
         shown = dict(summary)
@@ -196,7 +213,7 @@ def goodput(
     warning = low_ettr_warning(summary)
     if warning:
         log.warning("%s", warning)
-    _print_table(s.name or scenario.stem, summary, table, result.model.slowdown)
+    _print_table(name, summary, table, result.model.slowdown)
 
 
 def _key_sweep(scenario, s, overrides, text, days, seeds, ci, format, out) -> None:

@@ -50,6 +50,22 @@ def _type_text(annotation) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
+def _meaning(field, name: str, doc: str) -> str:
+    """A field's meaning: its own docstring (the line under it in the schema), else its entry
+    in its section's "Attributes" list, else the sentences of the section's documentation
+    that name it; one table cell."""
+    import re
+
+    text = field.description
+    entry = re.search(rf"^{name} : (.*?)(?=^\w+ : |^\S|\Z)", doc, re.M | re.S)
+    if not text and entry:  # a numpy-style "Attributes" entry
+        text = entry.group(1)
+    if not text:
+        sentences = re.split(r"(?<=[.;])\s+", " ".join(doc.split()))
+        text = " ".join(s for s in sentences if f"`{name}`" in s)
+    return " ".join(text.replace("``", "`").split()).replace("|", "\\|")
+
+
 def _sections(model, prefix: str, seen: set) -> list[str]:
     """One section per model: its key, its docstring (what each field means, with sources and
     units), and a table of its own fields; nested sections follow."""
@@ -59,14 +75,15 @@ def _sections(model, prefix: str, seen: set) -> list[str]:
 
     title = prefix.rstrip(".") or "scenario"
     doc = inspect.cleandoc(model.__doc__ or "").replace("``", "`")
-    out = [f"## `{title}`", "", doc, "", "| key | type | default |", "|---|---|---|"]
+    out = [f"## `{title}`", "", doc, "", "| key | type | default | meaning |", "|---|---|---|---|"]
     nested = []
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
         default = "required" if field.is_required() else repr(field.get_default())
         if len(default) > 40:
             default = default[:37] + "..."
-        out.append(f"| `{key}` | {_type_text(field.annotation)} | `{default}` |")
+        meaning = _meaning(field, name, doc)
+        out.append(f"| `{key}` | {_type_text(field.annotation)} | `{default}` | {meaning} |")
         for sub in typing.get_args(field.annotation) or (field.annotation,):
             if isinstance(sub, type) and issubclass(sub, BaseModel) and sub not in seen:
                 seen.add(sub)

@@ -61,6 +61,7 @@ class Cause(Frozen):
     shape: Annotated[float, Field(ge=0.2, le=100)] | None = None
     detected_by: Literal["heartbeat", "watchdog"] = "heartbeat"
     category: str | None = None
+    """A label grouping causes in the report (e.g. hardware, software)."""
 
     @model_validator(mode="after")
     def shape_given_for_weibull(self):
@@ -82,6 +83,7 @@ class Maintenance(Frozen):
 
     rate: Rate = 0.0
     law: Literal["periodic", "exponential"] = "periodic"
+    """periodic (evenly spaced) or exponential (at random)."""
     duration: Seconds = 0.0
 
 
@@ -108,8 +110,11 @@ class Repair(Frozen):
     (Arfeen et al. 2025, arXiv:2504.06095, fig. 4) - give your cluster's."""
 
     law: Literal["exponential", "lognormal", "fixed"] = "exponential"
+    """Distribution of repair times: exponential, lognormal or fixed."""
     mean: Seconds = 3 * 86400.0
+    """Mean time to repair a node (s)."""
     sigma: Annotated[float, Field(gt=0, le=10)] = 1.0  # lognormal: std of log(time)
+    """Sigma of the log of a lognormal repair time."""
 
     @model_validator(mode="after")
     def positive_mean_for_a_random_law(self):
@@ -134,9 +139,13 @@ class Restart(Frozen):
     """
 
     scheduling: Seconds = 60.0
+    """Time for the scheduler to restart the job (s)."""
     process_start: Seconds = 180.0
+    """Process start: imports, model build, data loader (s)."""
     init_fixed: Seconds = 5.0
+    """Fixed part of communicator initialisation (s)."""
     init_per_rank: Seconds = 2e-3
+    """Communicator initialisation per rank of the world (s)."""
 
 
 class Checkpoint(Frozen):
@@ -153,6 +162,7 @@ class Checkpoint(Frozen):
 
     interval: Seconds | None = None
     mode: Literal["blocking", "async"] = "blocking"
+    """blocking (training pauses for the write) or async (only for the copy to host memory)."""
     write_bandwidth: Bandwidth | None = None
     read_bandwidth: Bandwidth | None = None
     host_copy_bandwidth: Bandwidth = 64e9
@@ -164,6 +174,7 @@ class SlowGPU(Frozen):
     """A GPU computing ``factor`` times slower, or capped at ``power_cap`` of peak."""
 
     rank: Annotated[int, Field(ge=0)]
+    """The slowed GPU's rank."""
     factor: Annotated[float, Field(ge=1, le=1000)] | None = None
     power_cap: Fraction | None = None
 
@@ -184,7 +195,9 @@ class SlowLink(Frozen):
     traffic routed around it)."""
 
     src: str | int
+    """The link's source node in the topology (a name, or a GPU index)."""
     dst: str | int
+    """The link's destination node."""
     fraction: Fraction | None = None
     down: bool = False
 
@@ -212,6 +225,7 @@ class Stragglers(Frozen):
     gpus: list[SlowGPU] = []
     links: list[SlowLink] = []
     random: RandomStragglers | None = None
+    """Random stragglers that inflate the job-level step time."""
 
     def in_step(self) -> list[tuple]:
         """The fixed stragglers as plain tuples for the step layer:
@@ -372,14 +386,22 @@ class FailuresConfig(Frozen):
     causes: dict[str, Cause] = {}
     node_rate: Rate | None = None
     maintenance: Maintenance = Maintenance()
+    """Planned interruptions: their rate, law and duration."""
     detection: Detection = Detection()
+    """How long a failure takes to notice and diagnose."""
     spares: Annotated[int | str, BeforeValidator(_spares)] = "auto"
     repair: Repair = Repair()
+    """Time to bring a failed node back."""
     restart: Restart = Restart()
+    """What a restart costs before training resumes."""
     checkpoint: Checkpoint = Checkpoint()
+    """How often and how checkpoints are taken, and at what bandwidth."""
     policy: Literal["restart_on_spares", "elastic"] = "restart_on_spares"
     stragglers: Stragglers = Stragglers()
+    """Slow GPUs and links inside the step, and random stragglers."""
     fleet: FleetConfig | None = None  # node-level failures (simulator.scenario.fleet)
+    """Failures node by node: lemons, two-stage repair, standbys, slow nodes (none: job-
+    wide)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -51,8 +51,11 @@ def fields_equal(self, other: object) -> bool:
 
 
 class Frozen(BaseModel):
-    # strict: a count must be an int, a flag a bool; YAML's `true` is no count
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    # strict: a count must be an int, a flag a bool; YAML's `true` is no count. A docstring
+    # under a field is its description (the generated scenario reference shows it)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", strict=True, use_attribute_docstrings=True
+    )
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("_"):  # pydantic's private attributes

@@ -51,6 +51,7 @@ class Lemons(Frozen):
     """Nodes that fail ``rate_multiplier`` times as often; retired after ``retire_after``."""
 
     fraction: Annotated[float, Field(ge=0, le=1)] = 0.15
+    """Share of the nodes that are lemons."""
     rate_multiplier: Annotated[float, Field(ge=1, le=1000)] = 5.0
     retire_after: Annotated[int, Field(ge=1, le=1000)] | None = 3
 
@@ -59,29 +60,46 @@ class TwoStageRepair(Frozen):
     """Automatic repair, then manual for a share of nodes; a repair may not fix the node."""
 
     automatic: Seconds = 2 * 3600.0
+    """Duration of the automatic repair (s)."""
     manual: Seconds = 2 * 86400.0
+    """Duration of the manual repair, for the nodes escalated to it (s)."""
     escalate: Annotated[float, Field(ge=0, le=1)] = 0.8
+    """Share of repaired nodes that go on to manual repair."""
     unfixed_after_automatic: Annotated[float, Field(ge=0, le=1)] = 0.4
+    """Probability that an automatic repair reports success without fixing the node."""
     unfixed_after_manual: Annotated[float, Field(ge=0, le=1)] = 0.2
+    """Probability that a manual repair reports success without fixing the node."""
 
 
 class SlowNodes(Frozen):
     """Nodes turning slow (fail-slow) and the monitor that may find them."""
 
     rate: Rate = parse_rate("0.005 / 7 d")
+    """Rate at which each node turns slow (per node per second; units accepted)."""
     factor: Annotated[float, Field(ge=1, le=100)] = 1.1
+    """How much slower a slow node's GPUs compute."""
     evict: bool = True
+    """Whether the job's monitor finds slow nodes and drains them."""
     threshold: Annotated[float, Field(ge=1, le=100)] = 1.05
+    """Step time over the healthy step at which the monitor flags a node."""
     delay: Seconds = 600.0
+    """How long the monitor watches before it drains a flagged node (s)."""
 
 
 class FleetConfig(Frozen):
     """Node-level failures (the module doc)."""
 
     lemons: Lemons = Lemons()
+    """Nodes that fail more often, and when they are retired."""
     shape: Annotated[float, Field(ge=0.2, le=100)] = 1.0
+    """Weibull shape of each node's lifetime (1: exponential)."""
     standbys: Annotated[int, Field(ge=0, le=1_000_000)] = 16
+    """Warm standby nodes in the job's allocation, swapped in at the cost of a restart."""
     pool_wait: Seconds = 1200.0
+    """Time to take a node from the spare pool (s)."""
     repair: TwoStageRepair = TwoStageRepair()
+    """Two-stage repair of a failed node."""
     misdiagnosis: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Probability that a healthy node is blamed and drained instead of the failed one."""
     slow: SlowNodes = SlowNodes()
+    """Nodes turning slow (fail-slow) and the monitor that may find them."""

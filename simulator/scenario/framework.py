@@ -207,6 +207,8 @@ class FrameworkConfig(Frozen):
     """
 
     name: Literal["megatron", "fsdp-eager", "pytorch-eager", "fused"] = "megatron"
+    """A preset of the settings below (megatron, fsdp-eager, pytorch-eager, ...); a field given
+    overrides it."""
     cpu_launch_s: Annotated[Seconds, Field(ge=0, le=1e-3)] = 0.0
     cpu_op_forward_s: Annotated[Seconds, Field(ge=0, le=1e-3)] = CPU_OP_FORWARD_S
     cpu_op_backward_s: Annotated[Seconds, Field(ge=0, le=1e-3)] = CPU_OP_BACKWARD_S

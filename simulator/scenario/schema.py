@@ -35,7 +35,7 @@ from simulator.scenario.fields import (
     fields_equal,
 )
 from simulator.scenario.framework import FrameworkConfig
-from simulator.scenario.model_catalog import MODEL_CATALOG, catalog_key, known_models
+from simulator.scenario.model_config import MLAConfig, ModelConfig, MoEConfig  # noqa: F401 - the schema's names
 from simulator.scenario.recompute import recompute_policy
 from simulator.scenario.storage import StorageConfig
 from simulator.scenario.topology_config import (
@@ -48,127 +48,6 @@ from simulator.scenario.topology_config import (
 )
 from simulator.scenario.variability import VariabilityConfig
 from simulator.units import Bandwidth, Bytes, Seconds, parse_quantity
-
-# ----------------------------------------------------------------------------- model
-
-
-class MoEConfig(Frozen):
-    """Mixture-of-experts feed-forward layers.
-
-    ``every`` = 2 puts an MoE layer at every second layer (GShard); ``first_dense_layers``
-    keeps the first layers dense (DeepSeek-V3: 3). ``capacity_factor`` None is dropless.
-    ``load_imbalance`` is the busiest expert-parallel rank's token count over the mean (1 =
-    perfectly balanced routing); the busiest rank sets the pace of each all-to-all.
-    ``max_nodes``: node-limited routing (DeepSeek-V3: 4; ``parallelism.moe_dispatcher: deepep``).
-    """
-
-    experts: PosInt
-    top_k: PosInt
-    expert_ffn: PosInt
-    shared_experts: Annotated[int, Field(ge=0, le=1024)] = 0
-    every: PosInt = 1
-    first_dense_layers: Annotated[int, Field(ge=0)] = 0
-    capacity_factor: Annotated[Real, Field(gt=0, le=1000)] | None = None
-    load_imbalance: Annotated[Real, Field(ge=1, le=1000)] = 1.0
-    max_nodes: PosInt | None = None
-
-    @model_validator(mode="after")
-    def top_k_within_experts(self):
-        if self.top_k > self.experts:
-            raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
-        return self
-
-
-class MLAConfig(Frozen):
-    """Multi-head latent attention (DeepSeek-V2/V3): low-rank Q and joint K/V compression."""
-
-    q_lora_rank: PosInt
-    kv_lora_rank: PosInt
-    qk_nope_head_dim: PosInt
-    qk_rope_head_dim: PosInt
-    v_head_dim: PosInt
-
-
-def _resolve_model_name(data: Any) -> Any:
-    """``"llama3-8b"`` or ``{name: llama3-8b, ...overrides}`` -> the catalog fields, merged."""
-    if isinstance(data, str):
-        data = {"name": data}
-    if isinstance(data, dict) and isinstance(data.get("name"), str):
-        base = MODEL_CATALOG.get(catalog_key(data["name"]))
-        if base is None:
-            if "layers" not in data:  # a custom model must spell out its architecture
-                raise ValueError(
-                    f"unknown model {data['name']!r}; known: {', '.join(known_models())}"
-                )
-        else:
-            merged = dict(base)
-            for key, value in data.items():
-                if isinstance(value, dict) and isinstance(merged.get(key), dict):
-                    value = {**merged[key], **value}
-                merged[key] = value
-            return merged
-    return data
-
-
-class ModelConfig(Frozen):
-    """A decoder-only transformer, by architecture or by catalog ``name``.
-
-    ``ffn`` is the dense MLP's intermediate size; ``head_dim`` defaults to hidden / heads and
-    ``kv_heads`` to heads (multi-head attention; fewer is GQA). ``dropout`` is the probability
-    (0 = no dropout, which also removes the dropout masks from activation memory).
-    """
-
-    name: str | None = None
-    layers: PosInt
-    hidden: PosInt
-    heads: PosInt
-    kv_heads: PosInt | None = None
-    head_dim: PosInt | None = None
-    ffn: PosInt
-    vocab: PosInt
-    activation: Literal["gelu", "swiglu"] = "swiglu"
-    norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
-    bias: bool = False
-    tied_embeddings: bool = False
-    position_embedding: Literal["rope", "learned"] = "rope"
-    max_positions: PosInt | None = None
-    dropout: Annotated[Real, Field(ge=0, lt=1)] = 0.0
-    attention: Literal["mha", "mla"] = "mha"
-    mla: MLAConfig | None = None
-    moe: MoEConfig | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def resolve_catalog_name(cls, data: Any) -> Any:
-        return _resolve_model_name(data)
-
-    @model_validator(mode="after")
-    def attention_consistent(self):
-        if self.attention == "mla" and self.mla is None:
-            raise ValueError("attention: mla needs an mla: section")
-        if self.position_embedding == "learned" and self.max_positions is None:
-            raise ValueError("learned position embeddings need max_positions")
-        if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise ValueError(
-                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
-            )
-        return self
-
-    @property
-    def n_kv_heads(self) -> int:
-        return self.kv_heads or self.heads
-
-    @property
-    def d_head(self) -> int:
-        return self.head_dim or self.hidden // self.heads
-
-    def is_moe_layer(self, index: int) -> bool:
-        """Whether layer ``index`` (0-based) has an MoE feed-forward block."""
-        moe = self.moe
-        if moe is None or index < moe.first_dense_layers:
-            return False
-        return (index - moe.first_dense_layers) % moe.every == 0
-
 
 # ----------------------------------------------------------------------------- cluster
 
@@ -206,9 +85,15 @@ class ClusterConfig(Frozen):
     1.08 in 2023, Google 1.10 in 2021, the industry 1.56: Uptime Institute 2024)."""
 
     accelerator: Annotated[Accelerator, BeforeValidator(_resolve_accelerator)]
+    """A catalog name (``trainsim accelerators``), or ``{name: ..., field: value}`` to override
+    its figures."""
     gpus: Annotated[int, Field(ge=1), AfterValidator(_gpu_count_supported)] | None = None
+    """GPUs in the job; omitted, the topology's device count."""
     topology: TopologyConfig | None = None
+    """The network: an ``include:`` of a file in topologies/, or inline (kind nvswitch, fat_tree
+    or torus)."""
     storage: StorageConfig = StorageConfig()
+    """Where checkpoints go: aggregate and per-node bandwidth (B/s)."""
     pue: Annotated[float, Field(ge=1.0, le=3.0)] = 1.10
 
     @model_validator(mode="after")
@@ -247,7 +132,9 @@ class PipelineConfig(Frozen):
     """
 
     schedule: Annotated[str, AfterValidator(_known_schedule)] = "1f1b"
+    """The pipeline schedule, by name (see above)."""
     virtual_stages: PosInt = 1
+    """Model chunks per stage for the interleaved schedules (1: none)."""
     first_stage_layers: PosInt | None = None
     last_stage_layers: PosInt | None = None
 
@@ -298,13 +185,19 @@ class ParallelismConfig(Frozen):
     dp: PosInt | None = None
     tp: PosInt = 1
     pp: PosInt = 1
+    """Pipeline stages."""
     cp: PosInt = 1
+    """Context-parallel degree: each sequence split over cp ranks (ring attention)."""
     ep: PosInt = 1
+    """Expert-parallel degree of MoE layers, carved out of dp x cp."""
     expert_tp: PosInt | None = None
     moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     zero: Annotated[Literal[0, 1, 2, 3], BeforeValidator(_zero_stage)] = 0
     sequence_parallel: bool = False
+    """Megatron's sequence parallelism: norms and dropout split over the TP group, its all-
+    reduces as reduce-scatter and all-gather."""
     pipeline: PipelineConfig = PipelineConfig()
+    """The pipeline schedule and its chunks."""
     recompute: Annotated[str, BeforeValidator(recompute_policy)] = "none"
     bucket_size: Annotated[float, BeforeValidator(_bucket_bytes)] = 25e6
     fsdp_unit_layers: PosInt = 1
@@ -312,6 +205,8 @@ class ParallelismConfig(Frozen):
     fsdp_backward_prefetch: Literal["pre", "post", "none"] = "pre"
     order: list[Literal["tp", "cp", "pp", "dp"]] = ["tp", "cp", "pp", "dp"]
     collectives: dict[Literal["tp", "cp", "ep", "dp", "pp"], CollectiveAlgorithm] = {}
+    """An algorithm forced per stream (``{tp: nvls, dp: ring}``); unnamed streams: NCCL's
+    choice."""
 
     @model_validator(mode="after")
     def order_is_a_permutation(self):
@@ -336,8 +231,13 @@ class TrainingConfig(Frozen):
     global_batch: PosInt
     micro_batch: PosInt = 1
     seq_len: PosInt
+    """Tokens per sequence."""
     optimizer: Literal["adam", "sgd", "sgd_momentum"] = "adam"
+    """adam (two moments), sgd_momentum (one) or sgd (none): the optimizer state per
+    parameter."""
     flash_attention: bool = True
+    """Fused attention that keeps no s x s score matrix (FlashAttention); off: the scores are
+    stored for backward."""
     grad_clip: bool = True
 
 
@@ -384,6 +284,7 @@ class PrecisionConfig(Frozen):
     grads: Annotated[Real, Field(gt=0, le=64)] | None = None
     optimizer: Annotated[Real, Field(ge=0, le=256)] | None = None
     compute_dtype: Literal["bf16", "fp16", "fp8", "fp32", "tf32"] = "bf16"
+    """The matmuls' dtype, which sets the accelerator's peak FLOP/s."""
     activation_bytes: Annotated[Real, Field(gt=0, le=8)] = 2.0
 
     @model_validator(mode="before")
@@ -437,6 +338,8 @@ class SimulationConfig(Frozen):
     """
 
     mode: Literal["symmetric", "full"] = "symmetric"
+    """``symmetric`` (one rank per pipeline stage, symmetric copies loading the network) or
+    ``full`` (every rank)."""
     kernel_tasks: bool = False
     comm_interference: Annotated[Real, Field(ge=0, le=4)] = 0.189
     repeat_steady_state: bool = True
@@ -446,18 +349,33 @@ class Scenario(Frozen):
     """One training run (the module doc lists its sections); a sweep is a spec file."""
 
     name: str | None = None
+    """The run's name in reports and output folders (default: the file's name)."""
     description: str | None = None
+    """Free text about the run, kept with it; not simulated."""
     seed: Annotated[int, Field(ge=0)] = 0
+    """Seed of the run's random draws (variability, failures): the same seed gives the same
+    results."""
     model: ModelConfig
+    """The transformer (``model:``): a catalog name or an architecture."""
     cluster: ClusterConfig
+    """The machine: accelerator, GPU count, topology, checkpoint storage."""
     parallelism: ParallelismConfig = ParallelismConfig()
+    """How the model and batch are laid out over the GPUs."""
     training: TrainingConfig
+    """Batch, sequence length and optimizer."""
     precision: PrecisionConfig = PrecisionConfig()
+    """Bytes per parameter, gradient and optimizer state; the compute dtype."""
     simulation: SimulationConfig = SimulationConfig()
+    """How the step is simulated (one rank per stage, or every rank)."""
     framework: FrameworkConfig = FrameworkConfig()
+    """The training framework's costs beyond the kernels: CPU dispatch, memory it keeps."""
     failures: FailuresConfig | None = None
+    """The failure model of ``trainsim goodput`` (none: the step alone)."""
     variability: VariabilityConfig = VariabilityConfig()  # read by `run --steps N`
+    """Spreads of GPU speed and kernel and collective times, for ``trainsim run --steps``."""
     sweep: None = None  # studies are separate spec files: `trainsim sweep SPEC`
+    """Not a scenario key: a sweep is a spec file run by ``trainsim sweep`` (set here, it is
+    refused)."""
 
     @field_validator("sweep", mode="before")
     @classmethod

@@ -18,9 +18,13 @@ class StorageConfig(Frozen):
     """
 
     write_bandwidth: Bandwidth = 2e12
+    """Sustained aggregate write bandwidth of the shared file system (B/s)."""
     read_bandwidth: Bandwidth | None = None
+    """Sustained aggregate read bandwidth (B/s); default: the write bandwidth."""
     node_write_bandwidth: Bandwidth = 4e9
+    """What one node writes at most (B/s)."""
     node_read_bandwidth: Bandwidth = 8e9
+    """What one node reads at most (B/s)."""
 
     def write_Bps(self, nodes: int) -> float:
         """Bytes per second a job of ``nodes`` nodes writes."""

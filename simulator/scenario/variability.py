@@ -39,8 +39,11 @@ class VariabilityConfig(Frozen):
     """Log-normal spreads (sigma of the log) of GPU speed, kernel and collective times."""
 
     gpu_spread: Annotated[Real, Field(ge=0, le=1)] = GPU_SPREAD
+    """Sigma of the log of a GPU's persistent speed factor across the fleet."""
     kernel_jitter: Annotated[Real, Field(ge=0, le=1)] = KERNEL_JITTER
+    """Sigma of the log of a kernel's duration, drawn per rank and step."""
     comm_jitter: Annotated[Real, Field(ge=0, le=1)] = COMM_JITTER
+    """Sigma of the log of a collective's duration, drawn per step."""
 
     @property
     def none(self) -> bool:

@@ -36,6 +36,7 @@ from simulator.cli_options import (
 from simulator.failures.commands import register as register_goodput
 from simulator.scenario import ScenarioError
 from simulator.sweep import commands as sweep_commands
+from simulator.sweep import plan_command
 
 log = logging.getLogger("trainsim")
 
@@ -340,7 +341,8 @@ def _options(
 cli_network.register(app)  # trainsim topology, collective
 cli_catalog.register(app)  # trainsim validate, calibrate, check, models, costs, accelerators
 register_goodput(app)
-sweep_commands.register(app)  # trainsim sweep, trainsim plan (simulator/sweep/commands.py)
+sweep_commands.register(app)  # trainsim sweep (simulator/sweep/commands.py)
+plan_command.register(app)  # trainsim plan (simulator/sweep/plan_command.py)
 
 
 def _goodput_objective():

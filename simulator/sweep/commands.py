@@ -1,5 +1,6 @@
-"""``trainsim sweep`` and ``trainsim plan``: registered on the CLI's typer app by
-:func:`register`. Results to stdout, progress and logs to stderr, exit 2 for bad input."""
+"""``trainsim sweep``, registered on the CLI's typer app by :func:`register`, and the options
+and helpers it shares with ``trainsim plan`` (:mod:`simulator.sweep.plan_command`). Results to
+stdout, progress and logs to stderr, exit 2 for bad input."""
 
 from __future__ import annotations
 
@@ -206,8 +207,5 @@ EXTRA_OBJECTIVES: dict = {}
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``sweep`` and ``plan`` to the ``trainsim`` app."""
-    from simulator.sweep.plan_command import plan
-
+    """Add ``sweep`` to the ``trainsim`` app."""
     app.command()(sweep)
-    app.command()(plan)

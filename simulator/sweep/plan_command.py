@@ -233,3 +233,8 @@ def _headroom(text: str) -> float:
     if value < 0:
         _bad_input(f"--memory-headroom {text}: must not be negative")
     return value
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``plan`` to the ``trainsim`` app."""
+    app.command()(plan)

@@ -8,8 +8,8 @@ have the same capacity (checked) and the same load, so the same share in every r
 the water-filling needs one of them: the same rates to the last bit over far fewer entries (a
 128-node data-parallel ring with its 8 copies crosses 4,096 such links and keeps 4). A class
 that crosses part of an orbit, or unevenly, has no reduced form, and a water-filling with such
-a class among its classes keeps every link (:meth:`FlowNetwork._rates
-<simulator.engine.network.FlowNetwork._rates>`).
+a class among its classes keeps every link (:meth:`Rating.rates
+<simulator.engine.rating.Rating.rates>`).
 
 An orbit is a (label, kind) pair: the label says which GPUs are equivalent (the stage of the
 rank on the GPU), the kind which of a GPU's own links (GPU -> NVSwitch, NVSwitch -> GPU,

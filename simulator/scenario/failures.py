@@ -56,12 +56,15 @@ class Cause(Frozen):
     per: Per = "gpu"
     count: Annotated[int, Field(ge=1)] | None = None
     takes_out: Component = "gpu"
+    """What a failure of this cause takes out of the job: a GPU, host, NIC, switch, link,
+    or nothing (software)."""
     nodes_out: Annotated[int, Field(ge=0, le=1024)] | None = None
     law: Literal["exponential", "weibull"] = "exponential"
     shape: Annotated[float, Field(ge=0.2, le=100)] | None = None
     detected_by: Literal["heartbeat", "watchdog"] = "heartbeat"
     category: str | None = None
-    """A label grouping causes in the report (e.g. hardware, software)."""
+    """An informational label (the presets give the Llama 3 paper's categories); not used by
+    the simulation."""
 
     @model_validator(mode="after")
     def shape_given_for_weibull(self):

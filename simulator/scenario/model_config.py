@@ -88,6 +88,8 @@ class ModelConfig(Frozen):
     """
 
     name: str | None = None
+    """A catalog model (`trainsim models`), whose fields the others given here override;
+    none: the architecture spelled out."""
     layers: PosInt
     """Transformer layers."""
     hidden: PosInt
@@ -110,7 +112,8 @@ class ModelConfig(Frozen):
     position_embedding: Literal["rope", "learned"] = "rope"
     """rope (rotary, no parameters) or learned (a table of max_positions rows)."""
     max_positions: PosInt | None = None
-    """Rows of a learned position table."""
+    """Rows of a learned position table; with any position embedding, the longest seq_len
+    the model takes."""
     dropout: Annotated[Real, Field(ge=0, lt=1)] = 0.0
     attention: Literal["mha", "mla"] = "mha"
     """mha (multi-head, or grouped-query with kv_heads) or mla (latent attention, with an

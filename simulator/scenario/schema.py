@@ -183,14 +183,19 @@ class ParallelismConfig(Frozen):
     all-to-all (a copy per expert) or DeepEP's (:mod:`simulator.collectives.deepep`)."""
 
     dp: PosInt | None = None
+    """Data-parallel replicas; omitted, gpus / (tp x pp x cp)."""
     tp: PosInt = 1
+    """Tensor-parallel degree: each layer's matrices split over tp GPUs (Megatron)."""
     pp: PosInt = 1
     """Pipeline stages."""
     cp: PosInt = 1
     """Context-parallel degree: each sequence split over cp ranks (ring attention)."""
     ep: PosInt = 1
-    """Expert-parallel degree of MoE layers, carved out of dp x cp."""
+    """Expert-parallel degree of MoE layers: carved out of dp x cp, or with another
+    expert_tp folded over each stage's tp x cp x dp ranks."""
     expert_tp: PosInt | None = None
+    """Tensor-parallel degree inside the experts (default: tp); another value folds expert
+    TP x EP x expert DP over each stage."""
     moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     zero: Annotated[Literal[0, 1, 2, 3], BeforeValidator(_zero_stage)] = 0
     sequence_parallel: bool = False

@@ -41,9 +41,9 @@ class VariabilityConfig(Frozen):
     gpu_spread: Annotated[Real, Field(ge=0, le=1)] = GPU_SPREAD
     """Sigma of the log of a GPU's persistent speed factor across the fleet."""
     kernel_jitter: Annotated[Real, Field(ge=0, le=1)] = KERNEL_JITTER
-    """Sigma of the log of a kernel's duration, drawn per rank and step."""
+    """Sigma of the log of a compute task's duration, drawn per task, GPU and step."""
     comm_jitter: Annotated[Real, Field(ge=0, le=1)] = COMM_JITTER
-    """Sigma of the log of a collective's duration, drawn per step."""
+    """Sigma of the log of a collective's duration, drawn per collective and step."""
 
     @property
     def none(self) -> bool:

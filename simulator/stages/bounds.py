@@ -94,7 +94,7 @@ def _tp_collectives(s: Scenario, moe_layer: bool, backward: bool) -> int:
         and par.cp == 1
         and par.zero < 3
         and not moe_layer
-        and s.parallelism.pipeline.schedule not in ("zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v")
+        and not get_schedule(par.pipeline.schedule).split_backward
     ):
         return 0
     per_block = 2 if par.sequence_parallel else 1

@@ -168,6 +168,8 @@ def candidates_of(setting: Setting, knobs: Knobs) -> tuple[list[Candidate], list
     choices, rejected = enumerate_space(s, hw.domain, knobs)
     reach = adapter.reach(s)
     shape = shape_of(s)
+    # the bound waits for the expert all-to-alls but under DeepEP (stages.bounds)
+    bounded = s.parallelism.moe_dispatcher != "deepep" and bool(reach.ingress_Bps)
     bounds: dict[Choice, tuple[float, str]] = {}
     out = []
     for c in choices:
@@ -178,7 +180,8 @@ def candidates_of(setting: Setting, knobs: Knobs) -> tuple[list[Candidate], list
             except InfeasibleError as exc:
                 bounds[key] = (math.inf, str(exc))
         bound, why = bounds[key]
-        cand = Candidate(c, s.num_gpus, bound, bound + exposed_comm_s(c, shape, hw))
+        order = bound + exposed_comm_s(c, shape, hw, bounded)
+        cand = Candidate(c, s.num_gpus, bound, order)
         if why:
             cand.status, cand.reason = "infeasible", why
         out.append(cand)

@@ -105,17 +105,19 @@ def estimate_step_s(c: Choice, m: ModelShape, hw: Machine) -> float:
     return _estimate(c, m, hw)[0]
 
 
-def exposed_comm_s(c: Choice, m: ModelShape, hw: Machine) -> float:
+def exposed_comm_s(c: Choice, m: ModelShape, hw: Machine, experts_bounded: bool = True) -> float:
     """The estimate's communication that the step bound leaves out (s): context-parallel
     traffic stretched by the bubble, the data-parallel synchronisation not hidden under a
-    micro-batch's backward, and the pipeline sends
-    (:func:`simulator.stages.bounds.step_lower_bound` counts compute, TP and the expert
-    all-to-alls)."""
-    return _estimate(c, m, hw)[1]
+    micro-batch's backward, and the pipeline sends; and the expert all-to-alls unless
+    ``experts_bounded`` (:func:`simulator.stages.bounds.step_lower_bound` counts compute, TP
+    and, but under DeepEP's dispatcher, the expert all-to-alls)."""
+    _, outside, experts = _estimate(c, m, hw)
+    return outside if experts_bounded else outside + experts
 
 
-def _estimate(c: Choice, m: ModelShape, hw: Machine) -> tuple[float, float]:
-    """(the whole estimate, its communication outside compute and TP), both in s."""
+def _estimate(c: Choice, m: ModelShape, hw: Machine) -> tuple[float, float, float]:
+    """(the whole estimate, its communication outside compute, TP and the expert
+    all-to-alls, those all-to-alls), in s."""
     tokens = m.global_batch * m.seq_len
     attn = 6 * m.layers * m.seq_len * m.attn_dim
     flops = tokens * (6 * m.active_params + attn)
@@ -164,4 +166,4 @@ def _estimate(c: Choice, m: ModelShape, hw: Machine) -> tuple[float, float]:
         dp = max(0.0, dp - (2 / 3) * compute / micro)
     pp = 2 * micro * tokens_mb * m.hidden * 2 / hw.nic_Bps if c.pp > 1 else 0.0
     stretch = 1 - bubble_fraction(c, micro)
-    return (compute + tp + cp + ep) / stretch + dp + pp, cp / stretch + dp + pp
+    return (compute + tp + cp + ep) / stretch + dp + pp, cp / stretch + dp + pp, ep / stretch

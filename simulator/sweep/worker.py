@@ -13,6 +13,8 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from simulator.infeasible import InfeasibleError
@@ -30,16 +32,36 @@ class Task:
     scenario: Scenario
 
 
+PACKAGE = Path(__file__).resolve().parents[1]
+CODE_SUFFIXES = (".py", ".csv", ".json", ".yaml", ".yml", ".txt")
+
+
+@lru_cache(maxsize=1)
+def code_id() -> str:
+    """SHA-256 (first 16 hex digits) of the simulator's own files (its modules and the data it
+    reads: calibration tables), by path and content: another version of the code, another id
+    (about 6 ms, once per process)."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*")):
+        if path.suffix in CODE_SUFFIXES and "__pycache__" not in path.parts and path.is_file():
+            digest.update(path.relative_to(PACKAGE).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def scenario_hash(scenario: Scenario) -> str:
-    """SHA-256 (first 16 hex digits) of the resolved scenario's canonical JSON: every default
-    filled in, so two spellings of the same run share a hash."""
-    text = scenario.model_dump_json(round_trip=True)
+    """SHA-256 (first 16 hex digits) of the resolved scenario's canonical JSON, every default
+    filled in, so two spellings of the same run share a hash, and of the code that simulates
+    it (:func:`code_id`): a results file resumed by another version of the simulator has its
+    points simulated again, not read back."""
+    text = code_id() + scenario.model_dump_json(round_trip=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def unresolved_hash(base: str, overrides: list[str]) -> str:
-    """A hash for a point that has no resolved scenario (it is infeasible)."""
-    text = json.dumps({"base": base, "overrides": overrides}, sort_keys=True)
+    """A hash for a point that has no resolved scenario (it is infeasible), with the code's
+    id (:func:`scenario_hash`)."""
+    text = code_id() + json.dumps({"base": base, "overrides": overrides}, sort_keys=True)
     return "x" + hashlib.sha256(text.encode()).hexdigest()[:15]
 
 

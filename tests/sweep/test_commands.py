@@ -206,6 +206,9 @@ def test_estimate_puts_a_folded_expert_group_on_nvlink():
     # to it differs by the data-parallel part alone
     exposed = exposed_comm_s(split, shape, hw) - exposed_comm_s(folded, shape, hw)
     assert exposed == pytest.approx(dp_gap, rel=1e-9)
+    # under DeepEP the bound leaves the all-to-alls out: the search's key holds them again
+    deepep = exposed_comm_s(split, shape, hw, experts_bounded=False)
+    assert deepep - exposed_comm_s(split, shape, hw) == pytest.approx(nic / bubble, rel=1e-9)
 
 
 def test_the_estimate_reads_the_experts_parameters_from_the_model():

@@ -46,6 +46,31 @@ def test_rerunning_a_finished_sweep_simulates_nothing(write_spec, tmp_path, coun
     assert sorted(stored["point"]) == [-1, 0, 1, 2, 3]
 
 
+def test_results_of_another_version_of_the_code_are_simulated_again(
+    write_spec, tmp_path, counted, monkeypatch
+):
+    from simulator.sweep import worker
+
+    spec = load_spec(write_spec("grid:\n  parallelism.zero: [0, 2]\n"))
+    out = tmp_path / "out"
+    first = run_sweep(spec, out, IN_PROCESS, progress=False)
+    assert len(counted) == 3  # two points and the base
+    # the same scenarios under another simulator (its files hash to another id): every
+    # point simulated again, the stored rows of the old code left unread
+    monkeypatch.setattr(worker, "code_id", lambda: "another-version")
+    again = run_sweep(spec, out, IN_PROCESS, progress=False)
+    assert len(counted) == 6
+    assert set(again["scenario_hash"]).isdisjoint(first["scenario_hash"])
+    assert len(read_results(out)[0]) == 3
+
+
+def test_the_code_id_names_the_simulators_files():
+    from simulator.sweep import worker
+
+    assert worker.code_id() == worker.code_id()  # one id per process
+    assert len(worker.code_id()) == 16 and int(worker.code_id(), 16) >= 0
+
+
 def test_a_grown_spec_simulates_only_the_new_points(write_spec, tmp_path, counted):
     out = tmp_path / "out"
     run_sweep(

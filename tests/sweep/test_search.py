@@ -43,6 +43,21 @@ cluster:
 training: {global_batch: 32, micro_batch: 1, seq_len: 1024}
 """)
 
+MOE_6_LAYERS = load_scenario_text("""
+model: {name: mixtral-8x7b, layers: 6}
+cluster: {accelerator: H100, topology: {include: topologies/dgx-h100.yaml}}
+training: {global_batch: 32, micro_batch: 1, seq_len: 1024}
+""")
+
+MOE_DEEPEP = load_scenario_text("""
+model: {name: mixtral-8x7b, layers: 4}
+cluster:
+  accelerator: H100
+  topology: {include: topologies/dgx-h100-superpod.yaml, nodes: 2}
+parallelism: {moe_dispatcher: deepep}
+training: {global_batch: 32, micro_batch: 1, seq_len: 1024}
+""")
+
 SAMPLE = [
     # (scenario, choice): each schedule family, TP with and without SP, CP, recompute, ZeRO-3
     (BASE, Choice(1, 4, 1, 1, 2, 0, "1f1b", 1, "none")),
@@ -77,7 +92,24 @@ SAMPLE = [
     (MOE, Choice(1, 4, 1, 2, 2, 1, "dualpipe", 1, "none")),
     (MOE, Choice(2, 2, 1, 2, 2, 1, "dualpipe", 1, "selective")),
     (MOE_2_NODES, Choice(2, 4, 1, 2, 2, 1, "dualpipe", 1, "none")),
+    # uneven end chunks (1 + 2 + 2 + 1 layers), TP without SP (async all-reduce asked for:
+    # DualPipe splits W, so none), experts folded under TP with full recompute, ZeRO-3, DeepEP
+    (MOE_6_LAYERS, Choice(1, 4, 1, 2, 2, 1, "dualpipe", 1, "none")),
+    (ASYNC_TP, Choice(2, 2, 1, 1, 2, 0, "dualpipe", 1, "none", sequence_parallel=False)),
+    (MOE_2_NODES, Choice(2, 2, 1, 4, 4, 1, "dualpipe", 1, "full", expert_tp=1)),
+    (MOE_2_NODES, Choice(2, 2, 1, 4, 4, 3, "dualpipe", 1, "none")),
+    (MOE_DEEPEP, Choice(1, 2, 1, 8, 8, 1, "dualpipe", 1, "none")),
 ]
+
+
+# Samples whose steps are mostly what the bound leaves out (module doc of stages.bounds), on
+# two hosts: ZeRO-3's gathers under DualPipe (bound 0.15 of the step), and full recompute's
+# TP collectives with the folded experts' gathers (0.34); they test that the bound stays
+# below, not how close it comes
+LOOSE = {
+    "tp2 cp1 pp2 dp4 ep4 z3 dualpipe mb1 none": 0.1,
+    "tp2 cp1 pp2 dp4 ep4 etp1 z1 dualpipe mb1 full": 0.1,
+}
 
 
 def _simulated(s, c: Choice) -> tuple[float, float]:
@@ -93,8 +125,9 @@ def test_the_bound_never_exceeds_the_simulated_step(s, c):
     # a bound above the step would drop a plan that wins: never, to rounding (1e-9 relative)
     assert bound <= step * (1 + 1e-9)
     # and not vacuous: compute, fill and drain make up most of these small steps, whose
-    # communication runs on NVLink (the loosest here, ZeRO-3 over 4 ranks, is above 0.4)
-    assert bound >= 0.4 * step
+    # communication runs on NVLink (the loosest here, ZeRO-3 over 4 ranks, is above 0.4);
+    # save where the bound leaves out most of the step (LOOSE)
+    assert bound >= LOOSE.get(c.label(), 0.4) * step
 
 
 def test_dualpipe_bound_from_its_ranks_orders():

@@ -116,7 +116,13 @@ def __dir__() -> list[str]:
 
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    """Load a scenario file (alias of :func:`simulator.scenario.load_scenario`)."""
+    """Load a scenario file (alias of :func:`simulator.scenario.load_scenario`), with
+    ``overrides`` as ``--set`` takes them.
+
+    >>> s = load("scenarios/examples/pipeline-1f1b.yaml", ["training.global_batch=32"])
+    >>> s.num_gpus, s.parallelism.tp, s.parallelism.pp, s.training.global_batch
+    (8, 2, 4, 32)
+    """
     return load_scenario(path, overrides)
 
 
@@ -163,7 +169,12 @@ def topology_warnings(scenario: Scenario, topo: Topology | None = None) -> list[
 
 def build_plan(scenario: Scenario, topo: Topology | None = None) -> Plan:
     """Every layout decision for ``scenario`` (:mod:`simulator.plan.plan`); with ``topo`` the
-    collectives are chosen per group as NCCL would (without it, rings)."""
+    collectives are chosen per group as NCCL would (without it, rings).
+
+    >>> plan = build_plan(load("scenarios/examples/pipeline-1f1b.yaml"))
+    >>> plan.micro_batches, sorted(plan.ranks)  # the ranks simulated: one per stage
+    (16, [0, 2, 4, 6])
+    """
     return make_plan(scenario, network_facts(topo) if topo is not None else None)
 
 
@@ -283,6 +294,12 @@ def run(
     ``steps`` keeps built steps for later runs (:class:`StepCache`; a sweep's worker).
     ``samples`` > 0 draws that many steps under the scenario's ``variability`` from the one
     simulated (:mod:`simulator.stages.variability`; ``RunResult.samples``).
+
+    >>> result = run(load("scenarios/examples/pipeline-1f1b.yaml"))
+    >>> sorted(result.trace["stream"].unique())  # a task per row: rank, stream, start, end
+    ['compute', 'host', 'pp_bwd', 'pp_fwd', 'tp']
+    >>> result.metrics.step_time_s > 0, result.summary["oom"]
+    (True, False)
     """
     perturbations = [*perturbations, *scenario_perturbations(scenario)]
     own = topo is None

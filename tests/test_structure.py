@@ -20,7 +20,6 @@ LONG_FUNCTIONS = {
     "simulator/report/perfetto.py:_flows": 61,
     "simulator/scenario/checks.py:_model_split": 66,
     "simulator/stages/collective_table.py:collective_table": 64,
-    "simulator/sweep/commands.py:sweep": 67,
     "simulator/sweep/plots.py:heatmap": 69,
     "simulator/topology/fat_tree.py:fat_tree_topology": 84,
     "simulator/topology/fat_tree_labels.py:__init__": 91,

@@ -125,30 +125,32 @@ def _log_warnings(frame) -> None:
         log.warning("%d point%s: %s", n, "s" if n > 1 else "", text)
 
 
+SweepOutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Folder for results.parquet, deltas.csv and the pictures "
+        "(default reports/sweeps/NAME).",
+    ),
+]
+
+
 def sweep(
     spec: Annotated[Path, typer.Argument(help="Sweep spec YAML.", show_default=False)],
     backend: BackendOpt = BackendName.local,
     workers: WorkersOpt = None,
     address: AddressOpt = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            help="Folder for results.parquet, deltas.csv and the pictures "
-            "(default reports/sweeps/NAME).",
-        ),
-    ] = None,
+    out: SweepOutOpt = None,
     format: FormatOpt = Format.table,
     retry_errors: RetryOpt = False,
     fresh: FreshOpt = False,
     progress: ProgressOpt = None,
 ) -> None:
     """Run a what-if study: every point of a spec (grid, zip, samples), resumable."""
-    from simulator.sweep import plots
     from simulator.sweep.backends import BackendError
     from simulator.sweep.runner import run_sweep
     from simulator.sweep.spec import load_spec
-    from simulator.sweep.tables import deltas_table, format_table, json_records, points_table
+    from simulator.sweep.tables import deltas_table, format_table, points_table
 
     try:
         loaded = load_spec(spec)
@@ -165,6 +167,25 @@ def sweep(
     keys = loaded.keys
     deltas = deltas_table(frame, keys)
     deltas.to_csv(out_dir / "deltas.csv", index=False)
+    _draw(frame, loaded, out_dir)
+    _log_warnings(frame)
+    log.info("wrote %s", out_dir / "results.parquet")
+    if format is Format.json:
+        _print_json(frame, loaded.name, out_dir)
+        return
+    typer.echo(f"{loaded.name}: {len(frame) - 1} points, base {loaded.base_path}")
+    typer.echo(format_table(points_table(frame, keys), keys))
+    typer.echo("")
+    typer.echo("against the base scenario (pt -1):")
+    typer.echo(format_table(deltas.drop(columns=["status"]), keys))
+
+
+def _draw(frame, loaded, out_dir: Path) -> None:
+    """The spec's plots (or the default set for its keys); one that cannot be drawn is
+    named in a warning."""
+    from simulator.sweep import plots
+
+    keys = loaded.keys
     wanted = [p.model_dump() for p in loaded.model.plots] or plots.default_plots(keys)
     for plot in wanted:
         try:
@@ -172,26 +193,15 @@ def sweep(
         except plots.PlotError as exc:
             log.warning("not drawn: %s of %s by %s: %s", plot["kind"], plot.get("metric"),
                         plot["x"], exc)  # fmt: skip
-    _log_warnings(frame)
-    log.info("wrote %s", out_dir / "results.parquet")
-    if format is Format.json:
-        rows = json_records(
-            frame.sort_values("point").drop(columns=["sim_time_s"], errors="ignore")
-        )
-        typer.echo(
-            json.dumps(
-                {"name": loaded.name, "results": str(out_dir / "results.parquet"), "rows": rows},
-                indent=2,
-                default=_jsonable,
-                allow_nan=False,
-            )
-        )
-        return
-    typer.echo(f"{loaded.name}: {len(frame) - 1} points, base {loaded.base_path}")
-    typer.echo(format_table(points_table(frame, keys), keys))
-    typer.echo("")
-    typer.echo("against the base scenario (pt -1):")
-    typer.echo(format_table(deltas.drop(columns=["status"]), keys))
+
+
+def _print_json(frame, name: str, out_dir: Path) -> None:
+    from simulator.sweep.tables import json_records
+
+    rows = json_records(frame.sort_values("point").drop(columns=["sim_time_s"], errors="ignore"))
+    results = str(out_dir / "results.parquet")
+    data = {"name": name, "results": results, "rows": rows}
+    typer.echo(json.dumps(data, indent=2, default=_jsonable, allow_nan=False))
 
 
 def _jsonable(value):

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import typing
 
-from mkdocs.structure.files import File
-
 
 def _cli_page() -> str:
     import click
@@ -181,7 +179,10 @@ def on_page_markdown(markdown, page, config, files):
 
 
 def on_files(files, config):
-    """Add the generated pages to the site."""
+    """Add the generated pages to the site (mkdocs imported here: the pages' makers run
+    without it, in the tests)."""
+    from mkdocs.structure.files import File
+
     pages = (
         ("cli.md", _cli_page),
         ("scenario-reference.md", _scenario_page),

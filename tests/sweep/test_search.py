@@ -29,34 +29,26 @@ ASYNC_TP = load_scenario_text(
     + "framework: {name: megatron, tp_async_allreduce: true}\n"
 )
 
-MOE = load_scenario_text("""
-model: {name: mixtral-8x7b, layers: 4}
-cluster: {accelerator: H100, topology: {include: topologies/dgx-h100.yaml}}
-training: {global_batch: 32, micro_batch: 1, seq_len: 1024}
-""")
 
-MOE_2_NODES = load_scenario_text("""
-model: {name: mixtral-8x7b, layers: 4}
-cluster:
-  accelerator: H100
-  topology: {include: topologies/dgx-h100-superpod.yaml, nodes: 2}
-training: {global_batch: 32, micro_batch: 1, seq_len: 1024}
-""")
+def _mixtral(layers: int = 4, nodes: int | None = None, extra: str = ""):
+    """Mixtral 8x7B cut to ``layers`` layers on one DGX H100, or on ``nodes`` nodes of a
+    SuperPOD; ``extra``: more scenario lines."""
+    topology = (
+        "{include: topologies/dgx-h100.yaml}"
+        if nodes is None
+        else f"{{include: topologies/dgx-h100-superpod.yaml, nodes: {nodes}}}"
+    )
+    return load_scenario_text(
+        f"model: {{name: mixtral-8x7b, layers: {layers}}}\n"
+        f"cluster: {{accelerator: H100, topology: {topology}}}\n"
+        "training: {global_batch: 32, micro_batch: 1, seq_len: 1024}\n" + extra
+    )
 
-MOE_6_LAYERS = load_scenario_text("""
-model: {name: mixtral-8x7b, layers: 6}
-cluster: {accelerator: H100, topology: {include: topologies/dgx-h100.yaml}}
-training: {global_batch: 32, micro_batch: 1, seq_len: 1024}
-""")
 
-MOE_DEEPEP = load_scenario_text("""
-model: {name: mixtral-8x7b, layers: 4}
-cluster:
-  accelerator: H100
-  topology: {include: topologies/dgx-h100-superpod.yaml, nodes: 2}
-parallelism: {moe_dispatcher: deepep}
-training: {global_batch: 32, micro_batch: 1, seq_len: 1024}
-""")
+MOE = _mixtral()
+MOE_2_NODES = _mixtral(nodes=2)
+MOE_6_LAYERS = _mixtral(layers=6)
+MOE_DEEPEP = _mixtral(nodes=2, extra="parallelism: {moe_dispatcher: deepep}\n")
 
 SAMPLE = [
     # (scenario, choice): each schedule family, TP with and without SP, CP, recompute, ZeRO-3

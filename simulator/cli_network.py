@@ -133,12 +133,17 @@ def collective(
     if format is Format.json:
         typer.echo(table.to_json(orient="records", indent=2))
         return
+    _echo_collective_table(table, topo, op, ranks or topo.num_devices, algo, groups)
+
+
+def _echo_collective_table(table, topo, op: str, n: int, algo: str | None, groups: int) -> None:
+    """The table as nccl-tests prints it: size, time (us), algorithm and bus bandwidth
+    (GB/s), protocol; under a line naming the collective, its ``n`` ranks and fabric."""
     shown = table.copy()
     shown["size"] = shown["size_bytes"].map(_human_bytes)
     shown["time_us"] = (shown["time_s"] * 1e6).map(lambda v: f"{v:,.1f}")
     shown["algbw_GBps"] = (shown["algbw_Bps"] / 1e9).map(lambda v: f"{v:,.2f}")
     shown["busbw_GBps"] = (shown["busbw_Bps"] / 1e9).map(lambda v: f"{v:,.2f}")
-    n = ranks or topo.num_devices
     shape = _built_shape(topo.meta)
     name = f"{topo.name} ({topo.meta['kind']}{shape})" if shape else topo.name
     chosen = table["algorithm"].unique()

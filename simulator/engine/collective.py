@@ -169,6 +169,18 @@ class CollectiveRunner:
             hit = self._by_plan.get((id(plan), copies_key))
             if hit is not None and hit[0] is plan:
                 return hit[1]
+        key = self._shape_key(plan, copies, copies_key)
+        out = self._here.get((key, plan.step_latency_s))
+        if out is None:  # routed once per shape; tails again per protocol's step latency
+            out = self._routed(plan, copies, copies_key, key)
+        if copies_key is not None:
+            self._by_plan[(id(plan), copies_key)] = (plan, out)
+        return out
+
+    def _shape_key(self, plan: CollectivePlan, copies, copies_key) -> tuple:
+        """What routes ``plan`` alike: its kind, algorithm, group, copies (their devices, the
+        run's orbits and link tracking when ``copies_key`` names them) and phases' shapes."""
+        if copies_key is not None:
             devices = self._copies_ids.get((copies_key, plan.group))
             if devices is None:
                 devices = devices_key(plan.group, copies)
@@ -177,7 +189,7 @@ class CollectiveRunner:
             copies_id = (devices, orbits, self.network.track_links)
         else:
             copies_id = tuple(map(tuple, copies))
-        key = (
+        return (
             plan.kind,
             plan.algorithm,
             plan.group,
@@ -187,31 +199,31 @@ class CollectiveRunner:
                 for p in plan.phases
             ),
         )
+
+    def _routed(self, plan: CollectivePlan, copies, copies_key, key: tuple) -> list[Geometry]:
+        """:meth:`geometry` of ``key`` not yet met in this run: routed (or found in the
+        model's caches), its tails floored at the protocol's step latency."""
         cache = self._geometry if copies_key is None else self._copies_geometry
         floor = plan.step_latency_s
         here = self._here
-        out = here.get((key, floor))
-        if out is None:  # routed once per shape; tails again per protocol's step latency
-            found = here.get(key)
-            if found is None:
-                # a run's copies: by the size first met in this run; other shapes (a table of
-                # one collective over sizes: routed once) by the shape alone, as first routed
-                first = key if copies_key is None else (key, plan.size_bytes)
-                routed = cache.get(first)
-                if routed is None:
-                    routed = cache[first] = self._route_plan(plan, copies, copies_key is not None)
-                found = here[key] = (routed, first)
-            routed, first = found
-            out = routed
-            if floor != (0.0, 0.0):
-                out = cache.get((first, floor))
-                if out is None:
-                    out = cache[(first, floor)] = [
-                        self._floored(g, p, floor) for g, p in zip(routed, plan.phases, strict=True)
-                    ]
-            here[(key, floor)] = out
-        if copies_key is not None:
-            self._by_plan[(id(plan), copies_key)] = (plan, out)
+        found = here.get(key)
+        if found is None:
+            # a run's copies: by the size first met in this run; other shapes (a table of
+            # one collective over sizes: routed once) by the shape alone, as first routed
+            first = key if copies_key is None else (key, plan.size_bytes)
+            routed = cache.get(first)
+            if routed is None:
+                routed = cache[first] = self._route_plan(plan, copies, copies_key is not None)
+            found = here[key] = (routed, first)
+        routed, first = found
+        out = routed
+        if floor != (0.0, 0.0):
+            out = cache.get((first, floor))
+            if out is None:
+                out = cache[(first, floor)] = [
+                    self._floored(g, p, floor) for g, p in zip(routed, plan.phases, strict=True)
+                ]
+        here[(key, floor)] = out
         return out
 
     def _route_plan(

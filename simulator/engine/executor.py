@@ -116,6 +116,29 @@ class Executor:
         self._run_task, self._run_start, self._run_end = (
             runs.task.append, runs.start.append, runs.end.append
         )  # fmt: skip
+        self._read_graph(compiled, device_of)
+        self._bar = None
+        self._finished = 0  # tasks finished, for the progress bar
+        self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
+        self.memory_task: list[int] = []  # the task of each memory event
+        # Per group of devices, ("bus", devices): (its slowest hop's bandwidth, its channels'
+        # bandwidth), B/s; per (collective, devices, size, algorithm, torus): its plan. The
+        # runner's (its model's, shared by later runs) where this locality is the runner's,
+        # else this run's own.
+        shared = locality.host_of is runner.host_of and (
+            locality.nvls_switch is runner.switch_of_host
+        )
+        self._known: dict = runner.plans if shared else {}
+        # Interference: comm tasks in flight per rank; running compute tasks per rank as
+        # task -> [work left (s at full speed), as of time (s), rate, token, start time (s)].
+        self.interference = interference
+        self.comm_active: dict[int, dict[float, int]] = defaultdict(dict)  # rank -> {s: count}
+        self.computing: dict[int, dict[int, list]] = defaultdict(dict)
+        self._ref_Bps: float | None = None  # a scale-up (NVLink) hop's bandwidth, found once
+
+    def _read_graph(self, compiled, device_of: Mapping[int, int]) -> None:
+        """This run's view of the compiled graph: streams, queues, countdowns, collective
+        members and shapes, and whether ranks sit on the devices of their own numbers."""
         # Streams numbered in order of first appearance; per stream its tasks in order, the
         # position of the next one to run, and whether one is running. The graph's lists are
         # shared by its runs and only read; ``waiting`` is this run's countdown.
@@ -137,24 +160,6 @@ class Executor:
         self._ranks_are_devices = isinstance(device_of, RanksOnDevices) or (
             list(device_of) == list(device_of.values()) == list(range(len(device_of)))
         )
-        self._bar = None
-        self._finished = 0  # tasks finished, for the progress bar
-        self.memory: list[tuple[int, float, float]] = []  # (rank, time s, bytes delta)
-        self.memory_task: list[int] = []  # the task of each memory event
-        # Per group of devices, ("bus", devices): (its slowest hop's bandwidth, its channels'
-        # bandwidth), B/s; per (collective, devices, size, algorithm, torus): its plan. The
-        # runner's (its model's, shared by later runs) where this locality is the runner's,
-        # else this run's own.
-        shared = locality.host_of is runner.host_of and (
-            locality.nvls_switch is runner.switch_of_host
-        )
-        self._known: dict = runner.plans if shared else {}
-        # Interference: comm tasks in flight per rank; running compute tasks per rank as
-        # task -> [work left (s at full speed), as of time (s), rate, token, start time (s)].
-        self.interference = interference
-        self.comm_active: dict[int, dict[float, int]] = defaultdict(dict)  # rank -> {s: count}
-        self.computing: dict[int, dict[int, list]] = defaultdict(dict)
-        self._ref_Bps: float | None = None  # a scale-up (NVLink) hop's bandwidth, found once
 
     def run(self, progress: bool = False) -> Trace:
         """Run to the end. ``progress`` shows a bar of finished tasks on stderr (when it is a

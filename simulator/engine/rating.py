@@ -78,6 +78,19 @@ class Rating:
                 self.stats.symmetric_fillings += symmetric
                 self._rate_cache[key] = rated
                 return [rated[item] for item in items]
+        out, symmetric = self._fill(groups)
+        if key is not None:
+            rated = self._rate_cache[key] = dict(zip(items, out, strict=True))
+            if ordered is not None:
+                for rates in out:  # shared by the runs after: none may change them
+                    if isinstance(rates, np.ndarray):
+                        rates.flags.writeable = False
+                self.memory.rates[ordered] = (rated, symmetric)
+        return out
+
+    def _fill(self, groups: list[FlowGroup]) -> tuple[list, bool]:
+        """The water-filling itself: each group's per-class rates (0 for classes already
+        through), and whether one link per orbit stood for its orbit."""
         symmetric = False
         live = [g.live() for g in groups]
         chosen = [g.classes[k] for g, ks in zip(groups, live, strict=True) for k in ks]
@@ -110,14 +123,7 @@ class Rating:
                 rates[k] = flat[i]
                 i += 1
             out.append(np.array(rates) if g.vector else rates)
-        if key is not None:
-            rated = self._rate_cache[key] = dict(zip(items, out, strict=True))
-            if ordered is not None:
-                for rates in out:  # shared by the runs after: none may change them
-                    if isinstance(rates, np.ndarray):
-                        rates.flags.writeable = False
-                self.memory.rates[ordered] = (rated, symmetric)
-        return out
+        return out, symmetric
 
     def _group_entries(self, g: FlowGroup, live: list[int], symmetric: bool = False):
         """(links, counts, entries per class) of ``g``'s classes ``live``, concatenated, from

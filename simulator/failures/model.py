@@ -202,7 +202,6 @@ def resolve_job(
     f: FailuresConfig = scenario.failures
     gpus, nodes = scenario.num_gpus, nodes_of(scenario)
     counts = {"gpu": gpus, "node": nodes, "job": 1, **(component_counts or {})}
-    names, rates, shapes, nodes_out, detect = _causes(f, counts)
     ck = f.checkpoint
     state = ck.state_bytes if ck.state_bytes is not None else state_bytes
     write, read = storage_bandwidths(scenario)
@@ -219,18 +218,7 @@ def resolve_job(
         gpus_per_node=max(1, gpus // nodes),
         gpus_per_replica=p.tp * p.pp * p.cp,
         tokens_per_step=float(scenario.training.global_batch * scenario.training.seq_len),
-        cause_names=tuple(names),
-        cause_rate_s=np.asarray(rates, dtype=float),
-        cause_shape=np.asarray(shapes, dtype=float),
-        cause_nodes_out=np.asarray(nodes_out, dtype=np.int64),
-        cause_detect_s=np.asarray(detect, dtype=float),
-        maintenance_rate_s=f.maintenance.rate,
-        maintenance_periodic=f.maintenance.law == "periodic",
-        maintenance_duration_s=f.maintenance.duration,
-        spares=0 if f.spares == "auto" else f.spares,
-        repair_law=f.repair.law,
-        repair_mean_s=f.repair.mean,
-        repair_sigma=f.repair.sigma,
+        **_failure_laws(f, counts),
         restart_fixed_s=r.scheduling + r.process_start + r.init_fixed + load,
         init_per_rank_s=r.init_per_rank,
         interval_s=0.0,
@@ -239,7 +227,6 @@ def resolve_job(
         policy=f.policy,
         slowdown=slowdown,
         step_time_for=step_time_for,
-        spares_auto=f.spares == "auto",
         write_Bps=write,
         read_Bps=read,
     )
@@ -250,3 +237,25 @@ def resolve_job(
         mtti = model.mtti_s
         interval = NO_FAILURE_INTERVAL_S if math.isinf(mtti) else daly_interval(pause, mtti)
     return replace(model.with_interval(interval), interval_requested_s=ck.interval)
+
+
+def _failure_laws(f: FailuresConfig, counts: dict[str, int]) -> dict:
+    """The :class:`JobModel` fields of what fails and how it is mended: each cause's rate,
+    shape, nodes out and detection time over ``counts`` components, maintenance, spares and
+    repair."""
+    names, rates, shapes, nodes_out, detect = _causes(f, counts)
+    return {
+        "cause_names": tuple(names),
+        "cause_rate_s": np.asarray(rates, dtype=float),
+        "cause_shape": np.asarray(shapes, dtype=float),
+        "cause_nodes_out": np.asarray(nodes_out, dtype=np.int64),
+        "cause_detect_s": np.asarray(detect, dtype=float),
+        "maintenance_rate_s": f.maintenance.rate,
+        "maintenance_periodic": f.maintenance.law == "periodic",
+        "maintenance_duration_s": f.maintenance.duration,
+        "spares": 0 if f.spares == "auto" else f.spares,
+        "spares_auto": f.spares == "auto",
+        "repair_law": f.repair.law,
+        "repair_mean_s": f.repair.mean,
+        "repair_sigma": f.repair.sigma,
+    }

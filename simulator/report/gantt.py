@@ -108,35 +108,9 @@ def draw_rows(
         y = len(rows) - 1 - i
         f = frame[(frame["rank"] == r) & (frame["stream"] == stream)]
         f = f[f["end_s"] > f["start_s"]]
-        height = 0.8 if stream == "compute" else 0.55
-        cols = (f[c].to_numpy(dtype=object) for c in ("kind", "stream", "phase"))
-        known: dict[tuple, str] = {}  # a few distinct (kind, stream, phase) per row
-        colours = [
-            known.get(key) or known.setdefault(key, colour_of(*key))
-            for key in zip(*cols, strict=True)
-        ]
-        for colour, g in f.groupby(pd.Series(colours, index=f.index, dtype=object)):
-            starts, widths = merged_spans(
-                g["start_s"].to_numpy() * 1e3, g["end_s"].to_numpy() * 1e3, min_width_ms
-            )
-            ax.broken_barh(
-                list(zip(starts, widths, strict=True)), (y - height / 2, height),
-                facecolors=colour, edgecolor="none",
-                rasterized=len(starts) > RASTERIZE_ABOVE,
-            )  # fmt: skip
+        _draw_bars(ax, f, y, 0.8 if stream == "compute" else 0.55, min_width_ms)
         if stream == "compute" and len(f):
-            for b in merged_blocks(f[f["microbatch"] >= 0]).itertuples():
-                if (min(b.end_s, t1) - max(b.start_s, t0)) / span >= MIN_LABEL_FRACTION:
-                    mid = (max(b.start_s, t0) + min(b.end_s, t1)) / 2
-                    ax.text(
-                        mid * 1e3,
-                        y,
-                        str(int(b.microbatch)),
-                        ha="center",
-                        va="center",
-                        fontsize=6,
-                        color="white",
-                    )
+            _label_microbatches(ax, f, y, (t0, t1))
         stage = ""
         if stage_of_rank is not None:
             stage = f" (stage {stage_of_rank.get(str(r), stage_of_rank.get(r, '?'))})"
@@ -146,6 +120,39 @@ def draw_rows(
     ax.set_xlim(t0 * 1e3, t1 * 1e3)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.grid(axis="x", alpha=0.3)
+
+
+def _draw_bars(ax, f: pd.DataFrame, y: float, height: float, min_width_ms: float) -> None:
+    """One row's tasks ``f`` as bars at ``y``, coloured by kind, stream and phase; bars
+    narrower than ``min_width_ms`` merged with their neighbours."""
+    cols = (f[c].to_numpy(dtype=object) for c in ("kind", "stream", "phase"))
+    known: dict[tuple, str] = {}  # a few distinct (kind, stream, phase) per row
+    colours = [
+        known.get(key) or known.setdefault(key, colour_of(*key)) for key in zip(*cols, strict=True)
+    ]
+    for colour, g in f.groupby(pd.Series(colours, index=f.index, dtype=object)):
+        starts, widths = merged_spans(
+            g["start_s"].to_numpy() * 1e3, g["end_s"].to_numpy() * 1e3, min_width_ms
+        )
+        ax.broken_barh(
+            list(zip(starts, widths, strict=True)), (y - height / 2, height),
+            facecolors=colour, edgecolor="none",
+            rasterized=len(starts) > RASTERIZE_ABOVE,
+        )  # fmt: skip
+
+
+def _label_microbatches(ax, f: pd.DataFrame, y: float, window: tuple[float, float]) -> None:
+    """Each block of one micro-batch's compute wide enough to read, labelled with its
+    number."""
+    t0, t1 = window
+    span = t1 - t0
+    for b in merged_blocks(f[f["microbatch"] >= 0]).itertuples():
+        if (min(b.end_s, t1) - max(b.start_s, t0)) / span >= MIN_LABEL_FRACTION:
+            mid = (max(b.start_s, t0) + min(b.end_s, t1)) / 2
+            ax.text(
+                mid * 1e3, y, str(int(b.microbatch)),
+                ha="center", va="center", fontsize=6, color="white",
+            )  # fmt: skip
 
 
 def legend_handles(frame: pd.DataFrame) -> list:

@@ -111,6 +111,17 @@ def _power_counters(power: pd.DataFrame | None) -> list[dict]:
     ]
 
 
+def _arrow(fid: int, tids, source: tuple, target: tuple) -> list[dict]:
+    """A flow event pair (Chrome trace format): from ``source`` = (rank, stream, time s) to
+    the compute row of ``target`` = (rank, time s)."""
+    src_rank, src_stream, t_src = source
+    dst_rank, t_dst = target
+    common = {"id": fid, "name": "dependency", "cat": "flow"}
+    start = {"ph": "s", **common, "pid": src_rank, "tid": tids[(src_rank, src_stream)]}
+    end = {"ph": "f", "bp": "e", **common, "pid": dst_rank, "tid": tids[(dst_rank, "compute")]}
+    return [{**start, "ts": t_src * US}, {**end, "ts": t_dst * US}]
+
+
 def _flows(frame: pd.DataFrame, tids, stage_of_rank) -> list[dict]:
     """Arrows: pipeline send -> the neighbour's first compute of that micro-batch after it;
     a communication -> the compute on its rank that starts when it ends."""
@@ -132,30 +143,8 @@ def _flows(frame: pd.DataFrame, tids, stage_of_rank) -> list[dict]:
     n_stages = len(rank_of_stage)
 
     def arrow(src_rank, src_stream, t_src, dst_rank, t_dst):
-        fid = len(out) // 2 + 1
-        out.append(
-            {
-                "ph": "s",
-                "id": fid,
-                "name": "dependency",
-                "cat": "flow",
-                "pid": src_rank,
-                "tid": tids[(src_rank, src_stream)],
-                "ts": t_src * US,
-            }
-        )
-        out.append(
-            {
-                "ph": "f",
-                "bp": "e",
-                "id": fid,
-                "name": "dependency",
-                "cat": "flow",
-                "pid": dst_rank,
-                "tid": tids[(dst_rank, "compute")],
-                "ts": t_dst * US,
-            }
-        )
+        source, target = (src_rank, src_stream, t_src), (dst_rank, t_dst)
+        out.extend(_arrow(len(out) // 2 + 1, tids, source, target))
 
     comm = frame[(frame["kind"] == "comm") & (frame["end_s"] > frame["start_s"])]
     for row in comm.itertuples(index=False):

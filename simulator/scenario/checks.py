@@ -66,6 +66,16 @@ def _model_split(s: Scenario) -> list[Finding]:
             (("model", "kv_heads"), f"{m.n_kv_heads} kv_heads do not split over tp = {p.tp}")
         )
     out += _layer_split(s)
+    out += _expert_split(s)
+    if m.ffn % p.tp:
+        out.append((("model", "ffn"), f"ffn {m.ffn} does not split over tp = {p.tp}"))
+    return out
+
+
+def _expert_split(s: Scenario) -> list[Finding]:
+    """Whether the experts split over EP and expert TP, and the EP groups over the ranks."""
+    m, p = s.model, s.parallelism
+    out: list[Finding] = []
     if m.moe is None:
         if p.ep > 1:
             out.append((("parallelism", "ep"), "ep > 1 needs an MoE model (model.moe)"))
@@ -111,8 +121,6 @@ def _model_split(s: Scenario) -> list[Finding]:
                     f"expert_ffn {m.moe.expert_ffn} does not split over expert_tp {p.etp}",
                 )
             )
-    if m.ffn % p.tp:
-        out.append((("model", "ffn"), f"ffn {m.ffn} does not split over tp = {p.tp}"))
     return out
 
 

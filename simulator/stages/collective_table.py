@@ -79,18 +79,7 @@ def collective_table(
         For an unknown ``op``, fewer than 2 ranks, fewer than 1 group, or more devices than
         the topology has.
     """
-    if op not in BUSBW_FACTORS:
-        raise ValueError(f"unknown operation {op!r}; known: {', '.join(BUSBW_FACTORS)}")
-    ranks = topo.num_devices if ranks is None else ranks
-    if ranks < 2:
-        raise ValueError(f"a collective needs 2 or more ranks, not {ranks}")
-    if groups < 1:
-        raise ValueError(f"groups must be 1 or more, not {groups}")
-    if ranks * groups > topo.num_devices:
-        raise ValueError(
-            f"{groups} groups of {ranks} ranks need {ranks * groups} devices; "
-            f"the topology has {topo.num_devices}"
-        )
+    ranks = _checked_ranks(topo, op, ranks, groups)
     model = network_model(topo)
     group = topo.devices[:ranks]
     copies = [topo.devices[g * ranks : (g + 1) * ranks] for g in range(1, groups)]
@@ -120,6 +109,24 @@ def collective_table(
             }
         )
     return pd.DataFrame(rows)
+
+
+def _checked_ranks(topo: Topology, op: str, ranks: int | None, groups: int) -> int:
+    """The ranks of :func:`collective_table` (every device for None); ValueError for an
+    unknown ``op`` or counts the topology cannot hold."""
+    if op not in BUSBW_FACTORS:
+        raise ValueError(f"unknown operation {op!r}; known: {', '.join(BUSBW_FACTORS)}")
+    ranks = topo.num_devices if ranks is None else ranks
+    if ranks < 2:
+        raise ValueError(f"a collective needs 2 or more ranks, not {ranks}")
+    if groups < 1:
+        raise ValueError(f"groups must be 1 or more, not {groups}")
+    if ranks * groups > topo.num_devices:
+        raise ValueError(
+            f"{groups} groups of {ranks} ranks need {ranks * groups} devices; "
+            f"the topology has {topo.num_devices}"
+        )
+    return ranks
 
 
 def topology_report(topo: Topology) -> tuple[dict, pd.DataFrame]:

@@ -302,14 +302,7 @@ def heatmap(
     panels = _panels(pts, facet_keys)
     grids, notes = [], []
     for _, sub in panels:
-        grid = np.full((len(ys), len(xs)), np.nan)
-        note: dict[tuple[int, int], str] = {}
-        for idx, row in sub.iterrows():
-            i, j = yi[ylab[idx]], xi[xlab[idx]]
-            if row["status"] == "ok":
-                grid[i, j] = float(row[metric]) * scale
-            else:
-                note[(i, j)] = {"oom": "OOM", "infeasible": "n/a", "error": "error"}[row["status"]]
+        grid, note = _cells(sub, metric, scale, (ylab, yi), (xlab, xi))
         grids.append(grid)
         notes.append(note)
     finite = np.concatenate([g[np.isfinite(g)] for g in grids]) if grids else np.array([])
@@ -325,13 +318,7 @@ def heatmap(
             np.ma.masked_invalid(grid), cmap=cmap, aspect="auto", origin="lower",
             vmin=vmin, vmax=vmax,
         )  # fmt: skip
-        for i in range(len(ys)):
-            for j in range(len(xs)):
-                text = note.get((i, j)) or ("" if np.isnan(grid[i, j]) else fmt.format(grid[i, j]))
-                colour = "red" if text == "OOM" else "black"
-                if (i, j) not in note and not np.isnan(grid[i, j]):
-                    colour = _ink(cmap, (grid[i, j] - vmin) / ((vmax - vmin) or 1.0))
-                ax.text(j, i, text, ha="center", va="center", fontsize=8, color=colour)
+        _cell_texts(ax, grid, note, fmt, cmap, (vmin, vmax))
         if best is not None and (sub["point"] == best).any():
             idx = sub.index[sub["point"] == best][0]
             ax.add_patch(
@@ -349,6 +336,34 @@ def heatmap(
     _percent_axis(bar.ax.yaxis, metric)
     fig.suptitle(title or f"{_label(metric)} over {x} x {y} (best framed)")
     return _save(fig, path)
+
+
+def _cells(sub: pd.DataFrame, metric: str, scale: float, rows: tuple, cols: tuple):
+    """One panel's grid of ``metric`` x ``scale`` (NaN where no point ran) and the notes of
+    its points that did not run ok, by (row, column); ``rows`` and ``cols``: each point's
+    label and each label's position."""
+    (ylab, yi), (xlab, xi) = rows, cols
+    grid = np.full((len(yi), len(xi)), np.nan)
+    note: dict[tuple[int, int], str] = {}
+    for idx, row in sub.iterrows():
+        i, j = yi[ylab[idx]], xi[xlab[idx]]
+        if row["status"] == "ok":
+            grid[i, j] = float(row[metric]) * scale
+        else:
+            note[(i, j)] = {"oom": "OOM", "infeasible": "n/a", "error": "error"}[row["status"]]
+    return grid, note
+
+
+def _cell_texts(ax, grid: np.ndarray, note: dict, fmt: str, cmap, limits: tuple) -> None:
+    """Each cell's value (or note) in ink that reads on its colour."""
+    vmin, vmax = limits
+    for i in range(grid.shape[0]):
+        for j in range(grid.shape[1]):
+            text = note.get((i, j)) or ("" if np.isnan(grid[i, j]) else fmt.format(grid[i, j]))
+            colour = "red" if text == "OOM" else "black"
+            if (i, j) not in note and not np.isnan(grid[i, j]):
+                colour = _ink(cmap, (grid[i, j] - vmin) / ((vmax - vmin) or 1.0))
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color=colour)
 
 
 def _ink(cmap, level: float) -> str:

@@ -64,57 +64,31 @@ def fat_tree_topology(t: FatTreeTopology, nvlink_bandwidth: float) -> Topology:
     ``switch_latency`` is paid per switch-to-switch link).
     """
     n = t.node
-    nodes, gpus_per_node, levels = t.nodes, n.gpus, t.levels
-    nodes_per_leaf, leaves_per_pod = t.hosts_per_leaf, leaves_per_pod_of(t)
-    rail_optimized, pxn, nvls = t.rail_optimized, t.pxn, n.nvls
+    nodes, gpus_per_node = t.nodes, n.gpus
     nvlink_bandwidth = n.nvlink_bandwidth or nvlink_bandwidth
-    nvlink_latency, nvlink_efficiency = n.nvlink_latency, n.nvlink_efficiency
-    pcie_bandwidth, pcie_latency = n.pcie_bandwidth, n.pcie_latency
-    nic_bandwidth, nic_latency, nic_efficiency = t.nic_bandwidth, t.nic_latency, t.nic_efficiency
-    switch_latency, ecmp_flows, name = t.switch_latency, t.ecmp_flows, t.name or ""
-    oversubscription = tuple(t.oversubscription)
-    g = nx.DiGraph(name=name or f"fat-tree {nodes}x{gpus_per_node}")
+    g = nx.DiGraph(name=t.name or f"fat-tree {nodes}x{gpus_per_node}")
     links = LinkRecorder(g)
     # link ids by structure, as they are added (FatTreeLinks): each GPU's own six links
     own = np.full((nodes * gpus_per_node, 6), -1, np.int64)
     place = np.full((nodes * gpus_per_node, 2), -1, np.int64)  # each GPU's host, leaf number
-    nvlink = (nvlink_bandwidth, nvlink_latency, nvlink_efficiency)
+    nvlink = (nvlink_bandwidth, n.nvlink_latency, n.nvlink_efficiency)
     host_of, nvls_switch = _hosts(
-        links, own, place, nodes, gpus_per_node, nvlink, pcie_bandwidth, pcie_latency, nvls
+        links, own, place, nodes, gpus_per_node, nvlink, n.pcie_bandwidth, n.pcie_latency, n.nvls
     )
-    nic = (nic_bandwidth, nic_latency, nic_efficiency)
+    nic = (t.nic_bandwidth, t.nic_latency, t.nic_efficiency)
     leaves, leaf_of, down = _leaves(
-        links, own, place, nodes, gpus_per_node, nodes_per_leaf, rail_optimized, nic
+        links, own, place, nodes, gpus_per_node, t.hosts_per_leaf, t.rail_optimized, nic
     )
-    over = list(oversubscription) + [1.0] * 3
-    pods: dict[str, int] = {}
-    spines: list[list[str]] = []
-    cores: list[str] = []
-    leaf_links = pod_links = None
-    if levels >= 2 and len(leaves) > 1:
-        per_pod = leaves_per_pod if (levels >= 3 and leaves_per_pod) else len(leaves)
-        pods, spines, uplink, leaf_links = _spines(
-            links, leaves, per_pod, down, over[0], nic, switch_latency
-        )
-        if levels >= 3 and len(spines) > 1:
-            cores, pod_links = _cores(links, spines, per_pod * uplink, over[1], nic, switch_latency)
-    elif len(leaves) > 1:
-        if rail_optimized and gpus_per_node > 1 and nodes <= nodes_per_leaf:
-            raise InfeasibleError(
-                "a one-level fat-tree must fit under one leaf, and rail_optimized gives each of "
-                f"a node's {gpus_per_node} NICs a leaf of its own: set rail_optimized: false"
-            )
-        raise InfeasibleError("a one-level fat-tree must fit under one leaf: raise nodes_per_leaf")
-    else:
-        pods = dict.fromkeys(leaves, 0)
-
-    rails = gpus_per_node if pxn and rail_optimized and gpus_per_node > 1 else 0
-    router = FatTreeRouter(host_of, leaf_of, pods, spines, cores, ecmp_flows, rails)
+    levels = _switch_levels(t, links, leaves, down, nic)
+    pods, spines, cores, leaf_links, pod_links = levels
+    rails = gpus_per_node if t.pxn and t.rail_optimized and gpus_per_node > 1 else 0
+    router = FatTreeRouter(host_of, leaf_of, pods, spines, cores, t.ecmp_flows, rails)
     layout = links.layout()
     if layout is not None:
         router.recorded = FatTreeLinks.of(
             layout, own, leaf_links, pod_links, len(leaves), place[:, 0], place[:, 1]
         )
+    over = list(t.oversubscription) + [1.0] * 3
     return Topology(
         graph=g,
         devices=sorted(host_of),
@@ -125,18 +99,50 @@ def fat_tree_topology(t: FatTreeTopology, nvlink_bandwidth: float) -> Topology:
         meta={
             "kind": "fat_tree",
             "leaves": len(leaves),
-            "levels": levels,
+            "levels": t.levels,
             "spines_per_pod": len(spines[0]) if spines else 0,
             "pods": len(spines),
             "cores": len(cores),
             "leaf_downlinks": down,
-            "rail_optimized": bool(rail_optimized and gpus_per_node > 1),
-            "hosts_per_leaf": min(nodes_per_leaf, nodes),
+            "rail_optimized": bool(t.rail_optimized and gpus_per_node > 1),
+            "hosts_per_leaf": min(t.hosts_per_leaf, nodes),
             "hosts_per_pod": _hosts_per_pod(pods, leaf_of, host_of),
-            "oversubscription": over[: max(0, levels - 1)],
+            "oversubscription": over[: max(0, t.levels - 1)],
         },
         layout=layout,
     )
+
+
+def _switch_levels(t: FatTreeTopology, links, leaves: list, down: int, nic: tuple):
+    """The spines and cores above ``leaves`` (``down`` NIC links each): (pod of each leaf,
+    spines per pod, cores, leaf-spine link ids, spine-core link ids); the ids None for a
+    level the fabric does not have. A one-level fabric must fit under one leaf."""
+    levels, over = t.levels, list(t.oversubscription) + [1.0] * 3
+    pods: dict[str, int] = {}
+    spines: list[list[str]] = []
+    cores: list[str] = []
+    leaf_links = pod_links = None
+    if levels >= 2 and len(leaves) > 1:
+        leaves_per_pod = leaves_per_pod_of(t)
+        per_pod = leaves_per_pod if (levels >= 3 and leaves_per_pod) else len(leaves)
+        pods, spines, uplink, leaf_links = _spines(
+            links, leaves, per_pod, down, over[0], nic, t.switch_latency
+        )
+        if levels >= 3 and len(spines) > 1:
+            cores, pod_links = _cores(
+                links, spines, per_pod * uplink, over[1], nic, t.switch_latency
+            )
+    elif len(leaves) > 1:
+        gpus_per_node = t.node.gpus
+        if t.rail_optimized and gpus_per_node > 1 and t.nodes <= t.hosts_per_leaf:
+            raise InfeasibleError(
+                "a one-level fat-tree must fit under one leaf, and rail_optimized gives each of "
+                f"a node's {gpus_per_node} NICs a leaf of its own: set rail_optimized: false"
+            )
+        raise InfeasibleError("a one-level fat-tree must fit under one leaf: raise nodes_per_leaf")
+    else:
+        pods = dict.fromkeys(leaves, 0)
+    return pods, spines, cores, leaf_links, pod_links
 
 
 def _hosts_per_pod(pods: dict, leaf_of: dict, host_of: dict) -> int:

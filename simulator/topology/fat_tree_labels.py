@@ -89,6 +89,37 @@ class FatTreeLabels:
         else:
             index, fixed = links.index, None
         self.index = index
+        self._place_devices(router, fixed)
+        self.spines = router.spines
+        self.cores = router.cores
+        s = len(self.spines[0]) if self.spines else 0
+        c = len(self.cores)
+        self.n_spines, self.n_cores = s, c
+        # per device: GPU -> NVSwitch, NVSwitch -> GPU, GPU -> NIC, NIC -> leaf, leaf -> NIC,
+        # NIC -> GPU (-1 until the device is first routed)
+        self.device_links = np.full((self.n, 6), -1, np.int64)
+        self._dominated: np.ndarray | None = None  # dominated(), found once
+        self._dominated_capacity: np.ndarray | None = None
+        self.device_known = np.zeros(self.n, bool)
+        self._all_known = False  # every device's links learned: _learn has nothing to do
+        self._devices_own: bool | None = None  # _own_links, found once
+        self._switch_kept: dict = {}  # _switch_tables_even: id -> (values, found)
+        self._mask: np.ndarray | None = None  # _scratch's buffers
+        self._sums: np.ndarray | None = None
+        self._switch_links(fixed, index)
+        self._group_switch_links(fixed, index)
+        if fixed is not None:  # every device known from the start
+            self.device_links[:] = fixed.device
+            self.device_known[:] = True
+            self._all_known = True
+        # the shares spread gives (the same Python divisions); no spines: one leaf, one pod
+        up = [1 / s] * s if s else []
+        self.share_pod = np.array([1.0] * 4 + up * 2)
+        w_up, w_down = (1 / (s * c), 1 / (c * s)) if c else (0.0, 0.0)
+        self.share_cross = np.array([1.0] * 4 + up + [w_up] * s * c + [w_down] * c * s + up)
+
+    def _place_devices(self, router, fixed: FatTreeLinks | None) -> None:
+        """Each device's host and leaf number, and each leaf's pod (as arrays)."""
         host_of, leaf_of = router.host_of, router.leaf_of
         n = len(host_of)
         self.n = n
@@ -101,26 +132,13 @@ class FatTreeLabels:
             number = {leaf: i for i, leaf in enumerate(self.leaf_names)}
             self.leaf = np.fromiter((number[leaf_of[d]] for d in range(n)), np.int64, n)
         self.pod = np.fromiter(map(router.pod_of_leaf.__getitem__, self.leaf_names), np.int64)
-        self.spines = router.spines
-        self.cores = router.cores
-        s = len(self.spines[0]) if self.spines else 0
-        c = len(self.cores)
-        self.n_spines, self.n_cores = s, c
-        # per device: GPU -> NVSwitch, NVSwitch -> GPU, GPU -> NIC, NIC -> leaf, leaf -> NIC,
-        # NIC -> GPU (-1 until the device is first routed)
-        self.device_links = np.full((n, 6), -1, np.int64)
-        self._dominated: np.ndarray | None = None  # dominated(), found once
-        self._dominated_capacity: np.ndarray | None = None
-        self.device_known = np.zeros(n, bool)
-        self._all_known = False  # every device's links learned: _learn has nothing to do
-        self._devices_own: bool | None = None  # _own_links, found once
-        self._switch_kept: dict = {}  # _switch_tables_even: id -> (values, found)
-        self._mask: np.ndarray | None = None  # _scratch's buffers
-        self._sums: np.ndarray | None = None
-        # Per leaf: leaf -> each spine of its pod, each spine -> leaf; per pod: (spine, core)
-        # for spine for core, (core, spine) for core for spine. Every switch's links are
-        # known from the start (a few thousand rows, looked up once when not recorded), so
-        # the groups of links routes cross alike are complete before anything is routed.
+
+    def _switch_links(self, fixed: FatTreeLinks | None, index: dict | None) -> None:
+        """Per leaf: leaf -> each spine of its pod, each spine -> leaf; per pod: (spine,
+        core) for spine for core, (core, spine) for core for spine. Every switch's links are
+        known from the start (a few thousand rows, looked up once when not recorded), so the
+        groups of links routes cross alike are complete before anything is routed."""
+        s, c = self.n_spines, self.n_cores
         if fixed is not None:
             self.leaf_up, self.leaf_down = fixed.leaf_up[:, :s], fixed.leaf_down[:, :s]
         else:
@@ -149,27 +167,18 @@ class FatTreeLabels:
                 else np.zeros((len(self.spines), 0)),
                 np.int64,
             ).reshape(len(self.spines), s * c)
-        # Links every route crosses all or none of, each with the same share: a leaf's
-        # uplinks, its downlinks, a pod's spine -> core and core -> spine links. Each such
-        # group maps to its first link.
+
+    def _group_switch_links(self, fixed: FatTreeLinks | None, index: dict | None) -> None:
+        """Links every route crosses all or none of, each with the same share: a leaf's
+        uplinks, its downlinks, a pod's spine -> core and core -> spine links. Each such
+        group maps to its first link (``representative``)."""
         ids = len(fixed.layout.edges) if fixed is not None else max(index.values(), default=-1) + 1
         self.representative = np.arange(ids)
-        for rows in (self.leaf_up, self.leaf_down, self.pod_up, self.pod_down):
+        switch_rows = (self.leaf_up, self.leaf_down, self.pod_up, self.pod_down)
+        for rows in switch_rows:
             self._same(rows)
         # whether every switch's group has all its links (then _whole_groups looks at none)
-        self._groups_whole = all(
-            bool((rows >= 0).all())
-            for rows in (self.leaf_up, self.leaf_down, self.pod_up, self.pod_down)
-        )
-        if fixed is not None:  # every device known from the start
-            self.device_links[:] = fixed.device
-            self.device_known[:] = True
-            self._all_known = True
-        # the shares spread gives (the same Python divisions); no spines: one leaf, one pod
-        up = [1 / s] * s if s else []
-        self.share_pod = np.array([1.0] * 4 + up * 2)
-        w_up, w_down = (1 / (s * c), 1 / (c * s)) if c else (0.0, 0.0)
-        self.share_cross = np.array([1.0] * 4 + up + [w_up] * s * c + [w_down] * c * s + up)
+        self._groups_whole = all(bool((rows >= 0).all()) for rows in switch_rows)
 
     def _learn(self, devices: np.ndarray) -> None:
         """Fill the link ids of ``devices`` met for the first time."""

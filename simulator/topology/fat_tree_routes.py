@@ -204,6 +204,23 @@ class SpreadTable(FatTreeLabels):
             k = sel[HOST]
             ids[k, 0], ids[k, 1] = dev[src[k], 0], dev[dst[k], 1]
             shares[k, 0:2] = 1.0
+        labels = (leaf_s, leaf_d, pod_s, pod_d)
+        self._switch_columns(ids, shares, sel, labels, (span, pod_span), folded)
+        ids, shares = _row_by_row(lengths, ids, shares)
+        if (ids < 0).any():
+            return None  # a link spread would not find (a malformed graph): route one by one
+        if relayed is None:
+            return ids, shares, lengths
+        return self._with_relays(origin, src, relayed, ids, lengths, shares)
+
+    def _switch_columns(self, ids, shares, sel: dict, labels: tuple, spans: tuple, folded: bool):
+        """Write the switch links (and their shares) of the routes between pods
+        (``sel[POD]``) and across them (``sel[CROSS]``) into ``ids`` and ``shares`` from
+        column 4; ``spans``: the spines a leaf and the spine-core links a pod crosses (one
+        each when ``folded``)."""
+        leaf_s, leaf_d, pod_s, pod_d = labels
+        span, pod_span = spans
+        s, c = self.n_spines, self.n_cores
         share_pod, share_cross = self.share_pod, self.share_cross
         if folded:  # the same shares, one of each group's
             share_pod = share_pod[: 4 + 2 * span]
@@ -225,12 +242,6 @@ class SpreadTable(FatTreeLabels):
             ids[k, at[2] : at[3]] = self.pod_down[pod_d[k], :pod_span]
             ids[k, at[3] : at[4]] = self.leaf_down[leaf_d[k], :span]
             shares[k, 4 : at[4]] = share_cross[4:]
-        ids, shares = _row_by_row(lengths, ids, shares)
-        if (ids < 0).any():
-            return None  # a link spread would not find (a malformed graph): route one by one
-        if relayed is None:
-            return ids, shares, lengths
-        return self._with_relays(origin, src, relayed, ids, lengths, shares)
 
     def folded_counts(
         self, src: np.ndarray, dst: np.ndarray, klass: np.ndarray, n_classes: int, n_links: int
@@ -254,6 +265,31 @@ class SpreadTable(FatTreeLabels):
         kind, leaf_s, leaf_d, pod_s, pod_d = self._kinds(src, dst)  # devices learned
         if not self._own_links() or not self._whole_groups(kind, leaf_s, leaf_d, pod_s, pod_d):
             return None
+        counted = self._label_counts(
+            src, dst, klass, n_classes, (kind, leaf_s, leaf_d, pod_s, pod_d)
+        )
+        if counted is None:
+            return None
+        pieces, most = counted
+        table = self._repeated_shares(most)
+        # each class's links in ascending order: marked in a mask over the id space (kept
+        # between calls, cleared after), their sums written beside them
+        mask, sums = self._scratch(n_links)
+        out = []
+        for mine in pieces:
+            for links, k, row in mine:
+                mask[links] = True
+                sums[links] = table[row].take(k)
+            links = np.flatnonzero(mask)
+            mask[links] = False
+            out.append((links, sums[links]))
+        return out
+
+    def _label_counts(self, src, dst, klass, n_classes: int, kinds: tuple):
+        """Per class, (links, how many of its connections cross each, the share's row of
+        :meth:`_repeated_shares`) for every label its connections name, and the largest
+        count; None where a route would cross a link the fabric lacks."""
+        kind, leaf_s, leaf_d, pod_s, pod_d = kinds
         s, c = self.n_spines, self.n_cores
         dev = self.device_links
         host = np.flatnonzero(kind == HOST)
@@ -289,8 +325,13 @@ class SpreadTable(FatTreeLabels):
                     if links.size and links.min() < 0:
                         return None  # a link a route would not find: route them
                     pieces[cls].append((links, row[at], share))
-        # row r, column j: j additions of share r in a row (as bincount adds them; column 0
-        # none, so that a count indexes its row as it is)
+        return pieces, most
+
+    def _repeated_shares(self, most: int) -> np.ndarray:
+        """Row r, column j: j additions of share r in a row (as bincount adds them; column 0
+        none, so that a count indexes its row as it is); rows: a device link's share, a
+        leaf link's, a pod's up and down core links'."""
+        s, c = self.n_spines, self.n_cores
         share = self.share_cross
         values = [
             1.0,
@@ -299,18 +340,7 @@ class SpreadTable(FatTreeLabels):
         ]
         table = np.zeros((len(values), most + 1))
         table[:, 1:] = np.cumsum(np.repeat(np.array(values)[:, None], most, axis=1), axis=1)
-        # each class's links in ascending order: marked in a mask over the id space (kept
-        # between calls, cleared after), their sums written beside them
-        mask, sums = self._scratch(n_links)
-        out = []
-        for mine in pieces:
-            for links, k, row in mine:
-                mask[links] = True
-                sums[links] = table[row].take(k)
-            links = np.flatnonzero(mask)
-            mask[links] = False
-            out.append((links, sums[links]))
-        return out
+        return table
 
     def _scratch(self, n_links: int) -> tuple[np.ndarray, np.ndarray]:
         """A cleared mask and a sums buffer over ``n_links`` ids, kept between calls."""

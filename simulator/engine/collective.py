@@ -186,7 +186,7 @@ class CollectiveRunner:
                 devices = devices_key(plan.group, copies)
                 self._copies_ids[(copies_key, plan.group)] = devices
             orbits = None if self.orbits is None else self.orbits.token
-            copies_id = (devices, orbits, self.network.track_links)
+            copies_id = (devices, orbits, self.network.fast)
         else:
             copies_id = tuple(map(tuple, copies))
         return (
@@ -246,7 +246,7 @@ class CollectiveRunner:
         # entry in the same order, so the same bits (the 16K connections of a 1,024-rank
         # tree and its copies cross 68 links each through 32 spines, 6 folded)
         alike = same is not None and self.rating.alike(same)
-        fold = run_copies and not self.network.track_links and alike
+        fold = run_copies and self.network.fast and alike
         whole_phase = getattr(self.router, "spread_ids", None) is not None
         for phase in plan.phases:
             merge = len(phase.transfers) > MERGE_ABOVE and not phase.lockstep

@@ -78,7 +78,7 @@ class FlowGroup:
             self.rate = [0.0] * n
         self.t = now
         self.finish = math.inf
-        self.lone = False  # ends on its own timer, off the heap (FlowNetwork._rate_alone)
+        self.lone = False  # ends on its own timer, off the heap (LonePath.rate_alone)
         self.later = None  # (classes, on_done, scale) while a lone group waits to start
 
     def restart(
@@ -88,7 +88,7 @@ class FlowGroup:
         """This group, ended lone and untouched (its key, classes' links and ``alive`` as
         made), as ``FlowGroup`` would make it for a new batch of the same key: the same
         patterns, but the batch's own sizes (another scale) and tail (another protocol's
-        latency floor) (FlowNetwork.submit_later)."""
+        latency floor) (LonePath.submit_later)."""
         batch = self.batch
         batch.on_done, batch.pending, batch.end = on_done, len(classes), now
         self.classes, self.tail, self.seq, self.t = classes, tail, seq, now

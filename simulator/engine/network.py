@@ -18,7 +18,14 @@ one pending call for the earliest (:meth:`~simulator.engine.clock.Clock.call_in`
 generation number so that an earlier finish supersedes it; no process per flow. A batch alone
 on its links whose classes all end together (a tensor-parallel all-reduce inside a node) runs
 *lone* instead: off the heap, its end on a timer of its own, until a flow joins its links
-(:meth:`FlowNetwork._rate_alone`, :meth:`FlowNetwork.submit_later`).
+(:mod:`simulator.engine.lone_path`).
+
+``shortcuts=False`` is the reference mode: no group runs lone, every group of a component is
+re-rated (none keeps its finish because its rates came out the same), every water-filling is
+done afresh over every link of every class (:class:`~simulator.engine.rating.Rating` without
+its caches, reduced entries and orbits), and the collectives' routes are not folded. It is
+slow; it exists so that a test can check that the shortcuts change no result
+(tests/properties/test_engine_properties.py).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from simulator.engine.clock import caller
 from simulator.engine.flow_groups import Batch, FlowGroup
 from simulator.engine.link_sharing import LinkSharing
 from simulator.engine.links import FlowClass, LinkTable, distinct_links
+from simulator.engine.lone_path import LonePath, SizedBatch, latency_overflow, overflow
 from simulator.engine.network_stats import NetworkStats
 from simulator.engine.rating import Rating
 from simulator.engine.rating_memory import RatingMemory
@@ -44,20 +52,6 @@ from simulator.engine.rating_memory import RatingMemory
 _EPS = 1e-12
 _amin = np.minimum.reduce
 _by_seq = attrgetter("seq")
-
-
-def _overflow(rem: float, rate: float, now: float) -> ValueError:
-    return ValueError(
-        f"simulated time overflows: a flow of {rem:.3g} B at {rate:.3g} B/s does not finish in "
-        f"finite time (at t = {now:.6g} s); check the topology's link bandwidths and efficiencies"
-    )
-
-
-def _latency_overflow(end: float) -> ValueError:
-    return ValueError(
-        f"simulated time overflows: a transfer's latency ends at t = {end!r} s; "
-        "check the topology's link latencies"
-    )
 
 
 class FlowNetwork:
@@ -69,12 +63,17 @@ class FlowNetwork:
         links: LinkTable,
         track_links: bool = False,
         memory: RatingMemory | None = None,
+        shortcuts: bool = True,
     ):
         self.env = env
         # call_in(delay s, fn, *args): fn(*args) that much later, the clock's delayed call
         # without an event object (Clock.call_in), for this network and its collectives
         self.call_in = caller(env)
         self.track_links = track_links  # bytes per link, load over time (tests, reports)
+        # False: the reference mode, every shortcut off (module doc); ``fast``: the shortcuts
+        # that a run tracking link loads also goes without (lone groups, the common cases)
+        self.shortcuts = shortcuts
+        self.fast = shortcuts and not track_links
         self.links = links
         self.sharing = LinkSharing(len(links))
         self._groups_of = self.sharing.groups_of  # key -> its groups in flight
@@ -82,21 +81,18 @@ class FlowNetwork:
         self._seq = 0
         self._generation = 0
         self._wake = math.nan  # finish time the pending timeout is for
-        # (id(classes), scale) -> [classes, key, sizes, longest tail, (s alone, all classes
-        # through together) or None] of a batch whose classes all move bytes
-        self._sized: dict[tuple[int, float], list] = {}
+        # (id(classes), scale) -> the batch's description, when its classes all move bytes
+        self._sized: dict[tuple[int, float], SizedBatch] = {}
         self._pattern_keys: dict[tuple, int] = {}  # patterns of a batch -> its key
         self._described: dict[int, tuple[list, tuple]] = {}  # id(list) -> (list, _describe)
         # rates and keys of earlier runs on these links (RatingMemory), or None
-        self._memory = memory if memory is not None and memory.links is links else None
+        shared = shortcuts and memory is not None and memory.links is links
+        self._memory = memory if shared else None
         # > 0: rates reusable; < 0: a batch without patterns
         self._keys = self._memory.counter if self._memory is not None else itertools.count(1)
-        self._lone_seen = False  # some group ran lone (see _rate_alone)
-        # key -> a group that ended lone, untouched, kept for the key's next lone run
-        # (submit_later), which gives it its batch's sizes and tails
-        self._spare: dict[int, FlowGroup] = {}
+        self.lone = LonePath()
         self.stats = NetworkStats(link_bytes=np.zeros(len(links)))
-        self.rating = Rating(links.capacity, self._memory, self.stats)
+        self.rating = Rating(links.capacity, self._memory, self.stats, shortcuts)
 
     # -- public -------------------------------------------------------------------------
     def submit(
@@ -107,16 +103,15 @@ class FlowNetwork:
         now = self.env.now
         batch = Batch(on_done, len(classes), now)
         sized = self._sized.get((id(classes), scale))
-        if sized is not None and sized[0] is classes:  # the usual case: submitted before
-            key, sizes, tail = sized[1], sized[2], sized[3]
+        if sized is not None and sized.classes is classes:  # the usual case: submitted before
+            key, sizes, tail = sized.key, sized.sizes, sized.tail
             moving = classes
         else:
             key, bytes_, tail = self._describe(classes)
             sizes = [b * scale for b in bytes_] if key is not None else []
             if sizes and min(sizes) > 0:  # every class moves bytes
                 moving = classes
-                # sizes is shared by the batch's groups: no group changes it in place
-                sized = self._sized[(id(classes), scale)] = [classes, key, sizes, tail, None]
+                sized = self._sized[(id(classes), scale)] = SizedBatch(classes, key, sizes, tail)
             else:
                 moving, sized = [], None
         if not moving:
@@ -140,11 +135,18 @@ class FlowNetwork:
         if key not in sharing.bit:
             self._register(group)
         if sharing.fly(group) and sharing.alone(key):
-            if not group.vector and not self.track_links:
+            if not group.vector and self.fast:
                 # alone on its links (a collective inside one node): its component is itself
-                self._rate_alone(group, now, sized)
+                self.lone.rate_alone(self, group, now, sized)
                 return
         self._rerate(sharing.component([key]), now)
+
+    def submit_later(
+        self, delay: float, classes: list[FlowClass], on_done: Callable[[], None], scale: float
+    ) -> None:
+        """:meth:`submit` ``delay`` s from now; a batch that ran lone before may run lone
+        from its start (:meth:`~simulator.engine.lone_path.LonePath.submit_later`)."""
+        self.lone.submit_later(self, delay, classes, on_done, scale)
 
     # -- internals ----------------------------------------------------------------------
     def _describe(
@@ -202,13 +204,18 @@ class FlowNetwork:
         them in a GPT-3 175B step: a flow that ends frees its bottleneck's sharers, not the
         rest). A group off the heap (just submitted, or lone until now) has an infinite
         ``finish`` and is always rated and pushed."""
-        if self._lone_seen:
-            groups = self._drop_through(groups, now)
+        if self.lone.seen:
+            groups = self.lone.drop_through(self, groups, now)
         if groups:
             heap = self._heap
             for g, rate in zip(groups, self.rating.rates(groups), strict=True):
-                if g.finish != math.inf and (
-                    rate is g.rate or (np.array_equal(rate, g.rate) if g.vector else rate == g.rate)
+                if (
+                    g.finish != math.inf
+                    and self.shortcuts
+                    and (
+                        rate is g.rate
+                        or (np.array_equal(rate, g.rate) if g.vector else rate == g.rate)
+                    )
                 ):
                     continue  # the same rates: the same finish, its heap entry holds
                 g.advance(now)
@@ -224,7 +231,7 @@ class FlowNetwork:
                 g.finish = now + left
                 if not math.isfinite(g.finish):
                     k = min(g.live(), key=lambda k: g.rate[k])
-                    raise _overflow(g.rem[k], g.rate[k], now)
+                    raise overflow(g.rem[k], g.rate[k], now)
                 g.version += 1
                 heapq.heappush(heap, (g.finish, g.seq, g.version, g))
         if self.track_links:  # class references and rates: link loads are derived later
@@ -242,141 +249,10 @@ class FlowNetwork:
             )
         self._schedule(now)
 
-    def _rate_alone(self, g: FlowGroup, now: float, sized: list | None) -> None:
-        """:meth:`_rerate` of a component that is ``g`` alone, just submitted (every class
-        in flight, none advanced): its rates remembered per key, as :meth:`_rates` does, and
-        the time its bytes take per batch and scale (``sized``, from :meth:`submit`).
-
-        A group that is its whole batch (``sized``) and whose classes all take equally long
-        (no class ends first, leaving the others more bandwidth) then runs *lone*: off the
-        heap, its end on a timer of its own (:meth:`_lone_end`), the batch's callback at its
-        finish plus its tail, with none of the wake and completion work of a shared group. If a
-        group that shares its links arrives before that, :meth:`_rerate` takes it back among the
-        rest (advanced, rated anew, on the heap: its timer is superseded), or, when its bytes
-        are already through, lets the timer end it (:meth:`_drop_through`). Most collectives
-        inside a node (tensor-parallel all-reduces) never meet another group."""
-        rate = self.rating.rates_alone(g)
-        if g.key <= 0:
-            sized = None
-        timing = sized[4] if sized is not None else None
-        if timing is None:
-            if min(rate) > 0:
-                times = list(map(truediv, g.rem, rate))
-                timing = (min(times), max(times) == min(times))
-            else:
-                timing = (math.inf, False)
-            if sized is not None:
-                sized[4] = timing  # the same rates and sizes each time
-        left, together = timing
-        g.rate = rate
-        g.finish = now + left
-        if not math.isfinite(g.finish):
-            k = min(g.live(), key=lambda k: g.rate[k])
-            raise _overflow(g.rem[k], g.rate[k], now)
-        if together and sized is not None:  # every class through at once: nothing to re-rate
-            if not math.isfinite(g.finish + g.tail):
-                raise _latency_overflow(g.finish + g.tail)
-            self._go_lone(g, 0.0, left)
-            return
-        g.version += 1
-        heapq.heappush(self._heap, (g.finish, g.seq, g.version, g))
-        self._schedule(now)
-
-    def submit_later(
-        self, delay: float, classes: list[FlowClass], on_done: Callable[[], None], scale: float
-    ) -> None:
-        """:meth:`submit` ``delay`` s from now (a collective's base latency first).
-
-        A batch that ran lone before (:meth:`_rate_alone`: it is its whole batch, its classes
-        end together) and whose links nothing else is on or has been since is made lone now,
-        starting ``delay`` s ahead, its end on one timer: one event where a plain delayed
-        submit takes two. Should a group that shares its links arrive before it starts,
-        :meth:`_drop_through` withdraws it and submits it at its start after all, as the
-        plain delayed submit would have."""
-        sized = self._sized.get((id(classes), scale))
-        timing = sized[4] if sized is not None and sized[0] is classes else None
-        key = sized[1] if timing is not None else 0
-        if (
-            timing is None
-            or not timing[1]
-            or key <= 0
-            or key in self._groups_of
-            or key not in self.sharing.bit
-            or not self.sharing.alone(key)
-            or self.track_links
-        ):
-            self.call_in(delay, self.submit, classes, on_done, scale)
-            return
-        start = self.env.now + delay
-        left = timing[0]
-        self._seq += 1
-        g = self._spare.pop(key, None)
-        if g is None:
-            g = FlowGroup(
-                Batch(on_done, len(classes), start),
-                classes, sized[2], self._seq, key, start, sized[3],
-            )  # fmt: skip
-        else:  # the key's last lone group
-            g.restart(on_done, classes, sized[2], self._seq, start, sized[3])
-        self.sharing.fly(g)
-        g.rate = self.rating.alone[key]
-        self.stats.cache_hits += 1
-        g.finish = start + left
-        g.later = (classes, on_done, scale)
-        self._go_lone(g, delay, left)
-
-    def _go_lone(self, g: FlowGroup, delay: float, left: float) -> None:
-        """Run ``g`` lone: its batch ends on a timer ``delay + left`` s (its start, its bytes)
-        plus its tail from now, unless it is taken back first (``version``)."""
-        g.version += 1
-        g.lone = self._lone_seen = True
-        self.call_in(delay + left + g.tail, self._lone_end, g, g.version)
-
-    def _lone_end(self, g: FlowGroup, version: int) -> None:
-        """A lone group's bytes and tail are through (unless it was taken back since,
-        ``version``): end its batch."""
-        if g.version != version:
-            return  # rated among others since: it ends through the heap
-        if g.active:
-            self._retire(g)
-        batch = g.batch
-        batch.pending = 0
-        g.n_alive = 0
-        on_done, batch.on_done = batch.on_done, None
-        if g.lone and self.sharing.alone(g.key):
-            # never taken back (alive, rates as made), on links no other key crosses: for the
-            # key's next lone run (submit_later, which reuses no other)
-            g.later = None
-            self._spare[g.key] = g
-        on_done()
-
     def _retire(self, g: FlowGroup) -> None:
         """Take ``g`` out of the groups in flight."""
         g.active = False
         self.sharing.land(g)
-
-    def _drop_through(self, groups: list[FlowGroup], now: float) -> list[FlowGroup]:
-        """``groups`` less the lone ones whose bytes are through at ``now`` (their timers end
-        them) or that have not started (:meth:`submit_later`: submitted at their start
-        instead); the lone ones still moving bytes are lone no longer."""
-        limit = now * (1 + _EPS)
-        kept = []
-        for g in groups:
-            if g.lone:
-                g.lone = False
-                if g.later is not None and g.t > now:  # not started yet: start it as planned
-                    self._retire(g)
-                    g.version += 1  # its timer is void
-                    classes, on_done, scale = g.later
-                    self.call_in(g.t - now, self.submit, classes, on_done, scale)
-                    continue
-                g.later = None
-                if g.finish <= limit:
-                    self._retire(g)
-                    continue
-                g.finish = math.inf  # off the heap: _rerate must rate it and push it there
-            kept.append(g)
-        return kept
 
     def _top(self) -> FlowGroup | None:
         """The group in flight that finishes first (stale heap entries dropped)."""
@@ -424,7 +300,7 @@ class FlowNetwork:
             due.sort(key=_by_seq)
         for g in due:
             self._complete(g, now)
-        if len(due) == 1 and not self.track_links:
+        if len(due) == 1 and self.fast:
             key = due[0].key
             if key not in self._groups_of and self.sharing.alone(key):
                 self._schedule(now)  # its component is empty now: nothing to re-rate
@@ -434,7 +310,7 @@ class FlowNetwork:
     def _complete(self, g: FlowGroup, now: float) -> None:
         """End the classes of ``g`` whose bytes are through at ``now`` (to rounding)."""
         cut = _EPS * now
-        if not g.vector and g.n_alive == len(g.alive) and not self.track_links:
+        if not g.vector and g.n_alive == len(g.alive) and self.fast:
             # the common case first: every class in flight, and all through together
             rem, rate, tot = g.rem, g.rate, g.tot
             dt = now - g.t
@@ -465,7 +341,7 @@ class FlowNetwork:
         if not any(done):  # rounding put the wake a hair early: end the first to finish
             done[min(g.live(), key=lambda k: g.rem[k] / g.rate[k])] = True
         batch = g.batch
-        if g.n_alive == len(done) and all(done) and not self.track_links:
+        if g.n_alive == len(done) and all(done) and self.fast:
             # the common case, a symmetric phase ending at once
             batch.pending -= g.n_alive
             batch.end = max(batch.end, now + g.tail)
@@ -487,6 +363,6 @@ class FlowNetwork:
 
     def _finish_batch(self, batch: Batch, now: float) -> None:
         if not math.isfinite(batch.end):
-            raise _latency_overflow(batch.end)
+            raise latency_overflow(batch.end)
         # Always through an event, never re-entrantly: on_done may submit the next phase.
         self.call_in(max(batch.end - now, 0.0), batch.on_done)

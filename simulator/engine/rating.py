@@ -32,10 +32,15 @@ class Rating:
     ``memory`` of earlier runs; counts its fillings and reuses in ``stats`` (a
     :class:`~simulator.engine.network_stats.NetworkStats`)."""
 
-    def __init__(self, capacity: np.ndarray, memory: RatingMemory | None, stats):
+    def __init__(
+        self, capacity: np.ndarray, memory: RatingMemory | None, stats, shortcuts: bool = True
+    ):
         self.capacity = capacity
-        self.memory = memory
+        self.memory = memory if shortcuts else None
         self.stats = stats
+        # False: the reference mode, every water-filling afresh over every link of every
+        # class (no cache, no reduced entries, no orbits)
+        self.shortcuts = shortcuts
         # scratch for the water-filling of large components (see max_min_rates_segments),
         # made at the first one
         self._scratch: tuple[np.ndarray, np.ndarray] | None = None
@@ -47,7 +52,7 @@ class Rating:
     def rates_alone(self, g: FlowGroup) -> list[float]:
         """:meth:`rates` of ``g`` alone on its links, every class in flight: remembered per
         key (a key's classes name their links for good)."""
-        if g.key <= 0:
+        if g.key <= 0 or not self.shortcuts:
             return self.rates([g])[0]
         rate = self.alone.get(g.key)
         if rate is None:
@@ -58,6 +63,9 @@ class Rating:
 
     def rates(self, groups: list[FlowGroup]) -> list[list[float]]:
         """Max-min fair rates of every class of ``groups`` (0 for classes already through)."""
+        if not self.shortcuts:
+            self.stats.rerates += 1
+            return self._fill_in_full(groups)
         key = None
         items = [(g.key, g.signature()) for g in groups]
         if all(g.key > 0 for g in groups):
@@ -124,6 +132,30 @@ class Rating:
                 i += 1
             out.append(np.array(rates) if g.vector else rates)
         return out, symmetric
+
+    def _fill_in_full(self, groups: list[FlowGroup]) -> list:
+        """:meth:`_fill` in the reference mode: over every link of every live class, as
+        the flow classes name them (``links``, ``counts``), with numpy."""
+        live = [g.live() for g in groups]
+        chosen = [g.classes[k] for g, ks in zip(groups, live, strict=True) for k in ks]
+        flat = []
+        if chosen:
+            scratch = (np.zeros(len(self.capacity), bool), np.empty(len(self.capacity), np.intp))
+            flat = max_min_rates_segments(
+                np.array([c.links.size for c in chosen]),
+                np.concatenate([c.links for c in chosen]),
+                np.concatenate([c.counts for c in chosen]),
+                self.capacity,
+                scratch,
+            ).tolist()
+        out, i = [], 0
+        for g, ks in zip(groups, live, strict=True):
+            rates = [0.0] * len(g.classes)
+            for k in ks:
+                rates[k] = flat[i]
+                i += 1
+            out.append(np.array(rates) if g.vector else rates)
+        return out
 
     def _group_entries(self, g: FlowGroup, live: list[int], symmetric: bool = False):
         """(links, counts, entries per class) of ``g``'s classes ``live``, concatenated, from

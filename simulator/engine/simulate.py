@@ -69,7 +69,10 @@ class NetworkModel:
         return Locality(self.host_of, self.nvls_switch, self.torus_shape)
 
     def new_run(
-        self, track_links: bool = False, orbit_labels: Mapping[int, int] | None = None
+        self,
+        track_links: bool = False,
+        orbit_labels: Mapping[int, int] | None = None,
+        reference: bool = False,
     ) -> tuple[simpy.Environment, FlowNetwork, CollectiveRunner]:
         """A clock, a flow network and a collective runner for one simulation; routes,
         routed collective shapes (those of a run's copies keyed by their devices and the
@@ -77,8 +80,15 @@ class NetworkModel:
         water-fillings' rates (:class:`RatingMemory`) are shared by every run on this model.
         ``orbit_labels`` (device -> label, symmetric mode: the stage of its rank) name the
         equivalent GPUs whose own links a water-filling may keep one of
-        (:mod:`simulator.engine.orbits`), where the router can list them."""
+        (:mod:`simulator.engine.orbits`), where the router can list them.
+
+        ``reference``: the engine with every shortcut off (:mod:`simulator.engine.network`),
+        no orbits, and nothing shared with other runs (caches of its own)."""
         env = Clock()
+        if reference:
+            net = FlowNetwork(env, self.links, track_links, shortcuts=False)
+            runner = CollectiveRunner(net, self.router, self.host_of, self.nvls_switch)
+            return env, net, runner
         net = FlowNetwork(env, self.links, track_links, self.ratings)
         orbits = self._orbits(orbit_labels) if orbit_labels else None
         runner = CollectiveRunner(
@@ -163,10 +173,11 @@ def run_engine(
     track_links: bool = False,
     interference: float = 0.0,
     orbit_labels: Mapping[int, int] | None = None,
+    reference: bool = False,
 ) -> EngineRun:
     """Simulate ``graph`` (arguments as :func:`run_taskgraph_with_memory`; ``orbit_labels``
-    as :meth:`NetworkModel.new_run`)."""
-    env, net, runner = model.new_run(track_links, orbit_labels)
+    and ``reference``, every shortcut off, as :meth:`NetworkModel.new_run`)."""
+    env, net, runner = model.new_run(track_links, orbit_labels, reference)
     with paused_gc():
         executor = Executor(env, graph, runner, device_of, model.locality, interference)
         trace = executor.run(progress=True)

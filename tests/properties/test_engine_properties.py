@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from simulator.collectives import plan_collective
 from simulator.engine import NetworkModel, run_taskgraph, time_collective
+from simulator.engine.simulate import run_engine
 from simulator.schedule import CommSpec, Task, TaskGraph
 from tests.fat_trees import fat_tree as fat_tree_topology
 
@@ -165,3 +166,67 @@ def test_bytes_sent_equal_bytes_received(algo, kind, n, size):
     # measured on the senders' out-links and the receivers' in-links, independently
     assert sent == pytest.approx(received, rel=1e-9)
     assert sent == pytest.approx(total, rel=1e-9)
+
+
+# -- the shortcuts change no result: the engine against its reference mode ------------------
+# Each shortcut is claimed to give what the plain path gives (lone groups, kept finishes,
+# remembered water-fillings, reduced and folded entries, orbits). The reference mode has them
+# all off. The tolerance: the plain path re-rates groups whose rates did not change, which
+# recomputes their finish from bytes left and may move it by a few ulps (1e-12 relative);
+# nothing else may differ.
+REL = 1e-9
+
+
+def _times(run) -> np.ndarray:
+    task, start, end = run.trace.runs.arrays()
+    order = np.argsort(task, kind="stable")
+    return np.stack([np.asarray(task)[order], np.asarray(start)[order], np.asarray(end)[order]])
+
+
+def _same_times(fast, ref) -> None:
+    a, b = _times(fast), _times(ref)
+    assert np.array_equal(a[0], b[0])  # the same tasks ran
+    scale = max(float(np.abs(b[2]).max(initial=0.0)), 1e-12)
+    assert np.allclose(a[1:], b[1:], rtol=REL, atol=REL * scale)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task_graphs())
+def test_shortcuts_change_no_result(case):
+    graph, ranks = case
+    placement = {r: r for r in range(ranks)}
+    fast = run_engine(_model(), graph, placement)
+    ref = run_engine(_model(), graph, placement, reference=True)
+    _same_times(fast, ref)
+
+
+@pytest.mark.parametrize(
+    "example, overrides",
+    [
+        ("pipeline-1f1b.yaml", []),
+        ("tp-sp-llama3-70b.yaml", []),
+        ("mixtral-8x22b.yaml", []),
+        ("gpt3-175b-dgx-a100.yaml", ["training.global_batch=128"]),  # 8 micro-batches
+    ],
+)
+def test_shortcuts_change_no_step(example, overrides):
+    # real steps: copies of every group, folded routes (GPT-3's 1,024 GPUs through spines),
+    # orbits of equivalent GPUs, rings alone in a node (lone groups), rates remembered
+    # across the step's repeated phases; the reference mode takes none of them
+    from simulator import api
+    from simulator.stages import facts
+    from simulator.topology import build_topology
+
+    scenario = api.load(f"scenarios/examples/{example}", overrides)
+    topo = build_topology(scenario.cluster)
+    step = api.build_step(api.build_plan(scenario, topo))
+    n = step.plan.grid.size
+    device_of = facts._placement(n, topo.devices, facts._numbered_devices(topo))
+    labels = facts._orbit_labels(step.plan, device_of)
+    fast = run_engine(facts.network_model(topo), step.graph, device_of, orbit_labels=labels)
+    ref = run_engine(facts.network_model(topo), step.graph, device_of, reference=True)
+    assert fast.stats.cache_hits > 0 and ref.stats.cache_hits == 0
+    assert ref.stats.symmetric_fillings == 0
+    if example.startswith(("gpt3", "mixtral")):
+        assert fast.stats.symmetric_fillings > 0
+    _same_times(fast, ref)

@@ -15,25 +15,16 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from simulator import metrics
-from simulator.engine import paused_gc
-from simulator.engine.steady_state import SHIFT_DIFFERS
 from simulator.hardware import get_accelerator
 from simulator.infeasible import InfeasibleError
 from simulator.model.compute import ComputeModel
-from simulator.pipelines import SteadyState, steady_state
-from simulator.plan.nccl_memory import nccl_bytes
-from simulator.plan.plan import Plan
-from simulator.plan.plan import build_plan as make_plan
 from simulator.plan.topology_warnings import topology_warnings as plan_topology_warnings
 from simulator.scenario import Scenario, load_scenario, load_topology
 from simulator.scenario.schema import ClusterConfig
 from simulator.schedule.perturb import Perturbation, SlowCompute, SlowLink, perturb
-from simulator.schedule.step import StepGraph
-from simulator.schedule.step import build_step as make_step
 from simulator.stages.collective_table import (  # noqa: F401 - the api's names, re-exported
     collective_table,
     fabric_line,
@@ -70,6 +61,7 @@ from simulator.stages.reports import (  # noqa: F401 - the api's names, re-expor
     _link_report,
     _on_device,
 )
+from simulator.stages.sensitivity import StepSensitivity, step_sensitivity  # noqa: F401
 from simulator.stages.simulation import (  # noqa: F401 - the api's names, re-exported
     Simulation,
     _gpu_rows,
@@ -79,6 +71,9 @@ from simulator.stages.steady import (  # noqa: F401 - the api's names, re-export
     NotRepeating,
     _steady_state_retries,
 )
+from simulator.stages.step_build import StepCache, build_plan, build_step  # noqa: F401
+from simulator.stages.step_metrics import nccl_of, step_metrics  # noqa: F401
+from simulator.stages.step_run import simulated
 from simulator.stages.stragglers import (  # noqa: F401 - the api's names, re-exported
     _placed,
     scenario_perturbations,
@@ -86,9 +81,6 @@ from simulator.stages.stragglers import (  # noqa: F401 - the api's names, re-ex
 )
 from simulator.stages.variability import (
     StepSamples,
-    fleet_speeds,
-    retimable_step,
-    slow_gpu_costs,
     step_samples,
 )
 from simulator.topology import Topology, build_topology
@@ -151,7 +143,13 @@ def topology_from_file(
 def step_lower_bound(scenario: Scenario, reach=None):
     """A lower bound on the simulated step of ``scenario``
     (:func:`simulator.stages.bounds.step_lower_bound`), for the plan search's screen;
-    ``reach``: :func:`reach_of` its topology (or a GPU's ingress alone, B/s)."""
+    ``reach``: :func:`reach_of` its topology (or a GPU's ingress alone, B/s).
+
+    >>> s = load("scenarios/examples/pipeline-1f1b.yaml")
+    >>> bound = step_lower_bound(s)
+    >>> bound.limit, bound.seconds <= run(s).metrics.step_time_s  # set by the pipeline's drain
+    ('drain', True)
+    """
     from simulator.stages.bounds import step_lower_bound as bound
 
     return bound(scenario, reach)
@@ -165,84 +163,6 @@ def topology_warnings(scenario: Scenario, topo: Topology | None = None) -> list[
 
 
 # -- the staged run: load -> build_plan -> build_step -> perturb -> simulate -> step_metrics --
-
-
-def build_plan(scenario: Scenario, topo: Topology | None = None) -> Plan:
-    """Every layout decision for ``scenario`` (:mod:`simulator.plan.plan`); with ``topo`` the
-    collectives are chosen per group as NCCL would (without it, rings).
-
-    >>> plan = build_plan(load("scenarios/examples/pipeline-1f1b.yaml"))
-    >>> plan.micro_batches, sorted(plan.ranks)  # the ranks simulated: one per stage
-    (16, [0, 2, 4, 6])
-    """
-    return make_plan(scenario, network_facts(topo) if topo is not None else None)
-
-
-def build_step(
-    plan: Plan,
-    compute_model: ComputeModel | None = None,
-    repeat: bool = False,
-    steady: SteadyState | None = None,
-) -> StepGraph:
-    """The TaskGraph of one step of ``plan``; compute durations from ``compute_model``
-    (default: the scenario's accelerator, calibrated).
-
-    ``repeat``: where the pipeline has a steady state to repeat
-    (:func:`simulator.pipelines.steady_state`, or ``steady`` when given), the graph of only
-    its warm-up, two periods and cool-down, for :func:`simulate` to stretch to the full step
-    (``StepGraph.steady`` says so). :func:`run` does this unless the scenario says
-    ``simulation.repeat_steady_state: false``."""
-    s = plan.scenario
-    if compute_model is None:
-        cm = compute_model_of(s)
-    else:  # the caller's kernel model, with the scenario framework's CPU cost per launch
-        fw = s.framework
-        cm = compute_model.with_framework(fw)
-    pp = s.parallelism.pp
-    if repeat and steady is None:
-        steady = steady_state(plan.schedule, pp, plan.micro_batches, plan.chunks_per_stage)
-    if not repeat:
-        steady = None
-    with paused_gc():  # millions of small immutable tasks: the collector only costs time
-        if steady is None:
-            return make_step(plan, cm)
-        reduced = make_step(plan.with_micro_batches(steady.reduced), cm)
-    return dataclasses.replace(reduced, plan=plan, steady=steady)
-
-
-def nccl_of(plan: Plan) -> dict[int, float]:
-    """Each simulated rank's NCCL buffers (B; :mod:`simulator.plan.nccl_memory`)."""
-    return {r: nccl_bytes(plan, r) for r in plan.ranks}
-
-
-def step_metrics(
-    sim: Simulation,
-    step: StepGraph,
-    timeline: pd.DataFrame | None = None,
-    nccl: dict[int, float] | None = None,
-) -> metrics.StepMetrics:
-    """The headline metrics of a simulated step (:class:`simulator.metrics.StepMetrics`);
-    ``timeline`` is its memory timeline and ``nccl`` its ranks' NCCL buffers
-    (:func:`nccl_of`) when the caller has them already."""
-    s = step.plan.scenario
-    acc = s.cluster.accelerator
-    facts = metrics.StepFacts(
-        scenario=s.name,
-        num_gpus=s.num_gpus,
-        tokens_per_step=s.training.global_batch * s.training.seq_len,
-        model_flops_per_step=step.plan.model_flops_per_step,
-        peak_flops_per_s=acc.peak(s.precision.compute_dtype),
-        hbm_bytes=acc.hbm_bytes,
-        overlapping_steps=step.plan.schedule.overlapping_steps,
-        static_memory=step.static_memory,
-        stage_of=step.stage_of,
-        runtime_bytes=s.framework.runtime_bytes,
-        allocator_reserve=s.framework.allocator_reserve,
-        nccl_bytes=nccl_of(step.plan) if nccl is None else nccl,
-    )
-    return metrics.step_metrics(
-        sim.frame, sim.memory_events, facts, sim.stats.rerates, timeline=timeline
-    )
 
 
 @dataclass(frozen=True)
@@ -322,7 +242,7 @@ def run(
 def _run_once(
     scenario, topo, compute_model, track_links, perturbations, steps=None, samples=0
 ) -> RunResult:
-    step, sim = _simulated(scenario, topo, compute_model, track_links, perturbations, steps)
+    step, sim = simulated(scenario, topo, compute_model, track_links, perturbations, steps)
     result = _result(scenario, step, sim, track_links)
     if samples:
         drawn = step_samples(
@@ -331,124 +251,6 @@ def _run_once(
         )  # fmt: skip
         result = dataclasses.replace(result, samples=drawn)
     return result
-
-
-def _simulated(scenario, topo, compute_model, track_links, perturbations, steps=None):
-    """The step of ``scenario`` built and simulated: (StepGraph, Simulation); a steady state
-    that does not repeat is tried longer, then given up for every micro-batch."""
-    plan = build_plan(scenario, topo)
-    repeat = scenario.simulation.repeat_steady_state and not track_links
-
-    def built(repeat: bool, steady: SteadyState | None = None) -> StepGraph:
-        if steps is None or compute_model is not None:
-            return build_step(plan, compute_model, repeat, steady)
-        return steps.build(plan, repeat, steady)
-
-    step = perturb(built(repeat), perturbations)
-    retries: list[SteadyState] | None = None  # after the first state: the ones worth trying
-    while True:
-        try:
-            return step, simulate(step, topo, perturbations, track_links)
-        except NotRepeating as why:
-            if retries is None:
-                first = step.steady
-                retries = _steady_state_retries(plan, first, str(why))
-            elif not str(why).startswith(SHIFT_DIFFERS):  # a longer period will not help
-                retries = [r for r in retries if r.period == first.period]
-            longer = retries.pop(0) if retries else None
-            log.debug(  # an internal diagnostic: the result is the same either way
-                "%s: the steady state does not repeat (%s); %s",
-                scenario.name or "scenario",
-                why,
-                f"trying a {longer.head}-micro-batch warm-up and a period of {longer.period}"
-                if longer
-                else "simulating all",
-            )
-            step = perturb(built(longer is not None, longer), perturbations)
-
-
-@dataclass(frozen=True)
-class StepSensitivity:
-    """What the job-level model reads of the step beyond its time: ``slow_costs``, the
-    step's multiplier with one GPU ``slow_factor`` times slower at each pipeline stage, and
-    ``speeds``, the step-time multiplier of each of ``fleets`` draws of the scenario's
-    variability (a new set of GPUs each; :mod:`simulator.stages.variability`)."""
-
-    step_time_s: float
-    slow_factor: float
-    slow_costs: np.ndarray
-    speeds: np.ndarray
-
-
-def step_sensitivity(
-    scenario: Scenario, topo: Topology, slow_factor: float, fleets: int = 8, steps: int = 4
-) -> StepSensitivity:
-    """:class:`StepSensitivity` of ``scenario`` from one simulated step, re-timed (with the
-    scenario's stragglers placed as :func:`run` places them)."""
-    scenario, perturbations = _placed(scenario, scenario_perturbations(scenario))
-    step, sim = _simulated(scenario, topo, None, False, perturbations)
-    base = step_metrics(sim, step).step_time_s
-    r = retimable_step(step, sim.task_times)  # the dependency graph, built once for both
-    costs = slow_gpu_costs(step, r, slow_factor)
-    speeds = fleet_speeds(step, r, base, scenario.variability, fleets, steps, scenario.seed)
-    return StepSensitivity(base, slow_factor, costs, speeds)
-
-
-class StepCache:
-    """Steps built for earlier runs, kept for the runs after that would build the same graph
-    (most recent last, at most ``size``).
-
-    A step is a pure function of the plan, the compute model and the steady state it
-    repeats; the plan reads the cluster's topology only through
-    :class:`~simulator.plan.collective_choice.NetworkFacts` (:func:`build_plan`). So runs
-    that differ only in fabric fields that leave those facts alone (oversubscription above
-    the first inter-host hop, spine and core counts; not nodes per leaf, which moves that hop)
-    build the same graph: a topology study's points pay for the build once. The key is the
-    scenario without ``cluster.topology`` and without the fields the build never reads (its
-    name and description, ``failures``: stragglers slow a built step afterwards), the GPU
-    count, the facts and the steady state; a kept step is handed out with the new run's own
-    plan (the same but for those fields). Only the default compute model is cached (a
-    caller's model is not a key).
-    """
-
-    # read by no part of the step build (the scenario's name reaches the metrics through the
-    # new run's own plan)
-    UNREAD = {
-        "cluster": {"topology"}, "name": True, "description": True, "failures": True,
-        "variability": True,
-    }  # fmt: skip
-
-    def __init__(self, size: int = 1):
-        self.size = size
-        self._kept: dict[tuple, StepGraph] = {}
-        self.hits = 0
-
-    @staticmethod
-    def key(plan: Plan, repeat: bool, steady: SteadyState | None) -> tuple:
-        s = plan.scenario
-        return (
-            s.model_dump_json(round_trip=True, exclude=StepCache.UNREAD),
-            s.cluster.num_gpus,
-            plan.network,
-            repeat,
-            steady,
-        )
-
-    def build(self, plan: Plan, repeat: bool, steady: SteadyState | None = None) -> StepGraph:
-        """:func:`build_step` of ``plan`` (default compute model), or the kept one."""
-        key = self.key(plan, repeat, steady)
-        step = self._kept.pop(key, None)
-        if step is None:
-            while self._kept and len(self._kept) >= self.size:  # room first: a large step
-                del self._kept[next(iter(self._kept))]  # holds hundreds of MB
-            step = build_step(plan, None, repeat, steady)
-        else:
-            self.hits += 1
-            step = dataclasses.replace(step, plan=plan)
-        self._kept[key] = step
-        while len(self._kept) > self.size:
-            del self._kept[next(iter(self._kept))]
-        return step
 
 
 def _result(scenario, step, sim, track_links) -> RunResult:

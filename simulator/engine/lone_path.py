@@ -21,13 +21,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import truediv
-from typing import TYPE_CHECKING
 
 from simulator.engine.flow_groups import Batch, FlowGroup
 from simulator.engine.links import FlowClass
-
-if TYPE_CHECKING:  # the network owns its lone path; the path reads the network back
-    from simulator.engine.network import FlowNetwork
 
 _EPS = 1e-12
 
@@ -48,8 +44,9 @@ class SizedBatch:
 
 class LonePath:
     """The lone groups of one :class:`~simulator.engine.network.FlowNetwork` (module doc).
-    Its methods take the network as an argument rather than holding it: a run leaves no
-    reference cycle for the collector (tests/engine/test_no_cycles.py)."""
+    Its methods take the network (``net``, the FlowNetwork that owns this path) as an argument
+    rather than holding it: a run leaves no reference cycle for the collector
+    (tests/engine/test_no_cycles.py), and the modules no import cycle."""
 
     def __init__(self):
         self.seen = False  # some group ran lone: the network's re-rating looks for them
@@ -57,9 +54,7 @@ class LonePath:
         # (submit_later), which gives it its batch's sizes and tails
         self.spare: dict[int, FlowGroup] = {}
 
-    def rate_alone(
-        self, net: FlowNetwork, g: FlowGroup, now: float, sized: SizedBatch | None
-    ) -> None:
+    def rate_alone(self, net, g: FlowGroup, now: float, sized: SizedBatch | None) -> None:
         """The network's re-rating of a component that is ``g`` alone, just submitted (every
         class in flight, none advanced): its rates remembered per key, and the time its bytes
         take per batch and scale (``sized``, from ``submit``). Run lone (module doc) when it
@@ -93,7 +88,7 @@ class LonePath:
 
     def submit_later(
         self,
-        net: FlowNetwork,
+        net,
         delay: float,
         classes: list[FlowClass],
         on_done: Callable[[], None],
@@ -139,14 +134,14 @@ class LonePath:
         g.later = (classes, on_done, scale)
         self.go(net, g, delay, left)
 
-    def go(self, net: FlowNetwork, g: FlowGroup, delay: float, left: float) -> None:
+    def go(self, net, g: FlowGroup, delay: float, left: float) -> None:
         """Run ``g`` lone: its batch ends on a timer ``delay + left`` s (its start, its bytes)
         plus its tail from now, unless it is taken back first (``version``)."""
         g.version += 1
         g.lone = self.seen = True
         net.call_in(delay + left + g.tail, self.end, net, g, g.version)
 
-    def end(self, net: FlowNetwork, g: FlowGroup, version: int) -> None:
+    def end(self, net, g: FlowGroup, version: int) -> None:
         """A lone group's bytes and tail are through (unless it was taken back since,
         ``version``): end its batch."""
         if g.version != version:
@@ -164,9 +159,7 @@ class LonePath:
             self.spare[g.key] = g
         on_done()
 
-    def drop_through(
-        self, net: FlowNetwork, groups: list[FlowGroup], now: float
-    ) -> list[FlowGroup]:
+    def drop_through(self, net, groups: list[FlowGroup], now: float) -> list[FlowGroup]:
         """``groups`` less the lone ones whose bytes are through at ``now`` (their timers end
         them) or that have not started (:meth:`submit_later`: submitted at their start
         instead); the lone ones still moving bytes are lone no longer."""

@@ -19,7 +19,8 @@ memory events: what came before the window as it is, the second period ``k`` mor
 the optimizer) ``k delta`` later, micro-batches renumbered. The engine is deterministic, so a
 state that repeats once repeats every time; the tests compare the result with the full
 simulation record by record. When the check fails the caller tries a longer warm-up or a
-longer period (``api._steady_state_retries``), and simulates the full step when those fail too.
+longer period (``stages.steady._steady_state_retries``), and simulates the full step when
+those fail too.
 
 A host stream (the CPU's launches, tasks of kind "host") runs up to a launch queue ahead of
 its GPU, across periods and into the step's end: the check is the GPU's tasks' (the caller
@@ -45,7 +46,7 @@ from simulator.pipelines import SteadyState
 TOLERANCE_S = 1e-9  # a twin's start and end may differ from +delta by this much (s)
 SHIFT_DIFFERS = "the second period is not the first shifted"
 """How :func:`find_repeat`'s reason starts when every task has its twin but not at one
-shift: the state may repeat over more micro-batches (``api._steady_state_retries``)."""
+shift: the state may repeat over more micro-batches (``stages.steady._steady_state_retries``)."""
 _KEY = ["rank", "stream", "kind", "phase", "name", "layer", "microbatch"]
 _TEXT = ["stream", "kind", "phase", "name"]
 

@@ -81,6 +81,14 @@ def layer_costs(scenario: Scenario, layer: int = 0) -> pd.DataFrame:
     Passes: forward, input_grad, weight_grad, and recompute (the forward again, for the ops the
     recompute policy re-runs: all of them with ``full``, the attention core with
     ``selective``). Columns: pass, op, kind, flops, bytes, seconds, bound.
+
+    >>> from simulator.api import load
+    >>> costs = layer_costs(load("scenarios/examples/pipeline-1f1b.yaml"))
+    >>> sorted(costs["pass"].unique())
+    ['forward', 'input_grad', 'weight_grad']
+    >>> flops = costs.groupby("pass")["flops"].sum()  # the backward does about twice the forward
+    >>> round(float((flops["input_grad"] + flops["weight_grad"]) / flops["forward"]), 2)
+    2.02
     """
     if not 0 <= layer < scenario.model.layers:
         raise ValueError(f"layer {layer} is not in 0 .. {scenario.model.layers - 1}")

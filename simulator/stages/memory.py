@@ -60,7 +60,13 @@ def memory_report(scenario: Scenario, topo: Topology | None = None) -> MemoryRep
     """Per-rank memory breakdown of ``scenario`` (see :mod:`simulator.plan.memory`). A
     pipeline schedule searched for its passes' durations (ZB-1p, ZB-2p) is searched with the
     cluster's network, as ``run`` does, so that both hold the same order (``topo``: the
-    scenario's topology if already built)."""
+    scenario's topology if already built).
+
+    >>> from simulator.api import load
+    >>> report = memory_report(load("scenarios/examples/pipeline-1f1b.yaml"))
+    >>> report.fits, [r.rank_kind for r in report.ranks]
+    (True, ['stage 0', 'stage 1', 'stage 2', 'stage 3'])
+    """
     counts = count_params(scenario.model)
     plan = _ledger_input(scenario, topo)
     return MemoryReport(

@@ -8,7 +8,7 @@ from simulator import api
 from simulator.engine.links import LinkTable
 from simulator.engine.orbits import LinkOrbits, link_orbits
 from simulator.engine.placement import DeviceLabels
-from simulator.stages import simulation
+from simulator.stages import simulation, step_run
 from tests.fat_trees import fat_tree as fat_tree_topology
 
 
@@ -102,7 +102,7 @@ def test_runs_with_orbits_equal_runs_without(case, monkeypatch):
         stats.append(sim.stats)
         return sim
 
-    monkeypatch.setattr(api, "simulate", spy)
+    monkeypatch.setattr(step_run, "simulate", spy)  # where the run calls it
     monkeypatch.setattr(simulation, "SYMMETRIC_ORBITS", False)  # where simulate reads it
     plain = api.run(s, topo)
     monkeypatch.setattr(simulation, "SYMMETRIC_ORBITS", True)

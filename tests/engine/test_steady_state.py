@@ -352,10 +352,12 @@ def test_both_retries_are_tried_before_simulating_all(monkeypatch, caplog):
             raise api.NotRepeating(reasons.get(step.steady, shifted))
         return "simulated"
 
-    monkeypatch.setattr(api, "build_plan", lambda *a, **k: plan)
-    monkeypatch.setattr(api, "build_step", build)
-    monkeypatch.setattr(api, "simulate", simulate)
-    monkeypatch.setattr(api, "perturb", lambda step, perturbations: step)
+    from simulator.stages import step_run  # where the run builds and simulates
+
+    monkeypatch.setattr(step_run, "build_plan", lambda *a, **k: plan)
+    monkeypatch.setattr(step_run, "build_step", build)
+    monkeypatch.setattr(step_run, "simulate", simulate)
+    monkeypatch.setattr(step_run, "perturb", lambda step, perturbations: step)
     monkeypatch.setattr(api, "_result", lambda scenario, step, sim, track: sim)
     with caplog.at_level(logging.DEBUG, logger="simulator.api"):
         assert api._run_once(s, None, None, False, ()) == "simulated"

@@ -4,6 +4,7 @@ reusing it must not change a result."""
 import pytest
 
 from simulator import api
+from simulator.stages import step_build
 from simulator.sweep import adapter
 
 # Four DGX A100 nodes, two per leaf (the leaves' uplinks carry the data-parallel rings, so
@@ -99,7 +100,7 @@ def test_a_new_build_makes_room_before_it_starts(monkeypatch):
         seen.append(len(cache._kept))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(api, "build_step", build)
+    monkeypatch.setattr(step_build, "build_step", build)  # where StepCache finds it
     for batch in (32, 64):
         s = _load(f"training.global_batch={batch}")
         cache.build(api.build_plan(s, api.build_topology(s.cluster)), True)

@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 
-from simulator.sweep import adapter
+from simulator.sweep import adapter, ray_reaper
 from simulator.sweep.worker import Task, simulate_task
 
 log = logging.getLogger("trainsim.sweep")
@@ -85,7 +85,22 @@ def _ray_init(address: str | None, workers: int | None):
         ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError) as exc:  # no cluster there, or no address at all
         raise BackendError(f"--address {address}: {str(exc).splitlines()[0]}") from None
+    if address is None:  # ours: its processes end with this one, however it ends
+        global _reaper
+        _reaper = ray_reaper.start()
     return ray
+
+
+_reaper: ray_reaper.Reaper | None = None  # the watchdog of the local Ray started here
+
+
+def _shutdown(ray) -> None:
+    """Shut down the Ray started here, then its watchdog (nothing left for it to kill)."""
+    global _reaper
+    ray.shutdown()
+    if _reaper is not None:
+        _reaper.stop()
+        _reaper = None
 
 
 class BackendError(RuntimeError):
@@ -121,7 +136,7 @@ def ray_session(address: str | None = None, workers: int | None = None) -> Itera
     try:
         yield
     finally:
-        ray.shutdown()
+        _shutdown(ray)
 
 
 def run_ray(
@@ -146,4 +161,4 @@ def run_ray(
                 yield ray.get(ref)
     finally:
         if started:
-            ray.shutdown()
+            _shutdown(ray)

@@ -221,7 +221,7 @@ def gantt(
 ) -> None:
     """Redraw the Gantt chart of a saved run."""
     from simulator.report.gantt import draw_gantt
-    from simulator.report.run_report import load_run
+    from simulator.report.run_report import gantt_headline, load_run
 
     path = out or run_dir / "gantt.png"
     checked(check_out_file, path, "--out")
@@ -241,14 +241,12 @@ def gantt(
     end = float(trace["end_s"].max()) if len(trace) else 0.0
     if span is not None and span[0] >= end:
         fail(f"--window {window}: starts after the step ends (at {end:.6g} s): nothing to draw")
-    draw_gantt(
-        trace,
-        [path],
-        shown,
-        summary.get("stage_of_rank"),
-        str(summary.get("scenario") or run_dir.name),
-        window=span,
-    )
+    name = str(summary.get("scenario") or run_dir.name)
+    try:
+        title = gantt_headline(summary, name)
+    except (KeyError, TypeError, ValueError):  # a summary without the metrics: the name
+        title = name
+    draw_gantt(trace, [path], shown, summary.get("stage_of_rank"), title, window=span)
     typer.echo(str(path))
 
 

@@ -28,6 +28,7 @@ from simulator.report.style import (  # noqa: E402
     colour_of,
     stream_rank,
 )
+from simulator.report.waits import arrows, pacers, step_waits  # noqa: E402
 
 MIN_LABEL_FRACTION = 0.012  # a bar narrower than this share of the axis gets no number
 MIN_BAR_FRACTION = 1 / 1000  # about 1.5 pixels of a 14-inch chart at 130 dpi
@@ -60,14 +61,28 @@ def merged_spans(start_ms, end_ms, min_width_ms: float):
 
 
 def default_ranks(frame: pd.DataFrame, stage_of_rank: dict | None) -> list[int]:
-    """One rank per pipeline stage (the lowest rank of each), or every rank if unknown."""
-    ranks = sorted(frame["rank"].unique())
+    """One rank per pipeline stage (the lowest rank of each), or every rank if unknown; and
+    where a stage's ranks were simulated apart (a slow GPU), the one that made the others of
+    its stage wait longest at their collectives, if another, beside it."""
+    ranks = [int(r) for r in sorted(frame["rank"].unique())]
     if not stage_of_rank:
         return ranks[:16]
+
+    def stage(r: int) -> int:
+        return int(stage_of_rank.get(str(r), stage_of_rank.get(r, r)))
+
     first: dict[int, int] = {}
     for r in ranks:
-        first.setdefault(int(stage_of_rank.get(str(r), stage_of_rank.get(r, r))), r)
-    return [first[s] for s in sorted(first)]
+        first.setdefault(stage(r), r)
+    shown = [first[s] for s in sorted(first)]
+    if len(ranks) > len(shown):
+        held = pacers(step_waits(frame, ranks))
+        held = held[held["kind"] == "collective"]
+        for s in sorted(first):
+            mine = held[held["src_rank"].map(stage) == s]
+            if not mine.empty and int(mine.iloc[0]["src_rank"]) not in shown:
+                shown.append(int(mine.iloc[0]["src_rank"]))
+    return sorted(shown, key=lambda r: (stage(r), r))
 
 
 def merged_blocks(f: pd.DataFrame) -> pd.DataFrame:
@@ -92,9 +107,9 @@ def draw_rows(
     t_max: float,
     stage_of_rank: dict | None = None,
     window: tuple[float, float] | None = None,
-) -> None:
+) -> dict[tuple[int, str], int]:
     """Draw the rows of ``ranks`` on ``ax`` (top to bottom), time in ms from 0 to ``t_max`` s
-    or over ``window`` = (start, end) s."""
+    or over ``window`` = (start, end) s; each (rank, stream) row's height on the axis."""
     t0, t1 = window or (0.0, t_max)
     span = t1 - t0
     min_width_ms = span * MIN_BAR_FRACTION * 1e3
@@ -120,6 +135,36 @@ def draw_rows(
     ax.set_xlim(t0 * 1e3, t1 * 1e3)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.grid(axis="x", alpha=0.3)
+    return {row: len(rows) - 1 - i for i, row in enumerate(rows)}
+
+
+def draw_waits(ax, frame, ranks, stage_of_rank, window, rows: dict) -> str:
+    """Arrows from each pacer to the ranks that waited on it (:mod:`simulator.report.waits`:
+    red, a collective's members; grey, a pipeline's neighbours), and a line naming the longest
+    total wait ("" when none); waits shorter than a bar's least width get no arrow, but count
+    in the totals."""
+    t0, t1 = window
+    found = step_waits(frame, ranks, stage_of_rank)
+    found = found[(found["dst_s"] >= t0) & (found["src_s"] <= t1)]
+    wide = found[found["wait_s"] >= (t1 - t0) * MIN_BAR_FRACTION]  # an arrow worth drawing
+    for w in arrows(wide).itertuples(index=False):
+        src, dst = rows.get((w.src_rank, w.src_stream)), rows.get((w.dst_rank, w.dst_stream))
+        if src is None or dst is None:
+            continue
+        ax.annotate(
+            "", xy=(w.dst_s * 1e3, dst), xytext=(w.src_s * 1e3, src),
+            arrowprops={
+                "arrowstyle": "->", "lw": 0.8, "alpha": 0.8, "shrinkA": 0, "shrinkB": 0,
+                "color": "#c0392b" if w.kind == "collective" else "#555555",
+            },
+        )  # fmt: skip
+    if found.empty:
+        return ""
+    top = pacers(found).iloc[0]
+    return (
+        f"arrows: who waits on whom; the longest: rank {top.dst_rank} on rank {top.src_rank} "
+        f"({top.waits} {top.kind} waits, {top.total_s * 1e3:,.3g} ms)"
+    )
 
 
 def _draw_bars(ax, f: pd.DataFrame, y: float, height: float, min_width_ms: float) -> None:
@@ -179,12 +224,13 @@ def draw_gantt(
     n_rows = sum(frame.loc[frame["rank"] == r, "stream"].nunique() for r in ranks)
     height = max(2.8, 1.6 + 0.32 * n_rows)
     fig, ax = plt.subplots(figsize=(14, height))
-    draw_rows(ax, frame, ranks, t_max, stage_of_rank, window)
+    rows = draw_rows(ax, frame, ranks, t_max, stage_of_rank, window)
+    note = draw_waits(ax, frame, ranks, stage_of_rank, window or (0.0, t_max), rows)
     ax.set_xlabel("time (ms)")
     title = title or "one training step"
     if window is not None:
         title += f", {window[0] * 1e3:,.3g} to {window[1] * 1e3:,.3g} ms"
-    ax.set_title(title)
+    ax.set_title(title + (f"\n{note}" if note else ""), fontsize=10)
     fig.legend(handles=legend_handles(frame), loc="lower center", ncol=6, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.5 / height, 1, 1))  # room for the legend under the axis
     out = []

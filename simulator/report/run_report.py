@@ -109,16 +109,21 @@ def _csv(frame: pd.DataFrame, path: Path) -> Path:
     return path
 
 
+def gantt_headline(summary: dict, title: str) -> str:
+    """The Gantt chart's title: the run's name, step time, MFU and bubble."""
+    return (
+        f"{title}: step {summary['step_time_s']:.4g} s, MFU {summary['mfu']:.1%}, "
+        f"bubble {summary['bubble_fraction']:.1%}"
+    )
+
+
 def _pictures(summary, trace, memory, links, out: Path, title: str):
     """A function drawing gantt.png (and gantt.svg for a small trace); their paths."""
     stages = summary.get("stage_of_rank")
 
     def draw() -> list[Path]:
         shown = default_ranks(trace, stages)
-        headline = (
-            f"{title}: step {summary['step_time_s']:.4g} s, MFU {summary['mfu']:.1%}, "
-            f"bubble {summary['bubble_fraction']:.1%}"
-        )
+        headline = gantt_headline(summary, title)
         charts = [out / "gantt.png"]
         if len(trace) <= SVG_MAX_RECORDS:
             charts.append(out / "gantt.svg")

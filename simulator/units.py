@@ -191,8 +191,52 @@ def _at_most(ceiling: float, what: str, why: str):
     return AfterValidator(check)
 
 
+SI_UNITS: dict[str, str] = {
+    "bytes": "B", "bandwidth": "B/s", "flops": "FLOP", "flops_rate": "FLOP/s", "time": "s",
+    "count": "", "power": "W",
+}  # fmt: skip
+"""The SI unit each dimension's values are held in, once parsed."""
+
+
 def _parsed(dimension: Dimension) -> BeforeValidator:
-    return BeforeValidator(lambda v: parse_quantity(v, dimension))
+    def parse(v):
+        return parse_quantity(v, dimension)
+
+    parse.si_unit = SI_UNITS[dimension]  # read by si_unit (the scenario reference's column)
+    return BeforeValidator(parse)
+
+
+class Unit:
+    """A field's SI unit where its type does not say it (``Annotated[float, Unit("B")]``):
+    read by :func:`si_unit` for the scenario reference; pydantic ignores it."""
+
+    def __init__(self, si_unit: str):
+        self.si_unit = si_unit
+
+    def __repr__(self) -> str:
+        return f"Unit({self.si_unit!r})"
+
+
+def si_unit(annotation, metadata=()) -> str:
+    """The SI unit of a field typed with a quantity of this module (``Seconds`` -> "s", also
+    inside ``X | None``), "" for any other; ``metadata``: a pydantic field's own (where it
+    keeps a top-level ``Annotated``'s validators)."""
+    import typing
+
+    marks = list(metadata)
+    if typing.get_origin(annotation) is typing.Annotated:
+        marks += typing.get_args(annotation)[1:]
+    for m in marks:
+        unit = getattr(m, "si_unit", None) or getattr(getattr(m, "func", None), "si_unit", None)
+        if unit:
+            return unit
+    for arg in typing.get_args(annotation):  # X | None, lists of X
+        if typing.get_origin(arg) is not typing.Annotated or arg is annotation:
+            continue
+        unit = si_unit(arg)
+        if unit:
+            return unit
+    return ""
 
 
 Bytes = Annotated[float, _parsed("bytes"), Field(gt=0)]

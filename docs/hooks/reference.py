@@ -73,7 +73,10 @@ def _sections(model, prefix: str, seen: set) -> list[str]:
 
     title = prefix.rstrip(".") or "scenario"
     doc = inspect.cleandoc(model.__doc__ or "").replace("``", "`")
-    out = [f"## `{title}`", "", doc, "", "| key | type | default | meaning |", "|---|---|---|---|"]
+    from simulator.units import si_unit
+
+    head = "| key | type | unit | default | meaning |"
+    out = [f"## `{title}`", "", doc, "", head, "|---|---|---|---|---|"]
     nested = []
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
@@ -81,7 +84,9 @@ def _sections(model, prefix: str, seen: set) -> list[str]:
         if len(default) > 40:
             default = default[:37] + "..."
         meaning = _meaning(field, name, doc)
-        out.append(f"| `{key}` | {_type_text(field.annotation)} | `{default}` | {meaning} |")
+        unit = si_unit(field.annotation, field.metadata)
+        kind = _type_text(field.annotation)
+        out.append(f"| `{key}` | {kind} | {unit} | `{default}` | {meaning} |")
         for sub in typing.get_args(field.annotation) or (field.annotation,):
             if isinstance(sub, type) and issubclass(sub, BaseModel) and sub not in seen:
                 seen.add(sub)

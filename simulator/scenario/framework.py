@@ -94,7 +94,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from simulator.scenario.fields import Frozen, Real
-from simulator.units import Seconds
+from simulator.units import Seconds, Unit
 
 CPU_LAUNCH_S = 5e-6  # CPU time to issue one eager kernel (module docstring)
 CPU_OP_FORWARD_S = 7e-6  # PyTorch's CPU time per op called from Python, autograd on
@@ -218,7 +218,7 @@ class FrameworkConfig(Frozen):
     swiglu_saved: Annotated[int, Field(ge=2, le=4)] = 3
     eager_kernels: bool = False
     eager_norms: bool = False
-    loss_bytes_per_logit: Annotated[Real, Field(ge=4, le=64)] = 6.0
+    loss_bytes_per_logit: Annotated[Real, Field(ge=4, le=64), Unit("B")] = 6.0
     grad_accumulation: Literal["fused", "add"] = "fused"
     tp_async_allreduce: bool = False
     overlap_grad_reduce: bool = True
@@ -226,7 +226,7 @@ class FrameworkConfig(Frozen):
     optimizer: Literal["fused", "foreach"] = "fused"
     weight_casts: bool = False
     allocator_reserve: Annotated[Real, Field(ge=0, lt=0.9)] = 0.0
-    runtime_bytes: Annotated[Real, Field(ge=0, le=1e12)] = RUNTIME_BYTES
+    runtime_bytes: Annotated[Real, Field(ge=0, le=1e12), Unit("B")] = RUNTIME_BYTES
     nccl_buffers: bool = True
     nccl_channels: Annotated[int, Field(ge=1, le=64)] = 24
 

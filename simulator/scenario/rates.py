@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-from simulator.units import parse_quantity
+from simulator.units import Unit, parse_quantity
 
 
 def parse_rate(value: Any) -> float:
@@ -48,7 +48,4 @@ def parse_rate(value: Any) -> float:
     return float(value)
 
 
-Rate = Annotated[float, BeforeValidator(parse_rate)]
-
-
-Rate = Annotated[float, BeforeValidator(parse_rate)]
+Rate = Annotated[float, BeforeValidator(parse_rate), Unit("1/s")]

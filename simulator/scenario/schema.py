@@ -47,7 +47,7 @@ from simulator.scenario.topology_config import (
     topology_devices,
 )
 from simulator.scenario.variability import VariabilityConfig
-from simulator.units import Bandwidth, Bytes, Seconds, parse_quantity
+from simulator.units import Bandwidth, Bytes, Seconds, Unit, parse_quantity
 
 # ----------------------------------------------------------------------------- cluster
 
@@ -204,7 +204,7 @@ class ParallelismConfig(Frozen):
     pipeline: PipelineConfig = PipelineConfig()
     """The pipeline schedule and its chunks."""
     recompute: Annotated[str, BeforeValidator(recompute_policy)] = "none"
-    bucket_size: Annotated[float, BeforeValidator(_bucket_bytes)] = 25e6
+    bucket_size: Annotated[float, BeforeValidator(_bucket_bytes), Unit("B")] = 25e6
     fsdp_unit_layers: PosInt = 1
     fsdp_prefetch: Annotated[int, Field(ge=0, le=64)] = 1
     fsdp_backward_prefetch: Literal["pre", "post", "none"] = "pre"
@@ -285,12 +285,12 @@ class PrecisionConfig(Frozen):
     """
 
     recipe: str | None = "megatron-bf16"
-    params: Annotated[Real, Field(gt=0, le=64)] | None = None
-    grads: Annotated[Real, Field(gt=0, le=64)] | None = None
-    optimizer: Annotated[Real, Field(ge=0, le=256)] | None = None
+    params: Annotated[Real, Field(gt=0, le=64), Unit("B")] | None = None
+    grads: Annotated[Real, Field(gt=0, le=64), Unit("B")] | None = None
+    optimizer: Annotated[Real, Field(ge=0, le=256), Unit("B")] | None = None
     compute_dtype: Literal["bf16", "fp16", "fp8", "fp32", "tf32"] = "bf16"
     """The matmuls' dtype, which sets the accelerator's peak FLOP/s."""
-    activation_bytes: Annotated[Real, Field(gt=0, le=8)] = 2.0
+    activation_bytes: Annotated[Real, Field(gt=0, le=8), Unit("B")] = 2.0
 
     @model_validator(mode="before")
     @classmethod

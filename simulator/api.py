@@ -134,7 +134,12 @@ def topology_from_file(
     path: str | Path, accelerator: str = "H100-SXM", overrides: list[str] | tuple[str, ...] = ()
 ) -> Topology:
     """Build the topology described by a topologies/*.yaml file (NVLink bandwidth not given
-    in the file comes from ``accelerator``)."""
+    in the file comes from ``accelerator``), with ``overrides`` as ``--set`` takes them.
+
+    >>> pod = topology_from_file("topologies/dgx-h100-superpod.yaml", overrides=["nodes=4"])
+    >>> pod.num_devices, pod.meta["kind"]
+    (32, 'fat_tree')
+    """
     config = load_topology(path, overrides)
     cluster = ClusterConfig(accelerator=get_accelerator(accelerator), topology=config)
     return build_topology(cluster)

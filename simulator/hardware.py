@@ -356,6 +356,10 @@ def get_accelerator(name: str) -> Accelerator:
     ------
     KeyError
         If the name is unknown; the message lists the known names.
+
+    >>> h100 = get_accelerator("h100-sxm")
+    >>> h100.name, h100.hbm_bytes / 1e9, h100.peak("bf16") / 1e12  # GB, TFLOP/s dense
+    ('H100-SXM', 80.0, 989.4)
     """
     try:
         return CATALOG[_LOOKUP[_key(name)]]

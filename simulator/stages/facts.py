@@ -43,7 +43,14 @@ def network_facts(topo: Topology) -> NetworkFacts:
     one GPU's bandwidth and per-hop latency to another host, and the bandwidth between two
     GPUs of one host. Found once per topology (its graph, devices and hosts) and kept in
     ``topo.derived`` (as :func:`network_model`): a walk over every device's host, 1.5 ms at
-    16K GPUs."""
+    16K GPUs.
+
+    >>> from simulator.api import build_topology, load
+    >>> topo = build_topology(load("scenarios/examples/pipeline-1f1b.yaml").cluster)  # a DGX
+    >>> facts = network_facts(topo)
+    >>> facts.gpus_per_host, facts.nvls, facts.intra_Bps / 1e9  # 450 GB/s x 0.8 efficiency
+    (8, True, 360.0)
+    """
     kept = topo.derived.get("network_facts")
     reads = (topo.graph, topo.devices, topo.host_of)
     if kept is None or any(map(is_not, kept[0], reads)):  # one swapped in: found anew

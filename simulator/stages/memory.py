@@ -79,7 +79,13 @@ def memory_report(scenario: Scenario, topo: Topology | None = None) -> MemoryRep
 
 
 def memory_frame(report: MemoryReport) -> pd.DataFrame:
-    """One row per kind of rank; byte columns in bytes."""
+    """One row per kind of rank; byte columns in bytes.
+
+    >>> from simulator.api import load
+    >>> frame = memory_frame(memory_report(load("scenarios/examples/pipeline-1f1b.yaml")))
+    >>> frame["rank_kind"].tolist(), frame.columns[1:4].tolist()
+    (['stage 0', 'stage 1', 'stage 2', 'stage 3'], ['params', 'grads', 'optimizer'])
+    """
     rows = []
     for r in report.ranks:
         d = r.as_dict()
@@ -108,7 +114,12 @@ def memory_frame(report: MemoryReport) -> pd.DataFrame:
 def ledger_peak(scenario: Scenario, topo: Topology | None = None) -> tuple[float, float, str]:
     """(the largest rank's memory-ledger total, its HBM, which ranks) in bytes: the ledger
     alone, without the report's caveats and parameter counts. A schedule ordered by its
-    passes' durations is planned on ``topo`` (built if not given), as ``run`` plans it."""
+    passes' durations is planned on ``topo`` (built if not given), as ``run`` plans it.
+
+    >>> from simulator.api import load
+    >>> ledger_peak(load("scenarios/examples/pipeline-1f1b.yaml"))  # 23.6 GB of 80, stage 0
+    (23550436096.0, 80000000000.0, 'stage 0')
+    """
     plan = _ledger_input(scenario, topo)
     ranks = distinct_rank_kinds(memory_ledger(plan))
     worst = max(ranks, key=lambda r: r.total)

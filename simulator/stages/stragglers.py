@@ -17,7 +17,13 @@ def scenario_perturbations(scenario: Scenario) -> list[Perturbation]:
     schema's own conversion (:meth:`Stragglers.in_step`).
 
     A link that is down (fraction 0) would need rerouting, which the step simulation does not
-    model (ValueError)."""
+    model (ValueError).
+
+    >>> from simulator.api import load
+    >>> slow = "failures={stragglers: {gpus: [{rank: 1, factor: 1.5}]}}"
+    >>> scenario_perturbations(load("scenarios/examples/pipeline-1f1b.yaml", [slow]))
+    [SlowCompute(rank=1, factor=1.5)]
+    """
     if scenario.failures is None:
         return []
     out: list[Perturbation] = []

@@ -23,7 +23,13 @@ def build_topology(cluster: ClusterConfig) -> Topology:
 
     Built with the cyclic garbage collector paused: a graph of 16K GPUs is a million
     long-lived dicts and tuples, which the collector's passes would walk again and again
-    (0.3-0.5 s of the Llama 3 cluster's 0.9-1.2 s)."""
+    (0.3-0.5 s of the Llama 3 cluster's 0.9-1.2 s).
+
+    >>> from simulator.api import load
+    >>> topo = build_topology(load("scenarios/examples/pipeline-1f1b.yaml").cluster)
+    >>> topo.name, topo.num_devices, topo.meta["kind"]
+    ('DGX H100', 8, 'nvswitch')
+    """
     with paused_gc():
         return _build(cluster)
 

@@ -8,6 +8,14 @@ runs) and writes, in the format :mod:`simulator.model.calibration` reads:
 - ``membound.csv``: op, elems, dtype, s, bytes_moved, gbps: bf16 copies and tanh-GeLUs of
   several sizes (read + write, 4 B per value) and PyTorch's fused AdamW over fp32 parameters
   (p, g, m, v read, p, m, v written: 28 B per parameter);
+- ``host.json``: the framework's CPU costs and the GPU's held clock, as a scenario takes them:
+  ``cpu_launch_s``, the CPU time per tiny kernel issued back to back without autograd (its
+  launch and PyTorch's dispatch: an upper bound of the launch alone), ``cpu_op_forward_s``,
+  what autograd's recording adds per forward op (``framework:`` fields,
+  :mod:`simulator.scenario.framework`), and ``sustained_compute``, the rate a large GEMM
+  holds over a long run against its rate in a short one (``cluster.accelerator.
+  sustained_compute``), with the board's power draw and SM clock over that run where the
+  driver reports them;
 - ``meta.json``: torch version, device name.
 
 Point an accelerator at the folder (``calibration: path``) to use it. The timing function is
@@ -29,6 +37,15 @@ Timer = Callable[[str, tuple[int, ...]], list[float]]  # (kind, shape) -> second
 
 COPY_SIZES = (2**20, 2**24, 2**28, 2**30)  # values, for copies and GeLUs
 ADAMW_SIZES = (2**24, 2**27, 2**29)  # fp32 parameters
+# tiny kernels per timed run: fewer than CUDA's pending-launch queue (about 1,000:
+# simulator.scenario.framework), so the CPU never waits for the GPU and the time is its own
+LAUNCHES = 256
+# the long GEMM run: a large square bf16 GEMM back to back for about this long, long enough
+# for the power limiter to settle the clock (seconds, on NVIDIA's boards), of which the
+# first BURST iterations give the short-run rate and the last half the held one
+SUSTAIN = (8192, 8192, 8192)
+SUSTAIN_S = 20.0
+BURST = 5
 
 
 class CalibrationUnavailable(RuntimeError):
@@ -54,6 +71,10 @@ def torch_timer(repeats: int = 10, warmup: int = 3) -> tuple[Timer, dict]:
         raise CalibrationUnavailable("no CUDA device: run trainsim calibrate on the GPU to measure")
 
     def run(kind: str, shape: tuple[int, ...]) -> list[float]:
+        if kind in ("launch", "launch_autograd"):
+            return _host_times(torch, kind, shape[0], repeats, warmup)
+        if kind == "sustained_gemm":
+            return _held_gemm(torch, shape, meta)
         if kind == "gemm":
             m, n, k = shape
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -80,6 +101,71 @@ def torch_timer(repeats: int = 10, warmup: int = 3) -> tuple[Timer, dict]:
 
     meta = {"torch": torch.__version__, "device": "cuda", "name": torch.cuda.get_device_name(0)}
     return run, meta
+
+
+def _host_times(torch, kind: str, n: int, repeats: int, warmup: int) -> list[float]:
+    """CPU seconds to issue ``n`` tiny kernels back to back (``launch_autograd``: ops that
+    autograd records), each run after the GPU has drained, wall clock on the CPU side."""
+    import time
+
+    x = torch.zeros(1, device="cuda", requires_grad=kind == "launch_autograd")
+    op = (lambda: x * 1.0) if kind == "launch_autograd" else (lambda: x.add_(1.0))
+    times = []
+    with torch.enable_grad() if kind == "launch_autograd" else torch.no_grad():
+        for i in range(warmup + repeats):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(n):
+                op()
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return times
+
+
+def _held_gemm(torch, shape: tuple[int, ...], meta: dict) -> list[float]:
+    """Seconds of each GEMM of a run about :data:`SUSTAIN_S` long, back to back; the board's
+    power (W) and SM clock (MHz) over its second half into ``meta``, where reported."""
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    times, power, clock, spent = [], [], [], 0.0
+    while spent < SUSTAIN_S:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+        spent += times[-1]
+        if spent > SUSTAIN_S / 2:
+            try:  # NVML through PyTorch (pynvml); absent on some drivers and boards
+                power.append(torch.cuda.power_draw() / 1e3)
+                clock.append(torch.cuda.clock_rate())
+            except Exception:  # noqa: BLE001 - a reading the driver does not give is left out
+                pass
+    if power:
+        meta["held_power_w"] = statistics.median(power)
+        meta["held_sm_clock_mhz"] = statistics.median(clock)
+    return times
+
+
+def host_and_clock(timer: Timer, meta: dict) -> dict:
+    """``host.json``'s values (module doc) from ``timer``'s runs."""
+    bare = statistics.median(timer("launch", (LAUNCHES,))) / LAUNCHES
+    recorded = statistics.median(timer("launch_autograd", (LAUNCHES,))) / LAUNCHES
+    held = timer("sustained_gemm", SUSTAIN)
+    burst = statistics.median(held[:BURST])
+    tail = statistics.median(held[len(held) // 2 :])
+    out = {
+        "cpu_launch_s": bare,
+        "cpu_op_forward_s": max(recorded - bare, 0.0),
+        "sustained_compute": min(burst / tail, 1.0),
+    }
+    for key in ("held_power_w", "held_sm_clock_mhz"):
+        if key in meta:
+            out[key] = meta[key]
+    return out
 
 
 def run_microbenchmarks(
@@ -122,5 +208,6 @@ def run_microbenchmarks(
             }
         )
     pd.DataFrame(rows).to_csv(out / "membound.csv", index=False)
+    (out / "host.json").write_text(json.dumps(host_and_clock(timer, meta), indent=1))
     (out / "meta.json").write_text(json.dumps(meta))
-    return [out / "gemm.csv", out / "membound.csv", out / "meta.json"]
+    return [out / "gemm.csv", out / "membound.csv", out / "host.json", out / "meta.json"]

@@ -110,6 +110,23 @@ def calibrate(
         f"RMS log error {gemm.rms_log_error:.1%}; HBM efficiency: copies {mem.e_mem:.2f}, "
         f"GeLU {mem.efficiency(2.0):.2f}, fused AdamW {mem.optimizer:.2f}"
     )
+    typer.echo(_host_lines(json.loads((out / "host.json").read_text())))
+
+
+def _host_lines(host: dict) -> str:
+    """host.json as the scenario lines that use it."""
+    held = host.get("held_power_w")
+    board = (
+        f" (the board drew {held:.0f} W at {host['held_sm_clock_mhz']:.0f} MHz)"
+        if held is not None
+        else ""
+    )
+    return (
+        f"framework: {{cpu_launch_s: {host['cpu_launch_s'] * 1e6:.2f} us, "
+        f"cpu_op_forward_s: {host['cpu_op_forward_s'] * 1e6:.2f} us}}\n"
+        f"cluster.accelerator.sustained_compute: {host['sustained_compute']:.3f}"
+        f"  # a long GEMM run's rate over a short one's{board}"
+    )
 
 
 def check(scenario: ScenarioArg, set_: SetOpt = None) -> None:

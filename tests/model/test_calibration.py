@@ -18,8 +18,21 @@ E_MAX, X_HALF, T0, E_MEM = 0.6, 64.0, 10e-6, 0.8
 E_MATH, E_ADAM = 0.7, 0.6  # GeLU's and fused AdamW's HBM efficiencies
 
 
+LAUNCH_S, OP_S, HELD = 6e-6, 7e-6, 0.9  # CPU per launch, autograd's per op; the held clock
+
+
 def synthetic_timer(kind, shape):
-    """A GPU that follows the model exactly (peak 500 TFLOP/s, 2 TB/s)."""
+    """A GPU that follows the model exactly (peak 500 TFLOP/s, 2 TB/s), on a CPU that issues a
+    kernel in 6 us (13 us with autograd recording), whose clock falls to 0.9 of its short-run
+    rate after 20 GEMMs of a long run."""
+    if kind == "launch":
+        return [shape[0] * LAUNCH_S] * 3
+    if kind == "launch_autograd":
+        return [shape[0] * (LAUNCH_S + OP_S)] * 3
+    if kind == "sustained_gemm":
+        m, n, k = shape
+        t = T0 + 2 * m * n * k / (PEAK * E_MAX)
+        return [t] * 20 + [t / HELD] * 80
     if kind == "gemm":
         m, n, k = shape
         e = E_MAX * (m / (m + X_HALF)) * (n / (n + X_HALF)) * (k / (k + X_HALF))
@@ -55,7 +68,7 @@ def test_gemm_fit_is_the_least_error_of_its_grid():
 
 def test_fit_recovers_a_known_device(tmp_path):
     paths = run_microbenchmarks(tmp_path, synthetic_timer, {"name": "synthetic"})
-    assert [p.name for p in paths] == ["gemm.csv", "membound.csv", "meta.json"]
+    assert [p.name for p in paths] == ["gemm.csv", "membound.csv", "host.json", "meta.json"]
     gemm, mem = device_fits(str(tmp_path), PEAK, HBM)
     # The grid steps e_max by 0.01 and x geometrically (~12%): recovered within a step.
     assert gemm.e_max == pytest.approx(E_MAX, abs=0.01)
@@ -203,3 +216,23 @@ def test_calibrate_prints_its_fits_and_names_impossible_copies(tmp_path, monkeyp
     bad = CliRunner().invoke(app, [*args, str(tmp_path / "bad"), "--hbm", "0.667 TB/s"])
     assert bad.exit_code == 2
     assert "membound.csv: the two largest copies give an HBM efficiency of 2.4" in bad.output
+
+
+def test_host_costs_and_the_held_clock_are_measured_as_a_scenario_takes_them(tmp_path):
+    import json
+
+    from simulator.cli_catalog import _host_lines
+
+    run_microbenchmarks(tmp_path, synthetic_timer, {"name": "synthetic", "held_power_w": 699.0,
+                                                    "held_sm_clock_mhz": 1755.0})  # fmt: skip
+    host = json.loads((tmp_path / "host.json").read_text())
+    # per launch: the bare kernel's CPU time; per op: what autograd's recording adds to it
+    assert host["cpu_launch_s"] == pytest.approx(LAUNCH_S, rel=1e-12)
+    assert host["cpu_op_forward_s"] == pytest.approx(OP_S, rel=1e-12)
+    # the first GEMMs at the short-run rate, the second half of the run at 0.9 of it
+    assert host["sustained_compute"] == pytest.approx(HELD, rel=1e-12)
+    assert host["held_power_w"] == 699.0
+    lines = _host_lines(host).splitlines()
+    assert lines[0] == "framework: {cpu_launch_s: 6.00 us, cpu_op_forward_s: 7.00 us}"
+    assert lines[1].startswith("cluster.accelerator.sustained_compute: 0.900")
+    assert "699 W at 1755 MHz" in lines[1]

@@ -163,7 +163,12 @@ def step_lower_bound(scenario: Scenario, reach=None):
 def topology_warnings(scenario: Scenario, topo: Topology | None = None) -> list[str]:
     """Where a study of this scenario would mislead (oversubscription that touches no traffic,
     a NIC faster than its host link, groups straddling the NVLink domain):
-    :func:`simulator.plan.topology_warnings.topology_warnings`."""
+    :func:`simulator.plan.topology_warnings.topology_warnings`.
+
+    >>> [w] = topology_warnings(load("scenarios/studies/exercise-400b-dense.yaml"))
+    >>> w[:78]  # its CP groups are strided by TP 4: two hosts each
+    '128 of 128 CP groups (4 ranks each) straddle NVLink domains of 8 GPUs although'
+    """
     return plan_topology_warnings(scenario, topo or build_topology(scenario.cluster))
 
 

@@ -279,7 +279,12 @@ _TOPOLOGY = TypeAdapter(TopologyConfig)
 
 
 def load_topology(path: str | Path, overrides: list[str] | tuple[str, ...] = ()):
-    """Load a topology YAML (the ``cluster.topology`` section on its own, as in topologies/).
+    """Load a topology YAML (the ``cluster.topology`` section on its own, as in topologies/),
+    with ``overrides`` as ``--set`` takes them (keys within the section).
+
+    >>> pod = load_topology("topologies/dgx-h100-superpod.yaml", ["nodes=4"])
+    >>> type(pod).__name__, pod.nodes, pod.nic_bandwidth / 1e9  # GB/s: 400 Gb/s NDR
+    ('FatTreeTopology', 4, 50.0)
 
     Raises
     ------

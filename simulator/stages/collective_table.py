@@ -153,7 +153,16 @@ def topology_report(topo: Topology) -> tuple[dict, pd.DataFrame]:
 
 def fabric_line(info: dict) -> str:
     """A fat-tree's shape in hosts: leaves (rail or top-of-rack) and their host ports, pods,
-    and every level's oversubscription."""
+    and every level's oversubscription.
+
+    >>> from simulator.api import topology_from_file
+    >>> pod = topology_from_file("topologies/dgx-h100-superpod.yaml", overrides=["nodes=4"])
+    >>> for part in fabric_line(topology_report(pod)[0]).split("; "):
+    ...     print(part)
+    fabric: rail-optimised, 4 hosts per leaf group (4 host ports per leaf)
+    1 pod(s) of 4 hosts
+    oversubscription 1:1 leaf
+    """
     rails = "rail-optimised" if info["rail_optimized"] else "top-of-rack leaves"
     per_leaf = info["hosts_per_leaf"]
     over = info["oversubscription"]

@@ -28,7 +28,12 @@ def compute_model_of(scenario: Scenario) -> ComputeModel:
     """Kernel durations on the scenario's accelerator (calibrated), with its framework's CPU
     cost per kernel launch (:meth:`ComputeModel.for_scenario`), at the clock the step's own
     kernels hold under the power limit (:func:`compute_activity`,
-    :mod:`simulator.model.power`)."""
+    :mod:`simulator.model.power`).
+
+    >>> from simulator.api import load
+    >>> round(compute_model_of(load("scenarios/examples/pipeline-1f1b.yaml")).sustained, 3)
+    0.931
+    """
     cm = ComputeModel.for_scenario(scenario)
     acc = scenario.cluster.accelerator
     if power_model_of(acc) is None:

@@ -180,7 +180,13 @@ class RunResult:
     """One simulated step: its metrics, the trace, the memory timeline (DataFrames).
 
     With perturbations (stragglers, slow links), ``healthy_step_time_s`` is the same step
-    without them, for the slowdown."""
+    without them, for the slowdown.
+
+    >>> slow = "failures={stragglers: {gpus: [{rank: 1, factor: 1.5}]}}"
+    >>> result = run(load("scenarios/examples/pipeline-1f1b.yaml", [slow]))
+    >>> round(result.summary["straggler_slowdown"], 3), round(result.healthy_step_time_s, 4)
+    (1.215, 0.4473)
+    """
 
     metrics: metrics.StepMetrics
     trace: pd.DataFrame

@@ -8,4 +8,13 @@ a request to report it), never passed off as the user's mistake.
 
 
 class InfeasibleError(ValueError):
-    """A scenario the simulator cannot run as given; the message says what to change."""
+    """A scenario the simulator cannot run as given; the message says what to change.
+
+    >>> from simulator.api import load, run, topology_from_file
+    >>> half = topology_from_file("topologies/dgx-h100.yaml", overrides=["node.gpus=4"])
+    >>> try:
+    ...     run(load("scenarios/examples/pipeline-1f1b.yaml"), half)
+    ... except InfeasibleError as exc:
+    ...     print(exc)
+    8 ranks but the topology has 4 devices
+    """

@@ -13,7 +13,11 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 def usable_cores() -> int:
     """CPUs this process may run on (its affinity mask, not the machine's total): the size of
-    the process pools that sweeps and ``trainsim validate`` simulate on."""
+    the process pools that sweeps and ``trainsim validate`` simulate on.
+
+    >>> 1 <= usable_cores() <= (__import__("os").cpu_count() or 1)
+    True
+    """
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

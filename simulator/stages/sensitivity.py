@@ -32,7 +32,14 @@ def step_sensitivity(
     scenario: Scenario, topo: Topology, slow_factor: float, fleets: int = 8, steps: int = 4
 ) -> StepSensitivity:
     """:class:`StepSensitivity` of ``scenario`` from one simulated step, re-timed (with the
-    scenario's stragglers placed as :func:`run` places them)."""
+    scenario's stragglers placed as :func:`run` places them).
+
+    >>> from simulator.api import build_topology, load
+    >>> s = load("scenarios/examples/pipeline-1f1b.yaml")
+    >>> costs = step_sensitivity(s, build_topology(s.cluster), 1.5, fleets=2).slow_costs
+    >>> [round(float(c), 2) for c in costs]  # a 1.5x slow GPU costs most in the last stage
+    [1.21, 1.22, 1.24, 1.38]
+    """
     scenario, perturbations = _placed(scenario, scenario_perturbations(scenario))
     step, sim = simulated(scenario, topo, None, False, perturbations)
     base = step_metrics(sim, step).step_time_s

@@ -40,7 +40,13 @@ TOP_PEERS = 3  # a rank's slowest peers by persistent speed, drawn one by one (D
 class StepSamples:
     """Per step drawn: ``frame`` (step, step_time_s, slowdown against the variability-free
     step, pacing_rank: the GPU the others waited on longest, its pipeline stage and that
-    wait in s) and the variability-free step time (s)."""
+    wait in s) and the variability-free step time (s).
+
+    >>> from simulator.api import load, run
+    >>> drawn = run(load("scenarios/examples/pipeline-1f1b.yaml"), samples=5).samples
+    >>> len(drawn.frame), bool((drawn.frame["step_time_s"] >= drawn.base_step_time_s).all())
+    (5, True)
+    """
 
     frame: pd.DataFrame
     base_step_time_s: float

@@ -253,6 +253,12 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     ------
     ScenarioError
         For any problem with the input; its message names file:line:col and the field.
+
+    >>> try:
+    ...     load_scenario("scenarios/examples/pipeline-1f1b.yaml", ["parallelism.pp=3"])
+    ... except ScenarioError as exc:
+    ...     print(str(exc).splitlines()[0][:80])
+    scenarios/examples/pipeline-1f1b.yaml:10:3: parallelism.tp: tp x pp x cp = 2 x 3
     """
     path = Path(path)
     data, positions = read_yaml_file(path)

@@ -351,7 +351,16 @@ class SimulationConfig(Frozen):
 
 
 class Scenario(Frozen):
-    """One training run (the module doc lists its sections); a sweep is a spec file."""
+    """One training run (the module doc lists its sections); a sweep is a spec file. Frozen:
+    a changed copy is made with ``simulator.api.with_overrides``, validated as a file is.
+
+    >>> from simulator.api import load, with_overrides
+    >>> s = load("scenarios/examples/pipeline-1f1b.yaml")
+    >>> s.parallelism.pp, s.training.global_batch
+    (4, 16)
+    >>> with_overrides(s, {"training.global_batch": 32}).training.global_batch
+    32
+    """
 
     name: str | None = None
     """The run's name in reports and output folders (default: the file's name)."""

@@ -25,7 +25,13 @@ from simulator.topology import Topology, build_topology
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """Memory of each distinct kind of rank, with the model's size and the largest that fits."""
+    """Memory of each distinct kind of rank, with the model's size and the largest that fits.
+
+    >>> from simulator.api import load, memory_report
+    >>> report = memory_report(load("scenarios/examples/pipeline-1f1b.yaml"))
+    >>> report.parameter_count, report.fits, report.ranks[0].total / 1e9  # GB on stage 0
+    (6662266880, True, 23.550436096)
+    """
 
     parameter_count: int
     active_parameter_count: int

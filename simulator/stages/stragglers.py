@@ -74,7 +74,15 @@ def _placed(scenario: Scenario, perturbations) -> tuple[Scenario, list]:
 def straggler_link_findings(scenario: Scenario, topo: Topology) -> list[tuple[tuple, str]]:
     """Each ``failures.stragglers.links`` entry that names no link of ``topo``, as (field
     path, message) for :func:`simulator.scenario.located.located_error`: the file's line, not
-    only the file."""
+    only the file.
+
+    >>> from simulator.api import build_topology, load
+    >>> bad = "failures={stragglers: {links: [{src: nvswitch9, dst: 0, fraction: 0.5}]}}"
+    >>> s = load("scenarios/examples/pipeline-1f1b.yaml", [bad])
+    >>> [(path, text)] = straggler_link_findings(s, build_topology(s.cluster))
+    >>> path, text[:30]
+    (('failures', 'stragglers', 'links', 0, 'src'), 'no link nvswitch9 -> 0 in the ')
+    """
     if scenario.failures is None:
         return []
     out = []

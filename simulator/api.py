@@ -295,7 +295,14 @@ def write_run(result: RunResult, out: str | Path, title: str = "", on_file=None)
     memory.csv and memory.png, power.csv and power.png (where the device has a power model),
     steps.csv (the drawn steps, with ``samples``), gantt.png (and gantt.svg up to 20,000
     records), and with link tracking links.parquet and links.png. ``on_file(path)`` is called
-    as each is written."""
+    as each is written.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     written = write_run(run(load("scenarios/examples/pipeline-1f1b.yaml")), out)
+    >>> sorted(p.name for p in written)[:6]
+    ['gantt.png', 'gantt.svg', 'hta', 'memory.csv', 'memory.png', 'power.csv']
+    """
     from simulator.report.run_report import write_report
 
     return write_report(

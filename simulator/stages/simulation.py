@@ -29,7 +29,19 @@ from simulator.trace import rows_array
 class Simulation:
     """What the engine returns for one step: the trace as a DataFrame, the memory events
     (an (n, 3) array of rank, time s, bytes delta), the network statistics and model (for
-    link reports)."""
+    link reports).
+
+    >>> from simulator.api import SlowLink, build_plan, build_step, build_topology, load
+    >>> s = load("scenarios/examples/pipeline-1f1b.yaml")
+    >>> topo = build_topology(s.cluster)
+    >>> step = build_step(build_plan(s, topo))
+    >>> sim = simulate(step, topo)
+    >>> len(sim.frame), sim.memory_events.shape, round(float(sim.frame["end_s"].max()), 4)
+    (9456, (1104, 3), 0.4473)
+    >>> half = SlowLink(0, "nvswitch0", 0.5)  # GPU 0's NVLink up at half its bandwidth
+    >>> round(float(simulate(step, topo, [half]).frame["end_s"].max()), 4)
+    0.4488
+    """
 
     frame: pd.DataFrame
     memory_events: np.ndarray

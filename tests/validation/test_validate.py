@@ -25,7 +25,7 @@ DOCS_TABLE = Path(__file__).resolve().parents[2] / "docs" / "data" / "validation
 @pytest.mark.slow  # runs every validation scenario (about a minute)
 def test_every_row_within_tolerance():
     frame = validate()
-    assert len(frame) == 10 + 6 + 5 + 10 + 51 + 54 + 6 + 3 + 3 + 10 + 8 + 7 + 2 + 8 + 5
+    assert len(frame) == 10 + 6 + 5 + 10 + 51 + 54 + 6 + 3 + 5 + 10 + 8 + 7 + 2 + 8 + 5
     assert frame["expected_miss"].map(lambda x: isinstance(x, str)).all()
     failing = frame[~frame["within"]]
     # Only rows that say why the model cannot meet them may miss: one ZB-1p row at the 5%
@@ -34,14 +34,15 @@ def test_every_row_within_tolerance():
     # price), five ZB-V rows (+5 to +7%, as ZB-1p but more), and Table 2's ZeRO-3 rows (the
     # 2021 DeepSpeed implementation's overheads).
     assert (failing["expected_miss"] != "").all(), failing.to_string()
-    # 5 + two public FSDP throughput rows (MPT-7B on H100 +11%, torchtitan on A100 +16.5%),
+    # 5 + four public FSDP throughput rows (MPT-7B on H100 +11%, torchtitan on A100 +16.5%
+    # and on H100 at 500 W +27% and +34%, over their 96 GB: op-level checkpointing),
     # + Llama 3's 8K-GPU row (out of memory),
     # + NVIDIA's Llama 3.1 8B, Nemotron-4 340B, Llama 3.1 405B and Grok-1 recipes (throughput
     # within 2%, 4%, 8% and 4%, but over 80 GB in our memory ledger) + nccl-tests' times at
     # 1 and 8 MiB on both systems, + DeepEP's eight all-to-all bandwidths and the five Qwen3
     # MoE recipes (their reasons in rows.yaml: the kernels' copy rate; the layouts' host work
     # and grouped GEMMs)
-    assert len(failing) <= 26 + 13
+    assert len(failing) <= 28 + 13
     # the GB200 Qwen3 recipe: optimistic like the H100 ones with small experts (+20% today);
     # a bound on the gap, so that a change that widens it shows
     qwen = frame[frame["row"] == "mbridge-qwen3-235b-256xgb200"]

@@ -124,14 +124,7 @@ class Rating:
                 self.capacity,
                 self._scratch,
             ).tolist()
-        out, i = [], 0
-        for g, ks in zip(groups, live, strict=True):
-            rates = [0.0] * len(g.classes)
-            for k in ks:
-                rates[k] = flat[i]
-                i += 1
-            out.append(np.array(rates) if g.vector else rates)
-        return out, symmetric
+        return _per_group(groups, live, flat), symmetric
 
     def _fill_in_full(self, groups: list[FlowGroup]) -> list:
         """:meth:`_fill` in the reference mode: over every link of every live class, as
@@ -148,14 +141,7 @@ class Rating:
                 self.capacity,
                 scratch,
             ).tolist()
-        out, i = [], 0
-        for g, ks in zip(groups, live, strict=True):
-            rates = [0.0] * len(g.classes)
-            for k in ks:
-                rates[k] = flat[i]
-                i += 1
-            out.append(np.array(rates) if g.vector else rates)
-        return out
+        return _per_group(groups, live, flat)
 
     def _group_entries(self, g: FlowGroup, live: list[int], symmetric: bool = False):
         """(links, counts, entries per class) of ``g``'s classes ``live``, concatenated, from
@@ -175,3 +161,16 @@ class Rating:
             if key is not None:
                 self._entries[key] = found
         return found
+
+
+def _per_group(groups: list[FlowGroup], live: list[list[int]], flat: list[float]) -> list:
+    """``flat`` (the live classes' rates, group after group) as each group's rates per class,
+    0 for its classes already through (an array for a vector group)."""
+    out, i = [], 0
+    for g, ks in zip(groups, live, strict=True):
+        rates = [0.0] * len(g.classes)
+        for k in ks:
+            rates[k] = flat[i]
+            i += 1
+        out.append(np.array(rates) if g.vector else rates)
+    return out

@@ -19,7 +19,11 @@ from simulator.schedule.step import StepGraph
 @dataclass(frozen=True)
 class SlowCompute:
     """``rank``'s compute tasks take ``factor`` times as long (factor >= 1 for a straggler;
-    a power cap at a fraction f of peak is factor 1/f)."""
+    a power cap at a fraction f of peak is factor 1/f).
+
+    >>> SlowCompute(rank=3, factor=1.25)  # what failures.stragglers.gpus[] becomes
+    SlowCompute(rank=3, factor=1.25)
+    """
 
     rank: int
     factor: float
@@ -32,7 +36,11 @@ class SlowCompute:
 @dataclass(frozen=True)
 class SlowLink:
     """The directed link ``src -> dst`` (topology node ids) runs at ``fraction`` of its
-    bandwidth, 0 < fraction <= 1 (a dead link would need rerouting, not modelled here)."""
+    bandwidth, 0 < fraction <= 1 (a dead link would need rerouting, not modelled here).
+
+    >>> SlowLink(0, "nvswitch0", 0.5)  # GPU 0's link up to its NVSwitch at half speed
+    SlowLink(src=0, dst='nvswitch0', fraction=0.5)
+    """
 
     src: object
     dst: object

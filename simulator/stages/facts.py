@@ -24,7 +24,14 @@ def network_model(topo: Topology) -> NetworkModel:
     topology and kept in ``topo.derived``: runs on one topology (a sweep's points, a plan
     search, failure trials) share its link table (from the builder's numbering when the
     topology has its own, else read from the graph: 0.13 s for the 131K links of 16K GPUs)
-    and the collective routes it has learnt."""
+    and the collective routes it has learnt.
+
+    >>> from simulator.api import build_topology, load
+    >>> topo = build_topology(load("scenarios/examples/pipeline-1f1b.yaml").cluster)
+    >>> model = network_model(topo)
+    >>> len(model.links), model is network_model(topo)  # 8 GPUs' links up and down; kept
+    (16, True)
+    """
     model = topo.derived.get("network_model")
     if model is None or model.graph is not topo.graph:  # a graph swapped in: model it anew
         model = topo.derived["network_model"] = NetworkModel(

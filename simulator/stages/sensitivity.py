@@ -20,7 +20,8 @@ class StepSensitivity:
     """What the job-level model reads of the step beyond its time: ``slow_costs``, the
     step's multiplier with one GPU ``slow_factor`` times slower at each pipeline stage, and
     ``speeds``, the step-time multiplier of each of ``fleets`` draws of the scenario's
-    variability (a new set of GPUs each; :mod:`simulator.stages.variability`)."""
+    variability (a new set of GPUs each; :mod:`simulator.stages.variability`); see
+    :func:`step_sensitivity` for an example."""
 
     step_time_s: float
     slow_factor: float

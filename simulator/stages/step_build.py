@@ -84,6 +84,14 @@ class StepCache:
     count, the facts and the steady state; a kept step is handed out with the new run's own
     plan (the same but for those fields). Only the default compute model is cached (a
     caller's model is not a key).
+
+    >>> from simulator.api import load, run
+    >>> cache = StepCache(size=1)
+    >>> s = load("scenarios/examples/pipeline-1f1b.yaml")
+    >>> renamed = load("scenarios/examples/pipeline-1f1b.yaml", ["name=another"])
+    >>> a, b = (run(x, steps=cache).metrics.step_time_s for x in (s, renamed))
+    >>> cache.hits, a == b  # the second run took the first's graph
+    (1, True)
     """
 
     # read by no part of the step build (the scenario's name reaches the metrics through the

@@ -46,6 +46,9 @@ LAUNCHES = 256
 SUSTAIN = (8192, 8192, 8192)
 SUSTAIN_S = 20.0
 BURST = 5
+BATCH = 10  # GEMMs queued before the long run waits for them (the GPU never idles)
+SAMPLE_S = 0.1  # at most one power and clock reading this often (s): NVML reads cost time
+REST_S = 5.0  # idle before the long run, so the earlier kernels' heat does not start it hot
 
 
 class CalibrationUnavailable(RuntimeError):
@@ -104,19 +107,21 @@ def torch_timer(repeats: int = 10, warmup: int = 3) -> tuple[Timer, dict]:
 
 
 def _host_times(torch, kind: str, n: int, repeats: int, warmup: int) -> list[float]:
-    """CPU seconds to issue ``n`` tiny kernels back to back (``launch_autograd``: ops that
-    autograd records), each run after the GPU has drained, wall clock on the CPU side."""
+    """CPU seconds to issue ``n`` tiny kernels back to back, each run after the GPU has
+    drained, wall clock on the CPU side: the same out-of-place op without autograd
+    (``launch``) and as an op autograd records (``launch_autograd``), so that their
+    difference is the recording alone."""
     import time
 
-    x = torch.zeros(1, device="cuda", requires_grad=kind == "launch_autograd")
-    op = (lambda: x * 1.0) if kind == "launch_autograd" else (lambda: x.add_(1.0))
+    recorded = kind == "launch_autograd"
+    x = torch.zeros(1, device="cuda", requires_grad=recorded)
     times = []
-    with torch.enable_grad() if kind == "launch_autograd" else torch.no_grad():
+    with torch.enable_grad() if recorded else torch.no_grad():
         for i in range(warmup + repeats):
             torch.cuda.synchronize()
             start = time.perf_counter()
             for _ in range(n):
-                op()
+                x * 1.0
             if i >= warmup:
                 times.append(time.perf_counter() - start)
     torch.cuda.synchronize()
@@ -124,30 +129,49 @@ def _host_times(torch, kind: str, n: int, repeats: int, warmup: int) -> list[flo
 
 
 def _held_gemm(torch, shape: tuple[int, ...], meta: dict) -> list[float]:
-    """Seconds of each GEMM of a run about :data:`SUSTAIN_S` long, back to back; the board's
-    power (W) and SM clock (MHz) over its second half into ``meta``, where reported."""
+    """Seconds of each GEMM of a run about :data:`SUSTAIN_S` long, back to back after a
+    rest (the earlier kernels' heat gone): queued in batches of :data:`BATCH`, each timed with
+    CUDA events and the batch waited for once, so the GPU never idles between them; the
+    board's power (W) and SM clock (MHz) over the run's second half into ``meta``, sampled at
+    most every :data:`SAMPLE_S` where the driver reports them."""
+    import time
+
     m, n, k = shape
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    times, power, clock, spent = [], [], [], 0.0
-    while spent < SUSTAIN_S:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        a @ b
-        end.record()
+    torch.cuda.synchronize()
+    time.sleep(REST_S)
+    times: list[float] = []
+    power: list[float] = []
+    clock: list[float] = []
+    last = 0.0
+    while sum(times) < SUSTAIN_S:
+        events = []
+        for _ in range(BATCH):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            a @ b
+            end.record()
+            events.append((start, end))
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-        spent += times[-1]
-        if spent > SUSTAIN_S / 2:
-            try:  # NVML through PyTorch (pynvml); absent on some drivers and boards
-                power.append(torch.cuda.power_draw() / 1e3)
-                clock.append(torch.cuda.clock_rate())
-            except Exception:  # noqa: BLE001 - a reading the driver does not give is left out
-                pass
+        times += [s.elapsed_time(e) / 1e3 for s, e in events]
+        if sum(times) > SUSTAIN_S / 2 and time.monotonic() - last >= SAMPLE_S:
+            last = time.monotonic()
+            power += _reading(lambda: torch.cuda.power_draw() / 1e3)  # mW -> W
+            clock += _reading(torch.cuda.clock_rate)  # MHz
     if power:
         meta["held_power_w"] = statistics.median(power)
+    if clock:
         meta["held_sm_clock_mhz"] = statistics.median(clock)
     return times
+
+
+def _reading(read) -> list[float]:
+    """``[read()]``, or ``[]`` where the driver does not report it (NVML through PyTorch)."""
+    try:
+        return [float(read())]
+    except Exception:  # noqa: BLE001 - a reading the board does not give is left out
+        return []
 
 
 def host_and_clock(timer: Timer, meta: dict) -> dict:

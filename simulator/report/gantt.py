@@ -28,7 +28,7 @@ from simulator.report.style import (  # noqa: E402
     colour_of,
     stream_rank,
 )
-from simulator.report.waits import arrows, pacers, step_waits  # noqa: E402
+from simulator.report.waits import arrows, pacers, slow_pacers, step_waits  # noqa: E402
 
 MIN_LABEL_FRACTION = 0.012  # a bar narrower than this share of the axis gets no number
 MIN_BAR_FRACTION = 1 / 1000  # about 1.5 pixels of a 14-inch chart at 130 dpi
@@ -76,8 +76,7 @@ def default_ranks(frame: pd.DataFrame, stage_of_rank: dict | None) -> list[int]:
         first.setdefault(stage(r), r)
     shown = [first[s] for s in sorted(first)]
     if len(ranks) > len(shown):
-        held = pacers(step_waits(frame, ranks))
-        held = held[held["kind"] == "collective"]
+        held = slow_pacers(frame)
         for s in sorted(first):
             mine = held[held["src_rank"].map(stage) == s]
             if not mine.empty and int(mine.iloc[0]["src_rank"]) not in shown:

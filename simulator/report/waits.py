@@ -25,6 +25,9 @@ _INSTANCE = ["stream", "name", "layer", "microbatch", "phase", "start_s"]
 _EPS_S = 1e-9  # a compute task starting within this of a transfer's end starts because of it
 
 
+PACED_S = 1e-6  # a collective starting this soon after its pacer's compute ended waited on it
+
+
 def step_waits(
     frame: pd.DataFrame,
     ranks: list[int],
@@ -34,79 +37,106 @@ def step_waits(
     """The waits among ``ranks`` (columns: source rank and stream, the time it released the
     wait, the waiting rank and stream, when it went on, the wait in s, and the kind:
     "collective" or "pipeline"), the longest first, at least ``min_wait_s`` each. A transfer
-    releases a rank of a neighbouring stage (``stage_of_rank``; without it, any other rank)."""
+    releases the rank of the same place in the stage it goes to (``stage_of_rank``, every
+    rank's; without it, any other shown rank)."""
     shown = frame[frame["rank"].isin(ranks)]
-    compute = shown[(shown["kind"] == "compute") & (shown["end_s"] > shown["start_s"])]
-    ends = {r: np.sort(g["end_s"].to_numpy()) for r, g in compute.groupby("rank", sort=False)}
-    starts = {
-        r: g.sort_values("start_s")[["start_s", "end_s"]].to_numpy()
-        for r, g in compute.groupby("rank", sort=False)
-    }
-    stage = _stages(stage_of_rank, ranks)
-    rows = _collective_waits(shown, ends) + _pipeline_waits(shown, starts, stage)
+    busy = _busy(shown)
+    rows = collective_waits(shown, busy) + _pipeline_waits(shown, busy, stage_of_rank)
     out = pd.DataFrame(rows, columns=_COLUMNS)
     out = out[out["wait_s"] >= max(min_wait_s, _EPS_S)]
     return out.sort_values("wait_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def _ready(ends: dict, rank: int, t: float) -> float | None:
-    """The end of ``rank``'s last compute task ending by ``t`` (None: none did)."""
-    e = ends.get(rank)
-    if e is None:
-        return None
-    k = np.searchsorted(e, t + _EPS_S, side="right")
-    return float(e[k - 1]) if k else None
+def _busy(frame: pd.DataFrame) -> dict[int, np.ndarray]:
+    """Each rank's compute tasks with work, as (start, end) rows by start (s)."""
+    compute = frame[(frame["kind"] == "compute") & (frame["end_s"] > frame["start_s"])]
+    return {
+        int(r): g.sort_values("start_s")[["start_s", "end_s"]].to_numpy()
+        for r, g in compute.groupby("rank", sort=False)
+    }
 
 
-def _collective_waits(shown: pd.DataFrame, ends: dict) -> list[tuple]:
-    """Each member of a collective run by two or more shown ranks that waited for its pacer."""
+def slow_pacers(frame: pd.DataFrame, share: float = 0.01) -> pd.DataFrame:
+    """:func:`pacers` of the collective waits among every rank of ``frame``, those that held
+    others back at least ``share`` of the step in all (rounding-level waits of an evenly
+    paced step are not a slow GPU)."""
+    rows = collective_waits(frame, _busy(frame))
+    held = pacers(pd.DataFrame(rows, columns=_COLUMNS))
+    return held[held["total_s"] >= share * float(frame["end_s"].max())]
+
+
+def collective_waits(shown: pd.DataFrame, busy: dict) -> list[tuple]:
+    """Each member of a collective run by two or more shown ranks that sat idle until its
+    pacer's compute ended (``busy``: each rank's compute (start, end) rows, by start). A
+    member still computing when the collective starts did not wait (an overlapped bucket
+    reduction); nor did any member of a collective that started well after its pacer's
+    compute ended (it waited for something else: its stream, a transfer)."""
     comm = shown[(shown["kind"] == "comm") & ~shown["stream"].isin(["pp_fwd", "pp_bwd"])]
     # instances run by two or more shown ranks (in symmetric mode, one rank a stage: none)
     comm = comm[comm.groupby(_INSTANCE, sort=False)["rank"].transform("size") >= 2]
-    out = []
-    for key, g in comm.groupby(_INSTANCE, sort=False):
-        start = key[-1]
-        ready = {int(r): _ready(ends, int(r), start) for r in g["rank"]}
-        known = {r: t for r, t in ready.items() if t is not None}
-        if len(known) < 2:
+    if comm.empty:
+        return []
+    start = comm["start_s"].to_numpy()
+    ready = np.full(len(comm), np.nan)  # the end of the member's last compute before it
+    idle = np.zeros(len(comm), bool)
+    for r, at in comm.groupby("rank", sort=False).indices.items():
+        tasks = busy.get(int(r))
+        if tasks is None:
             continue
-        pacer = max(known, key=known.get)
-        for r, t in known.items():
-            if r != pacer:  # idle for the pacer's compute, not for whatever came after it
-                wait = known[pacer] - t
-                out.append((pacer, "compute", known[pacer], r, key[0], start, wait, "collective"))
-    return out
+        t = start[at]
+        ends = np.sort(tasks[:, 1])
+        k = np.searchsorted(ends, t + _EPS_S, side="right")
+        ready[at[k > 0]] = ends[k[k > 0] - 1]
+        j = np.searchsorted(tasks[:, 0], t - _EPS_S, side="right") - 1  # last to start by t
+        running = (j >= 0) & (tasks[np.maximum(j, 0), 1] > t + _EPS_S)
+        idle[at] = ~running
+    frame = comm.assign(_ready=ready, _idle=idle, _i=np.arange(len(comm)))
+    frame = frame[frame["_ready"].notna()]
+    group = frame.groupby(_INSTANCE, sort=False)
+    latest = group["_ready"].transform("max")
+    first = frame.loc[group["_ready"].idxmax(), _INSTANCE + ["rank"]]
+    pacer = frame[_INSTANCE].merge(first, on=_INSTANCE, how="left")["rank"].to_numpy()
+    waited = (
+        frame["_idle"].to_numpy()
+        & (frame["rank"].to_numpy() != pacer)
+        & (frame["start_s"].to_numpy() - latest.to_numpy() <= PACED_S)
+    )
+    w = frame[waited]
+    return list(
+        zip(
+            pacer[waited].astype(int).tolist(),
+            ["compute"] * len(w),
+            latest[waited].tolist(),
+            w["rank"].astype(int).tolist(),
+            w["stream"].tolist(),
+            w["start_s"].tolist(),
+            (latest[waited] - w["_ready"]).tolist(),
+            ["collective"] * len(w),
+            strict=True,
+        )
+    )
 
 
-def _stages(stage_of_rank: dict | None, ranks: list[int]) -> dict[int, tuple] | None:
-    """Each shown rank's (pipeline stage, place among the shown ranks of its stage): a
-    transfer goes to the rank of the same place in the next or previous stage (keys as saved
-    runs write them: text or int)."""
-    if not stage_of_rank:
-        return None
-    stage = {r: int(stage_of_rank.get(str(r), stage_of_rank.get(r, -9))) for r in ranks}
-    place = {r: sorted(q for q in ranks if stage[q] == stage[r]).index(r) for r in ranks}
-    return {r: (stage[r], place[r]) for r in ranks}
-
-
-def _pipeline_waits(shown: pd.DataFrame, starts: dict, stage: dict | None) -> list[tuple]:
-    """Each compute task of a neighbouring stage that starts as a transfer ends, after an
-    idle gap of its rank's compute stream."""
+def _pipeline_waits(shown: pd.DataFrame, busy: dict, stage_of_rank: dict | None) -> list[tuple]:
+    """Each compute task of the receiving rank that starts as a transfer ends, after an idle
+    gap of its compute stream: ``pp_fwd`` goes to the next stage, ``pp_bwd`` to the one
+    before (round the ends where chunks loop round, as interleaved schedules do)."""
     pp = shown[shown["stream"].isin(["pp_fwd", "pp_bwd"]) & (shown["kind"] == "comm")]
+    target = _receivers(stage_of_rank, list(busy))
     out = []
-    stages = len({s for s, _ in stage.values()}) if stage else 0
     for row in pp.itertuples(index=False):
-        for r, tasks in starts.items():
-            if r == row.rank:
-                continue
-            if stage and not _neighbours(stage[int(row.rank)], stage[r], stages):
+        if row.microbatch < 0:
+            continue
+        to = target(int(row.rank), row.stream) if target else [r for r in busy if r != row.rank]
+        for r in to:
+            tasks = busy.get(r)
+            if tasks is None:
                 continue
             k = np.searchsorted(tasks[:, 0], row.end_s - _EPS_S)
             if k >= len(tasks) or abs(tasks[k, 0] - row.end_s) > _EPS_S:
                 continue
-            idle_from = tasks[k - 1, 1] if k else 0.0
-            gap = row.end_s - idle_from
-            if gap > 0 and row.microbatch >= 0:
+            gap = row.end_s - (tasks[k - 1, 1] if k else 0.0)
+            if gap > 0:
                 out.append(
                     (
                         int(row.rank),
@@ -122,11 +152,29 @@ def _pipeline_waits(shown: pd.DataFrame, starts: dict, stage: dict | None) -> li
     return out
 
 
-def _neighbours(a: tuple, b: tuple, stages: int) -> bool:
-    """Whether (stage, place) ``b`` is next to ``a`` in a pipeline of ``stages``: the same
-    place, the stage after or before (the last and the first are next to each other when
-    chunks loop round, as interleaved schedules do)."""
-    return a[1] == b[1] and (b[0] - a[0]) % stages in (1, stages - 1)
+def _receivers(stage_of_rank: dict | None, ranks: list[int]):
+    """A function (rank, stream) -> the shown ranks a transfer of it goes to: the same place
+    (among its stage's ranks, in rank order) in the next stage for ``pp_fwd``, the previous
+    one for ``pp_bwd``, counting the stages of every rank (keys as saved runs write them:
+    text or int); None without ``stage_of_rank``."""
+    if not stage_of_rank:
+        return None
+    stage = {int(r): int(s) for r, s in stage_of_rank.items()}
+    stages = max(stage.values()) + 1
+    members: dict[int, list[int]] = {}
+    for r in sorted(stage):
+        members.setdefault(stage[r], []).append(r)
+    shown = set(ranks)
+
+    def to(rank: int, stream: str) -> list[int]:
+        if rank not in stage:
+            return []
+        s = stage[rank]
+        place = members[s].index(rank)
+        nxt = members.get((s + (1 if stream == "pp_fwd" else -1)) % stages, [])
+        return [nxt[place]] if place < len(nxt) and nxt[place] in shown else []
+
+    return to
 
 
 def arrows(waits: pd.DataFrame, most: int = MAX_ARROWS) -> pd.DataFrame:

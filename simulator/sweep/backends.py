@@ -87,7 +87,10 @@ def _ray_init(address: str | None, workers: int | None):
         raise BackendError(f"--address {address}: {str(exc).splitlines()[0]}") from None
     if address is None:  # ours: its processes end with this one, however it ends
         global _reaper
-        _reaper = ray_reaper.start()
+        try:
+            _reaper = ray_reaper.start()
+        except OSError as exc:  # no watchdog: Ray still ends with ray.shutdown()
+            log.warning("could not start the watchdog of the local Ray (%s)", exc)
     return ray
 
 

@@ -63,7 +63,10 @@ def watch(driver: int) -> None:
     me = os.getpid()
     known: dict[int, int] = {}
     while _stat(driver) is not None and os.getppid() == driver:
-        known.update(_descendants(driver, me))
+        found = _descendants(driver, me)
+        if os.getppid() != driver:  # it died during the scan: its id may name another now
+            break
+        known.update(found)
         time.sleep(POLL_S)
     for pid, start in known.items():
         stat = _stat(pid)

@@ -72,3 +72,16 @@ def test_arrows_take_each_pair_in_turn():
     )
     # the collective's short wait is drawn before the pipeline's second-longest
     assert arrows(waits, most=2)["wait_s"].tolist() == [0.5, 0.01]
+
+
+def test_stages_not_next_to_each_other_wait_on_neither(slowed):
+    # shown alone, stages 0 and 3 of 4 are not neighbours (1F1B does not loop round)
+    w = step_waits(slowed.trace, [0, 6], slowed.summary["stage_of_rank"])
+    assert w[w["kind"] == "pipeline"].empty
+
+
+def test_an_evenly_paced_step_shows_one_rank_a_stage():
+    # every rank simulated, none slow: no collective wait beyond rounding adds a rank
+    r = api.run(api.load("scenarios/examples/pipeline-1f1b.yaml", ["simulation.mode=full"]))
+    assert len(r.trace["rank"].unique()) == 8
+    assert default_ranks(r.trace, r.summary["stage_of_rank"]) == [0, 2, 4, 6]

@@ -111,7 +111,10 @@ class Executor:
         self.device_of = device_of
         self.locality = locality
         self.trace = Trace(task_columns=graph.trace_columns)
-        self._submit_later = runner.network.submit_later
+        # the lone path's submit_later with its network bound (a C-level call per phase, not
+        # the network's Python wrapper)
+        net = runner.network
+        self._submit_later = partial(net.lone.submit_later, net)
         runs = self.trace.runs  # (task, start, end) per task that ended, as typed arrays
         self._run_task, self._run_start, self._run_end = (
             runs.task.append, runs.start.append, runs.end.append

@@ -208,10 +208,11 @@ class FlowNetwork:
             groups = self.lone.drop_through(self, groups, now)
         if groups:
             heap = self._heap
+            keep = self.shortcuts  # a group whose rates stay the same keeps its finish
             for g, rate in zip(groups, self.rating.rates(groups), strict=True):
                 if (
-                    g.finish != math.inf
-                    and self.shortcuts
+                    keep
+                    and g.finish != math.inf
                     and (
                         rate is g.rate
                         or (np.array_equal(rate, g.rate) if g.vector else rate == g.rate)

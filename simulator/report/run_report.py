@@ -40,7 +40,8 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     title = title or str(summary.get("scenario") or "run")
     has_links = links is not None and len(links) > 0
-    pictures = _pictures(summary, trace, memory, links if has_links else None, out, title)
+    shown = default_ranks(trace, summary.get("stage_of_rank"))  # once, for every picture
+    pictures = _pictures(summary, trace, memory, links if has_links else None, out, title, shown)
     note = on_file or (lambda path: None)
     with _Forked(pictures) as drawn:
         paths = [out / "summary.json"]
@@ -55,7 +56,6 @@ def write_report(
         paths.append(write_markdown(summary, out, title, has_links=has_links))
         note(paths[-1])
         # the small pictures here, while the child still draws the Gantt chart
-        shown = default_ranks(trace, summary.get("stage_of_rank"))
         small = _small_pictures(
             summary, memory, links if has_links else None, out, title, shown, power
         )
@@ -117,12 +117,11 @@ def gantt_headline(summary: dict, title: str) -> str:
     )
 
 
-def _pictures(summary, trace, memory, links, out: Path, title: str):
+def _pictures(summary, trace, memory, links, out: Path, title: str, shown: list[int]):
     """A function drawing gantt.png (and gantt.svg for a small trace); their paths."""
     stages = summary.get("stage_of_rank")
 
     def draw() -> list[Path]:
-        shown = default_ranks(trace, stages)
         headline = gantt_headline(summary, title)
         charts = [out / "gantt.png"]
         if len(trace) <= SVG_MAX_RECORDS:
